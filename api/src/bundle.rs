@@ -1,0 +1,236 @@
+//! The `Bundle` resource: one plain+v0 image to install.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A bundle of plain Kubernetes manifests, shipped as an OCI image, to install on the cluster.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "gantry.dev",
+    version = "v1alpha1",
+    kind = "Bundle",
+    plural = "bundles",
+    singular = "bundle",
+    shortname = "bdl",
+    category = "gantry",
+    status = "BundleStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A Bundle names an OCI image of plain Kubernetes manifests (plain+v0) that Gantry installs.",
+    printcolumn(name = "Class", type_ = "string", json_path = ".spec.provisionerClassName"),
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Resolved",
+        type_ = "string",
+        json_path = ".status.resolvedImage",
+        description = "the image reference pinned to the digest being installed",
+        priority = "1"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleSpec {
+    /// Name of the ProvisionerClass that serves this bundle. When empty, the class annotated
+    /// `gantry.dev/is-default-class: "true"` serves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    pub provisioner_class_name: Option<String>,
+
+    /// The OCI image holding the manifests, by tag (`registry/repo:tag`) or by digest
+    /// (`registry/repo@sha256:...`).
+    #[schemars(length(min = 1, max = 4096), regex(pattern = r"^\S+$"))]
+    pub image: String,
+
+    /// Name of a `kubernetes.io/dockerconfigjson` secret in the provisioner's namespace used to
+    /// pull the image, in addition to the class's pull secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    pub pull_secret: Option<String>,
+
+    /// Namespace given to namespaced objects of the bundle that carry none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub install_namespace: Option<String>,
+}
+
+/// Where a bundle stands. Written by the controller, except `approval`, which only approvers write.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// A one-word summary of where the bundle stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<BundlePhase>,
+
+    /// `repo@sha256:...` of the top-level manifest the image reference resolved to (the index
+    /// digest for multi-platform images). Approvals are bound to this digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_image: Option<String>,
+
+    /// Digest of the platform image manifest actually unpacked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_digest: Option<String>,
+
+    /// Platform (`os/arch[/variant]`) of the unpacked image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+
+    /// URL of the canonical tarball on the storage server.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "contentURL")]
+    pub content_url: Option<String>,
+
+    /// `sha256:...` of the canonical tarball.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_digest: Option<String>,
+
+    /// What the content will create, for approvers to review.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_permissions: Option<RequestedPermissions>,
+
+    /// The approver's decision. Written only by approvers through the status subresource;
+    /// the controller never changes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+
+    /// Every object applied for this bundle.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inventory: Vec<InventoryEntry>,
+
+    /// `Unpacked`, `Approved`, `Installed` and the summary `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// A one-word summary of a bundle's state.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum BundlePhase {
+    Pending,
+    Unpacking,
+    AwaitingApproval,
+    Installing,
+    Installed,
+    Failing,
+    Denied,
+    Deleting,
+}
+
+impl BundlePhase {
+    /// The phase as it appears in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Unpacking => "Unpacking",
+            Self::AwaitingApproval => "AwaitingApproval",
+            Self::Installing => "Installing",
+            Self::Installed => "Installed",
+            Self::Failing => "Failing",
+            Self::Denied => "Denied",
+            Self::Deleting => "Deleting",
+        }
+    }
+}
+
+impl std::fmt::Display for BundlePhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a bundle's content creates: what an approver reviews.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestedPermissions {
+    /// Cluster-scoped kinds with their counts.
+    #[serde(default)]
+    pub cluster_scoped: Vec<KindCount>,
+    /// Namespaced kinds with their counts, per namespace.
+    #[serde(default)]
+    pub namespaced: Vec<NamespacePermissions>,
+    /// Objects that deserve an approver's attention (RBAC with `*`, CRDs, admission webhooks,
+    /// objects in `kube-system`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub highlights: Vec<PermissionHighlight>,
+}
+
+/// How many objects of one kind.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KindCount {
+    /// API group; empty for the core group.
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    pub count: i64,
+}
+
+/// Namespaced kinds of one namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespacePermissions {
+    pub namespace: String,
+    pub kinds: Vec<KindCount>,
+}
+
+/// One object an approver should look at, and why.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionHighlight {
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// Why the object deserves attention.
+    pub reason: String,
+}
+
+/// An approver's decision on one resolved digest.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    pub decision: ApprovalDecision,
+    /// The digest (`sha256:...`) of `status.resolvedImage` the decision is about.
+    #[schemars(regex(pattern = r"^sha256:[a-f0-9]{64}$"))]
+    pub digest: String,
+    /// Why the approver decided so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub reason: Option<String>,
+    /// When the decision was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+}
+
+/// An approver's decision.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ApprovalDecision {
+    Approved,
+    Denied,
+}
+
+/// One object applied for a bundle.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryEntry {
+    /// API group; empty for the core group.
+    #[serde(default)]
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}

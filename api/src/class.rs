@@ -1,0 +1,118 @@
+//! The `ProvisionerClass` resource: how a set of bundles is provisioned.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How the bundles of a class are pulled, approved and limited.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "gantry.dev",
+    version = "v1alpha1",
+    kind = "ProvisionerClass",
+    plural = "provisionerclasses",
+    singular = "provisionerclass",
+    category = "gantry",
+    status = "ProvisionerClassStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A ProvisionerClass says which provisioner serves its bundles and with which parameters.",
+    printcolumn(name = "Provisioner", type_ = "string", json_path = ".spec.provisioner"),
+    printcolumn(name = "Approval", type_ = "string", json_path = ".spec.approval"),
+    printcolumn(
+        name = "Default",
+        type_ = "string",
+        json_path = ".metadata.annotations.gantry\\.dev/is-default-class"
+    ),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisionerClassSpec {
+    /// ID of the provisioner serving this class; Gantry's plain provisioner is `gantry.dev/plain`.
+    /// Classes naming another ID are left to that provisioner.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"))]
+    pub provisioner: String,
+
+    /// `Automatic` installs every resolved digest; `Manual` waits for an approver.
+    #[serde(default)]
+    pub approval: ApprovalPolicy,
+
+    /// When true, bundles must name their image by digest.
+    #[serde(default)]
+    pub require_digest: bool,
+
+    /// Platform (`os/arch[/variant]`) selected from image indexes; defaults to the provisioner's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"))]
+    pub platform: Option<String>,
+
+    /// Names of `kubernetes.io/dockerconfigjson` secrets in the provisioner's namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1, max = 253)))]
+    pub pull_secrets: Vec<String>,
+
+    /// Registries (`host[:port]`) reached over plain HTTP instead of TLS.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1, max = 253), regex(pattern = r"^[^\s/]+$")))]
+    pub insecure_registries: Vec<String>,
+
+    /// A secret in the provisioner's namespace whose `ca.crt` is trusted for registry TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub registry_ca_secret: Option<String>,
+
+    /// Limits on the content of bundles; absent fields take safe defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+}
+
+/// Whether installs wait for an approver.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ApprovalPolicy {
+    #[default]
+    Automatic,
+    Manual,
+}
+
+/// Limits enforced while a bundle's image is streamed; a bundle over any of them is rejected.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Total compressed bytes of the image's layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_compressed_bytes: Option<i64>,
+    /// Total uncompressed bytes of the image's layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_uncompressed_bytes: Option<i64>,
+    /// Number of files under `manifests/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_files: Option<i64>,
+    /// Size of one file under `manifests/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_file_bytes: Option<i64>,
+    /// Number of objects in the bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_objects: Option<i64>,
+}
+
+/// Whether the class's parameters were accepted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisionerClassStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,21 @@
+//! Gantry's API: the `Bundle` and `ProvisionerClass` custom resources (group `gantry.dev`,
+//! version `v1alpha1`) and the names every part of Gantry shares.
+#![forbid(unsafe_code)]
+
+mod bundle;
+mod class;
+pub mod conditions;
+pub mod crd;
+mod names;
+
+pub use bundle::{
+    Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, InventoryEntry,
+    KindCount, NamespacePermissions, PermissionHighlight, RequestedPermissions,
+};
+pub use class::{
+    ApprovalPolicy, Limits, ProvisionerClass, ProvisionerClassSpec, ProvisionerClassStatus,
+};
+pub use names::*;
+
+/// Re-exported so users of the API name one `Condition` type.
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

@@ -1,0 +1,26 @@
+//! Names shared by the API, the controller, the plugin and the docs.
+
+/// The API group of Gantry's resources.
+pub const GROUP: &str = "gantry.dev";
+/// The API version of Gantry's resources.
+pub const VERSION: &str = "v1alpha1";
+
+/// The provisioner ID of Gantry's plain+v0 provisioner (`ProvisionerClass.spec.provisioner`).
+pub const PLAIN_PROVISIONER: &str = "gantry.dev/plain";
+
+/// Annotation that marks the class serving bundles which name no class (value `"true"`).
+pub const DEFAULT_CLASS_ANNOTATION: &str = "gantry.dev/is-default-class";
+
+/// Label put on every object a bundle manages; its value is the bundle's name.
+pub const BUNDLE_LABEL: &str = "gantry.dev/bundle";
+
+/// Annotation on a managed object: `disabled` orphans the object instead of deleting it.
+pub const PRUNE_ANNOTATION: &str = "gantry.dev/prune";
+/// The value of [`PRUNE_ANNOTATION`] that orphans an object.
+pub const PRUNE_DISABLED: &str = "disabled";
+
+/// Field manager of every server-side apply Gantry sends.
+pub const FIELD_MANAGER: &str = "gantry";
+
+/// Finalizer that makes Gantry uninstall a bundle's objects before the bundle goes away.
+pub const UNINSTALL_FINALIZER: &str = "gantry.dev/uninstall";

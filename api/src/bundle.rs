@@ -19,7 +19,11 @@ use serde::{Deserialize, Serialize};
     derive = "PartialEq",
     derive = "Default",
     doc = "A Bundle names an OCI image of plain Kubernetes manifests (plain+v0) that Gantry installs.",
-    printcolumn(name = "Class", type_ = "string", json_path = ".spec.provisionerClassName"),
+    printcolumn(
+        name = "Class",
+        type_ = "string",
+        json_path = ".spec.provisionerClassName"
+    ),
     printcolumn(name = "Image", type_ = "string", json_path = ".spec.image"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
@@ -27,7 +31,11 @@ use serde::{Deserialize, Serialize};
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
     printcolumn(
         name = "Resolved",
         type_ = "string",
@@ -41,7 +49,10 @@ pub struct BundleSpec {
     /// Name of the ProvisionerClass that serves this bundle. When empty, the class annotated
     /// `gantry.dev/is-default-class: "true"` serves it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub provisioner_class_name: Option<String>,
 
     /// The OCI image holding the manifests, by tag (`registry/repo:tag`) or by digest
@@ -52,12 +63,18 @@ pub struct BundleSpec {
     /// Name of a `kubernetes.io/dockerconfigjson` secret in the provisioner's namespace used to
     /// pull the image, in addition to the class's pull secrets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub pull_secret: Option<String>,
 
     /// Namespace given to namespaced objects of the bundle that carry none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub install_namespace: Option<String>,
 }
 
@@ -87,7 +104,11 @@ pub struct BundleStatus {
     pub platform: Option<String>,
 
     /// URL of the canonical tarball on the storage server.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "contentURL")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "contentURL"
+    )]
     pub content_url: Option<String>,
 
     /// `sha256:...` of the canonical tarball.
@@ -222,7 +243,9 @@ pub enum ApprovalDecision {
 }
 
 /// One object applied for a bundle.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct InventoryEntry {
     /// API group; empty for the core group.

@@ -18,7 +18,11 @@ use serde::{Deserialize, Serialize};
     derive = "PartialEq",
     derive = "Default",
     doc = "A ProvisionerClass says which provisioner serves its bundles and with which parameters.",
-    printcolumn(name = "Provisioner", type_ = "string", json_path = ".spec.provisioner"),
+    printcolumn(
+        name = "Provisioner",
+        type_ = "string",
+        json_path = ".spec.provisioner"
+    ),
     printcolumn(name = "Approval", type_ = "string", json_path = ".spec.approval"),
     printcolumn(
         name = "Default",
@@ -30,13 +34,22 @@ use serde::{Deserialize, Serialize};
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ProvisionerClassSpec {
     /// ID of the provisioner serving this class; Gantry's plain provisioner is `gantry.dev/plain`.
     /// Classes naming another ID are left to that provisioner.
-    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(
+            pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+        )
+    )]
     pub provisioner: String,
 
     /// `Automatic` installs every resolved digest; `Manual` waits for an approver.

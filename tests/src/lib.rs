@@ -1,1 +1,61 @@
+//! Test harness for Gantry: a real kube-apiserver + etcd (built from the official Go modules by
+//! `tools/control-plane/build.sh`) and Debian's `docker-registry`, started on loopback as
+//! controller-runtime's envtest does.
+//!
+//! Everything started here belongs to one process group led by a small watchdog that ends the
+//! group and removes the temporary state once the test binary exits, however it exits.
 #![forbid(unsafe_code)]
+
+mod control_plane;
+mod error;
+mod pki;
+mod process;
+mod registry;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub use control_plane::{ControlPlane, control_plane};
+pub use error::HarnessError;
+pub use pki::Pki;
+pub use registry::{Registry, RegistryOptions, registry};
+
+/// The workspace root (the directory holding the top-level `Cargo.toml`).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// A name unique within this test run, valid as a Kubernetes object name: `prefix-<pid>-<n>`.
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Polls `check` until it returns `Some`, failing the test with `what` when `timeout` passes.
+/// The interval is short and fixed: this waits for a condition, it does not guess a duration.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,432 @@
+//! A real kube-apiserver and etcd on loopback, one per test binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::error::{HarnessError, IoContext, KubeContext};
+use crate::pki::{Pki, service_account_keys};
+use crate::process::{free_port, require_program, spawn_daemon, state_dir, tail, wait_for_port};
+
+/// Environment variable naming a directory that holds `kube-apiserver` and `etcd` to use
+/// instead of building them with `tools/control-plane/build.sh`.
+pub const CONTROL_PLANE_DIR_ENV: &str = "GANTRY_CONTROL_PLANE_DIR";
+
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A running kube-apiserver + etcd with Gantry's CRDs installed.
+pub struct ControlPlane {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    server: String,
+    pki: Pki,
+}
+
+/// The control plane shared by every test of this test binary; started on first use.
+///
+/// Blocks while starting (a few seconds), which is fine from async tests.
+pub fn control_plane() -> &'static ControlPlane {
+    static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        // A runtime of its own: the callers' runtimes end with their tests.
+        std::thread::spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("building a runtime to start the control plane");
+            runtime.block_on(ControlPlane::start())
+        })
+        .join()
+        .expect("the control-plane starter panicked")
+        .unwrap_or_else(|e| panic!("starting the control plane: {e}"))
+    })
+}
+
+impl ControlPlane {
+    async fn start() -> Result<Self, HarnessError> {
+        let binaries = binaries()?;
+        let dir = state_dir("control-plane")?;
+        let pki = Pki::new("gantry-tests-ca")?;
+
+        // etcd: client and peer listeners on loopback; no fsync, the data is thrown away.
+        let etcd_port = free_port()?;
+        let etcd_peer_port = free_port()?;
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let etcd_log = dir.join("etcd.log");
+        let mut etcd = Command::new(binaries.join("etcd"));
+        etcd.arg(format!("--data-dir={}", dir.join("etcd").display()))
+            .arg(format!("--listen-client-urls={etcd_url}"))
+            .arg(format!("--advertise-client-urls={etcd_url}"))
+            .arg(format!(
+                "--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}"
+            ))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}"
+            ))
+            .arg(format!(
+                "--initial-cluster=default=http://127.0.0.1:{etcd_peer_port}"
+            ))
+            .arg("--unsafe-no-fsync=true")
+            .arg("--log-level=warn");
+        let mut etcd = spawn_daemon(etcd, &etcd_log)?;
+        wait_for_port("etcd", etcd_port, &mut etcd, &etcd_log, START_TIMEOUT)?;
+        std::mem::forget(etcd);
+
+        // kube-apiserver with our own serving certificate, client CA and ServiceAccount keys.
+        let pki_dir = dir.join("pki");
+        std::fs::create_dir_all(&pki_dir).context(|| format!("creating {}", pki_dir.display()))?;
+        let serving = pki.loopback_server()?;
+        let (sa_key, sa_pub) = service_account_keys()?;
+        let write = |name: &str, contents: &str| -> Result<PathBuf, HarnessError> {
+            let path = pki_dir.join(name);
+            std::fs::write(&path, contents).context(|| format!("writing {}", path.display()))?;
+            Ok(path)
+        };
+        let ca_file = write("ca.crt", pki.ca_pem())?;
+        let serving_cert = write("apiserver.crt", &serving.cert_pem)?;
+        let serving_key = write("apiserver.key", &serving.key_pem)?;
+        let sa_key_file = write("sa.key", &sa_key)?;
+        let sa_pub_file = write("sa.pub", &sa_pub)?;
+
+        let port = free_port()?;
+        let server = format!("https://127.0.0.1:{port}");
+        let apiserver_log = dir.join("kube-apiserver.log");
+        let mut apiserver = Command::new(binaries.join("kube-apiserver"));
+        apiserver
+            .arg(format!("--etcd-servers={etcd_url}"))
+            .arg(format!(
+                "--cert-dir={}",
+                dir.join("apiserver-certs").display()
+            ))
+            .arg(format!("--tls-cert-file={}", serving_cert.display()))
+            .arg(format!("--tls-private-key-file={}", serving_key.display()))
+            .arg(format!("--client-ca-file={}", ca_file.display()))
+            .arg(format!("--secure-port={port}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            // With a loopback advertise address the endpoint reconciler must stay off.
+            .arg("--endpoint-reconciler-type=none")
+            // Service IPs are only allocated, never routed: no kube-proxy runs here.
+            .arg("--service-cluster-ip-range=127.16.0.0/24")
+            .arg("--allow-privileged=true")
+            .arg("--authorization-mode=RBAC")
+            .arg("--disable-admission-plugins=ServiceAccount")
+            .arg(format!("--service-account-issuer={server}"))
+            .arg(format!(
+                "--service-account-key-file={}",
+                sa_pub_file.display()
+            ))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                sa_key_file.display()
+            ))
+            .arg("--profiling=false")
+            .arg("--v=1");
+        let mut apiserver = spawn_daemon(apiserver, &apiserver_log)?;
+
+        let admin = pki.client("gantry-tests-admin", Some("system:masters"))?;
+        let kubeconfig = dir.join("kubeconfig");
+        write_kubeconfig(
+            &kubeconfig,
+            &server,
+            pki.ca_pem(),
+            &admin.cert_pem,
+            &admin.key_pem,
+        )?;
+
+        let plane = Self {
+            dir,
+            kubeconfig,
+            server,
+            pki,
+        };
+        let client = plane.try_client().await?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let ready = client
+                .request_text(http_get("/readyz").map_err(|e| HarnessError::Other(e.to_string()))?)
+                .await;
+            match ready {
+                Ok(body) if body.trim() == "ok" => break,
+                _ => {}
+            }
+            if let Ok(Some(status)) = apiserver.try_wait() {
+                return Err(HarnessError::Other(format!(
+                    "kube-apiserver exited with {status}; last lines of {}:\n{}",
+                    apiserver_log.display(),
+                    tail(&apiserver_log, 40)
+                )));
+            }
+            if Instant::now() >= deadline {
+                return Err(HarnessError::NotReady {
+                    what: "kube-apiserver /readyz".into(),
+                    seconds: START_TIMEOUT.as_secs(),
+                    log_path: apiserver_log.clone(),
+                    log: tail(&apiserver_log, 40),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        std::mem::forget(apiserver);
+
+        let crd_dir = crate::workspace_root().join("manifests/crds");
+        install_crds(&client, &crd_dir).await?;
+        Ok(plane)
+    }
+
+    /// The admin kubeconfig (user in `system:masters`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn server_url(&self) -> &str {
+        &self.server
+    }
+
+    /// The CA that signed the API server's certificate and verifies client certificates.
+    pub fn pki(&self) -> &Pki {
+        &self.pki
+    }
+
+    /// A directory for files that live as long as the control plane.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// An admin client. Make one per test: a client belongs to the runtime it was made on.
+    pub async fn client(&self) -> Client {
+        self.try_client()
+            .await
+            .unwrap_or_else(|e| panic!("building a client for {}: {e}", self.server))
+    }
+
+    async fn try_client(&self) -> Result<Client, HarnessError> {
+        client_from_kubeconfig(&self.kubeconfig).await
+    }
+
+    /// `kubectl` pointed at this control plane as admin.
+    pub fn kubectl(&self) -> Command {
+        let mut kubectl = Command::new("kubectl");
+        kubectl.arg("--kubeconfig").arg(&self.kubeconfig);
+        kubectl
+    }
+
+    /// A token for ServiceAccount `namespace/name` (TokenRequest, valid one hour), creating the
+    /// namespace and the ServiceAccount when missing.
+    pub async fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        self.try_service_account_token(namespace, name)
+            .await
+            .unwrap_or_else(|e| panic!("issuing a token for {namespace}/{name}: {e}"))
+    }
+
+    async fn try_service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, HarnessError> {
+        let client = self.try_client().await?;
+        let apply = PatchParams::apply("gantry-tests");
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": namespace }
+        }))
+        .map_err(|e| HarnessError::Other(e.to_string()))?;
+        namespaces
+            .patch(namespace, &apply, &Patch::Apply(&ns))
+            .await
+            .context(|| format!("creating namespace {namespace}"))?;
+        let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
+        let sa: ServiceAccount = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": { "name": name, "namespace": namespace }
+        }))
+        .map_err(|e| HarnessError::Other(e.to_string()))?;
+        accounts
+            .patch(name, &apply, &Patch::Apply(&sa))
+            .await
+            .context(|| format!("creating ServiceAccount {namespace}/{name}"))?;
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..TokenRequestSpec::default()
+            },
+            ..TokenRequest::default()
+        };
+        let issued = accounts
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .context(|| format!("requesting a token for ServiceAccount {namespace}/{name}"))?;
+        issued
+            .status
+            .map(|status| status.token)
+            .ok_or_else(|| HarnessError::Other("TokenRequest returned no status".into()))
+    }
+
+    /// A kubeconfig that authenticates with `token` (e.g. a ServiceAccount's), written next to
+    /// the admin kubeconfig under `name`.
+    pub fn token_kubeconfig(&self, name: &str, token: &str) -> PathBuf {
+        let path = self.dir.join(format!("kubeconfig-{name}"));
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.pki.ca_pem());
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: gantry-tests\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: {name}\n  context:\n    cluster: gantry-tests\n    user: {name}\ncurrent-context: {name}\n",
+            server = self.server
+        );
+        std::fs::write(&path, yaml).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        path
+    }
+
+    /// A client that authenticates with `token`.
+    pub async fn token_client(&self, name: &str, token: &str) -> Client {
+        let path = self.token_kubeconfig(name, token);
+        client_from_kubeconfig(&path)
+            .await
+            .unwrap_or_else(|e| panic!("building a client from {}: {e}", path.display()))
+    }
+}
+
+/// Where the control-plane binaries are: `$GANTRY_CONTROL_PLANE_DIR`, or what
+/// `tools/control-plane/build.sh` prints (it builds them once and caches them).
+fn binaries() -> Result<PathBuf, HarnessError> {
+    if let Some(dir) = std::env::var_os(CONTROL_PLANE_DIR_ENV) {
+        let dir = PathBuf::from(dir);
+        for binary in ["kube-apiserver", "etcd"] {
+            if !dir.join(binary).is_file() {
+                return Err(HarnessError::Other(format!(
+                    "{CONTROL_PLANE_DIR_ENV}={} has no {binary}",
+                    dir.display()
+                )));
+            }
+        }
+        return Ok(dir);
+    }
+    require_program("go", "golang-go")?;
+    let script = crate::workspace_root().join("tools/control-plane/build.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .output()
+        .context(|| format!("running {}", script.display()))?;
+    if !output.status.success() {
+        return Err(HarnessError::Other(format!(
+            "{} failed ({}):\n{}",
+            script.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )));
+    }
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim().to_string(),
+    ))
+}
+
+fn write_kubeconfig(
+    path: &Path,
+    server: &str,
+    ca_pem: &str,
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<(), HarnessError> {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: gantry-tests\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: gantry-tests\n  context:\n    cluster: gantry-tests\n    user: admin\ncurrent-context: gantry-tests\n",
+        ca = b64(ca_pem),
+        cert = b64(cert_pem),
+        key = b64(key_pem),
+    );
+    std::fs::write(path, yaml).context(|| format!("writing {}", path.display()))
+}
+
+async fn client_from_kubeconfig(path: &Path) -> Result<Client, HarnessError> {
+    let kubeconfig = Kubeconfig::read_from(path)
+        .map_err(|e| HarnessError::Other(format!("reading {}: {e}", path.display())))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| HarnessError::Other(format!("loading {}: {e}", path.display())))?;
+    Client::try_from(config).context(|| format!("building a client from {}", path.display()))
+}
+
+fn http_get(path: &str) -> Result<http::Request<Vec<u8>>, http::Error> {
+    http::Request::get(path).body(Vec::new())
+}
+
+/// Applies every CRD under `dir`, then waits until each is established and served.
+async fn install_crds(client: &Client, dir: &Path) -> Result<(), HarnessError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .context(|| format!("reading {}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .collect();
+    files.sort();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let apply = PatchParams::apply("gantry-tests").force();
+    for file in files {
+        let text =
+            std::fs::read_to_string(&file).context(|| format!("reading {}", file.display()))?;
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)
+            .map_err(|e| HarnessError::Other(format!("parsing {}: {e}", file.display())))?;
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &apply, &Patch::Apply(&crd))
+            .await
+            .context(|| format!("applying CRD {name} from {}", file.display()))?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if crd_served(client, &crds, &name).await {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(HarnessError::Other(format!(
+                    "CRD {name} was not established and served within {}s",
+                    START_TIMEOUT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}
+
+async fn crd_served(client: &Client, crds: &Api<CustomResourceDefinition>, name: &str) -> bool {
+    let Ok(crd) = crds.get(name).await else {
+        return false;
+    };
+    let established = crd
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        });
+    if !established {
+        return false;
+    }
+    // Established is not yet served everywhere: list every version to be sure.
+    for version in crd.spec.versions.iter().filter(|v| v.served) {
+        let resource = ApiResource {
+            group: crd.spec.group.clone(),
+            version: version.name.clone(),
+            api_version: format!("{}/{}", crd.spec.group, version.name),
+            kind: crd.spec.names.kind.clone(),
+            plural: crd.spec.names.plural.clone(),
+        };
+        let api: Api<DynamicObject> = if crd.spec.scope == "Namespaced" {
+            Api::default_namespaced_with(client.clone(), &resource)
+        } else {
+            Api::all_with(client.clone(), &resource)
+        };
+        if api.list(&ListParams::default().limit(1)).await.is_err() {
+            return false;
+        }
+    }
+    true
+}

@@ -1,0 +1,159 @@
+//! Processes started by the harness: one process group per test binary, led by a watchdog.
+
+use std::fs::File;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::error::{HarnessError, IoContext};
+
+/// The watchdog leads the process group every daemon joins. It polls for the test process to
+/// be gone, then terminates the group and removes the state directories registered with it.
+/// Polling is fine here: it is cleanup, not synchronisation of a test.
+const WATCHDOG: &str = r#"
+trap '' TERM INT HUP
+parent="$1"; state="$2"
+while kill -0 "$parent" 2>/dev/null; do sleep 0.5; done
+kill -TERM 0 2>/dev/null
+sleep 1
+[ -f "$state" ] && while IFS= read -r dir; do rm -rf -- "$dir"; done < "$state"
+rm -f -- "$state"
+kill -KILL 0
+"#;
+
+struct Watchdog {
+    pgid: i32,
+    state_list: PathBuf,
+}
+
+fn watchdog() -> Result<&'static Watchdog, HarnessError> {
+    static WATCHDOG_PROCESS: OnceLock<Result<Watchdog, String>> = OnceLock::new();
+    WATCHDOG_PROCESS
+        .get_or_init(|| {
+            let state_list =
+                std::env::temp_dir().join(format!("gantry-tests-{}.cleanup", std::process::id()));
+            let child = Command::new("sh")
+                .arg("-c")
+                .arg(WATCHDOG)
+                .arg("gantry-tests-watchdog")
+                .arg(std::process::id().to_string())
+                .arg(&state_list)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .map_err(|e| format!("starting the watchdog shell: {e}"))?;
+            let pgid = i32::try_from(child.id()).map_err(|e| e.to_string())?;
+            // The watchdog outlives every handle to it by design.
+            std::mem::forget(child);
+            Ok(Watchdog { pgid, state_list })
+        })
+        .as_ref()
+        .map_err(|e| HarnessError::Other(e.clone()))
+}
+
+/// Registers a directory for removal when the test binary exits.
+pub(crate) fn remove_at_exit(dir: &Path) -> Result<(), HarnessError> {
+    use std::io::Write;
+    let watchdog = watchdog()?;
+    let mut list = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&watchdog.state_list)
+        .context(|| format!("opening {}", watchdog.state_list.display()))?;
+    writeln!(list, "{}", dir.display()).context(|| "registering a state directory".into())
+}
+
+/// A temporary directory that lives until the test binary exits.
+pub(crate) fn state_dir(prefix: &str) -> Result<PathBuf, HarnessError> {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("gantry-{prefix}-"))
+        .tempdir()
+        .context(|| "creating a temporary directory".into())?
+        .keep();
+    remove_at_exit(&dir)?;
+    Ok(dir)
+}
+
+/// Starts `command` in the harness's process group with its output in `log`.
+pub(crate) fn spawn_daemon(mut command: Command, log: &Path) -> Result<Child, HarnessError> {
+    let watchdog = watchdog()?;
+    let out = File::create(log).context(|| format!("creating {}", log.display()))?;
+    let err = out
+        .try_clone()
+        .context(|| format!("opening {}", log.display()))?;
+    let program = command.get_program().to_string_lossy().into_owned();
+    command
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(watchdog.pgid)
+        .spawn()
+        .context(|| format!("starting {program}"))
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub(crate) fn free_port() -> Result<u16, HarnessError> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").context(|| "finding a free loopback port".into())?;
+    Ok(listener
+        .local_addr()
+        .context(|| "reading a bound port".into())?
+        .port())
+}
+
+/// The last `lines` lines of a log file, for error messages.
+pub(crate) fn tail(log: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Waits until something accepts connections on `127.0.0.1:port`, or the process exits.
+pub(crate) fn wait_for_port(
+    what: &str,
+    port: u16,
+    child: &mut Child,
+    log: &Path,
+    timeout: Duration,
+) -> Result<(), HarnessError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(HarnessError::Other(format!(
+                "{what} exited with {status}; last lines of {}:\n{}",
+                log.display(),
+                tail(log, 30)
+            )));
+        }
+        if Instant::now() >= deadline {
+            return Err(HarnessError::NotReady {
+                what: what.into(),
+                seconds: timeout.as_secs(),
+                log_path: log.into(),
+                log: tail(log, 30),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Finds a program on PATH, with an error that says which package provides it.
+pub(crate) fn require_program(name: &str, package: &str) -> Result<PathBuf, HarnessError> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| {
+            HarnessError::Other(format!(
+                "`{name}` is not on PATH; install the Debian package `{package}` (`.ci/run` does)"
+            ))
+        })
+}

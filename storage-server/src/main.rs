@@ -1,2 +1,132 @@
 #![forbid(unsafe_code)]
-fn main() {}
+//! `gantry-storage`: the storage server binary.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use gantry_storage::{AuthConfig, Config, Server, TlsFiles};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Stores bundle tarballs, content-addressed, on a local volume.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// Directory holding the tarballs (created if missing).
+    #[arg(long, env = "GANTRY_STORAGE_ROOT")]
+    root: PathBuf,
+    /// Address and port to listen on; port 0 picks a free port (logged as "listening on ADDR").
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// Serve without authentication; refused unless --listen is a loopback address.
+    #[arg(long)]
+    insecure_no_auth: bool,
+    /// PEM certificate chain for TLS.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for TLS.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Kubeconfig for the TokenReview/SubjectAccessReview calls (default: in-cluster or $KUBECONFIG).
+    #[arg(long, conflicts_with = "insecure_no_auth")]
+    kubeconfig: Option<PathBuf>,
+    /// Audiences a token must be issued for (default: the API server's).
+    #[arg(long = "token-audience")]
+    token_audiences: Vec<String>,
+    /// Seconds to cache authentication and authorisation decisions.
+    #[arg(long, default_value_t = 10)]
+    auth_cache_ttl: u64,
+    /// Largest accepted upload, in bytes (larger ones get 413).
+    #[arg(long, default_value_t = 1 << 30)]
+    max_body_bytes: u64,
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+async fn kube_client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no in-cluster configuration or kubeconfig found (use --kubeconfig)")?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // kube and tokio-rustls both use rustls; pin the provider before either runs.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let args = Args::parse();
+
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => subscriber.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => subscriber.json().init(),
+    }
+
+    let auth = if args.insecure_no_auth {
+        AuthConfig::Disabled
+    } else {
+        AuthConfig::Kubernetes {
+            client: kube_client(args.kubeconfig.as_ref()).await?,
+            cache_ttl: Duration::from_secs(args.auth_cache_ttl),
+            audiences: args.token_audiences,
+        }
+    };
+    let tls = match (args.tls_cert, args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        _ => None,
+    };
+    let tls_on = tls.is_some();
+    let server = Server::bind(Config {
+        root: args.root,
+        listen: args.listen,
+        auth,
+        tls,
+        max_body_bytes: args.max_body_bytes,
+    })
+    .await?;
+    let addr = server.local_addr().context("reading the listen address")?;
+    tracing::info!(
+        tls = tls_on,
+        auth = !args.insecure_no_auth,
+        "listening on {addr}"
+    );
+    server.run(shutdown_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,523 @@
+//! HTTP routes: the bundle API, health endpoints and metrics.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::header::{
+    ACCEPT_RANGES, ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG,
+    IF_NONE_MATCH, IF_RANGE, RANGE, WWW_AUTHENTICATE,
+};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use serde::Serialize;
+
+use crate::auth::{Authorizer, Decision};
+use crate::metrics::{AuthLabels, CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics, RequestLabels};
+use crate::names::{BUNDLES_PREFIX, BundleName, Digest, Target};
+use crate::range::{RangeOutcome, parse_range};
+use crate::store::{PutOutcome, Store, StoreError, TarballInfo};
+
+/// Bodies up to this size are read in one go; larger ones are streamed.
+const SMALL_BODY: u64 = 256 * 1024;
+/// Chunk size when streaming a large body.
+const STREAM_CHUNK: u64 = 256 * 1024;
+
+pub struct AppState {
+    pub store: Arc<Store>,
+    /// `None` when authentication is disabled (`--insecure-no-auth`).
+    pub auth: Option<Authorizer>,
+    pub metrics: Arc<Metrics>,
+    /// Set once the start-up check of the store is done.
+    pub ready: AtomicBool,
+    pub max_body_bytes: u64,
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(bundles)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
+        .with_state(state)
+}
+
+fn method_label(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::POST => "POST",
+        _ => "OTHER",
+    }
+}
+
+async fn count_requests(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let method = method_label(req.method());
+    let resp = next.run(req).await;
+    s.metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            method,
+            code: resp.status().as_u16(),
+        })
+        .inc();
+    resp
+}
+
+fn text(status: StatusCode, msg: impl Into<String>) -> Response {
+    let mut msg = msg.into();
+    msg.push('\n');
+    (
+        status,
+        [(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        )],
+        msg,
+    )
+        .into_response()
+}
+
+async fn healthz() -> Response {
+    text(StatusCode::OK, "ok")
+}
+
+async fn readyz(State(s): State<Arc<AppState>>) -> Response {
+    if s.ready.load(Ordering::Acquire) {
+        text(StatusCode::OK, "ok")
+    } else {
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: checking stored tarballs",
+        )
+    }
+}
+
+async fn metrics(State(s): State<Arc<AppState>>) -> Response {
+    (
+        [(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE))],
+        s.metrics.encode(),
+    )
+        .into_response()
+}
+
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// The single handler of everything under `/bundles/`; paths are parsed from
+/// the raw request URI so that no decoding or normalisation happens first.
+async fn bundles(State(s): State<Arc<AppState>>, req: Request) -> Response {
+    let path = req.uri().path();
+    if !path.starts_with(BUNDLES_PREFIX) || path == BUNDLES_PREFIX {
+        return text(StatusCode::NOT_FOUND, format!("no such endpoint: {path}"));
+    }
+    let target = match Target::parse(path) {
+        Ok(t) => t,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let method = req.method().clone();
+    let verb = match (&method, &target) {
+        (&Method::GET | &Method::HEAD, _) => "get",
+        (&Method::PUT, Target::Tarball(..)) => "put",
+        (&Method::DELETE, _) => "delete",
+        _ => {
+            let allow = match target {
+                Target::Bundle(_) => "GET, HEAD, DELETE",
+                Target::Tarball(..) => "GET, HEAD, PUT, DELETE",
+            };
+            let mut resp = text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("{method} is not allowed on {path}"),
+            );
+            resp.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static(allow));
+            return resp;
+        }
+    };
+    if !s.ready.load(Ordering::Acquire) {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: checking stored tarballs",
+        );
+    }
+    if let Some(auth) = &s.auth {
+        let token = bearer_token(req.headers());
+        let (decision, cached) = match auth.check(token, path, verb).await {
+            Ok(d) => d,
+            Err(e) => {
+                s.metrics
+                    .auth_decisions
+                    .get_or_create(&AuthLabels {
+                        decision: "error",
+                        cached: false,
+                    })
+                    .inc();
+                tracing::warn!(error = %e, path, verb, "authentication unavailable");
+                return text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("authentication unavailable: {e}"),
+                );
+            }
+        };
+        s.metrics
+            .auth_decisions
+            .get_or_create(&AuthLabels {
+                decision: decision.label(),
+                cached,
+            })
+            .inc();
+        match decision {
+            Decision::Allowed { user } => {
+                tracing::debug!(%user, path, verb, cached, "allowed");
+            }
+            Decision::Unauthenticated { reason } => {
+                tracing::info!(path, verb, %reason, "unauthenticated request");
+                let mut resp = text(
+                    StatusCode::UNAUTHORIZED,
+                    format!("unauthenticated: {reason}"),
+                );
+                resp.headers_mut()
+                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return resp;
+            }
+            Decision::Forbidden { user, reason } => {
+                tracing::info!(%user, path, verb, %reason, "forbidden request");
+                return text(
+                    StatusCode::FORBIDDEN,
+                    format!("{user} may not {verb} {path}: {reason}"),
+                );
+            }
+        }
+    }
+    match (method, target) {
+        (Method::GET, Target::Tarball(b, d)) => get_tarball(s, b, d, req.headers(), false).await,
+        (Method::HEAD, Target::Tarball(b, d)) => get_tarball(s, b, d, req.headers(), true).await,
+        (Method::HEAD, Target::Bundle(b)) => list(s, b, true).await,
+        (Method::PUT, Target::Tarball(b, d)) => put(s, b, d, req).await,
+        (Method::DELETE, Target::Tarball(b, d)) => delete_tarball(s, b, d).await,
+        (Method::DELETE, Target::Bundle(b)) => delete_bundle(s, b).await,
+        (_, Target::Bundle(b)) => list(s, b, false).await,
+        (_, Target::Tarball(b, d)) => text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("method not allowed on {b}/{d}.tar.gz"),
+        ),
+    }
+}
+
+fn store_error(e: StoreError) -> Response {
+    let status = match &e {
+        StoreError::TarballNotFound { .. } | StoreError::BundleNotFound(_) => StatusCode::NOT_FOUND,
+        StoreError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        StoreError::DigestMismatch { .. } | StoreError::Body(_) => StatusCode::BAD_REQUEST,
+        StoreError::Io { .. } | StoreError::NotADirectory(_) | StoreError::Task(_) => {
+            tracing::error!(error = %e, "storage error");
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    };
+    text(status, e.to_string())
+}
+
+/// Weak comparison (RFC 9110 8.8.3.2) of an `If-None-Match` list with our ETag.
+fn none_match(header: &str, etag: &str) -> bool {
+    header
+        .split(',')
+        .map(|t| t.trim())
+        .any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag)
+}
+
+enum Opened {
+    NotModified,
+    Unsatisfiable {
+        size: u64,
+    },
+    Head {
+        size: u64,
+        range: Option<(u64, u64)>,
+    },
+    Small {
+        size: u64,
+        range: Option<(u64, u64)>,
+        data: Bytes,
+    },
+    Large {
+        size: u64,
+        range: Option<(u64, u64)>,
+        file: File,
+    },
+}
+
+async fn get_tarball(
+    s: Arc<AppState>,
+    bundle: BundleName,
+    digest: Digest,
+    headers: &HeaderMap,
+    head: bool,
+) -> Response {
+    let etag = format!("\"{digest}\"");
+    let header = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let not_modified = header(IF_NONE_MATCH).is_some_and(|h| none_match(h, &etag));
+    // A Range applies only while the client's copy is still current (If-Range);
+    // we have no Last-Modified, so a date in If-Range never matches.
+    let range = header(RANGE)
+        .filter(|_| header(IF_RANGE).is_none_or(|v| v.trim() == etag))
+        .map(str::to_owned);
+    let store = s.store.clone();
+    // One blocking task per request: open, stat and (for small files) read.
+    let opened = tokio::task::spawn_blocking(move || -> Result<Opened, StoreError> {
+        let (mut file, size) = store.open_tarball(&bundle, &digest)?;
+        if not_modified {
+            return Ok(Opened::NotModified);
+        }
+        let range = match range.map(|r| parse_range(&r, size)) {
+            None | Some(RangeOutcome::Full) => None,
+            Some(RangeOutcome::Partial { start, end }) => Some((start, end)),
+            Some(RangeOutcome::Unsatisfiable) => return Ok(Opened::Unsatisfiable { size }),
+        };
+        if head {
+            return Ok(Opened::Head { size, range });
+        }
+        let (start, len) = range.map_or((0, size), |(s, e)| (s, e - s + 1));
+        let io = |source| StoreError::Io {
+            path: format!("{bundle}/{digest}.tar.gz").into(),
+            source,
+        };
+        if start > 0 {
+            file.seek(SeekFrom::Start(start)).map_err(io)?;
+        }
+        if len <= SMALL_BODY {
+            let mut data = vec![0u8; len as usize];
+            file.read_exact(&mut data).map_err(io)?;
+            Ok(Opened::Small {
+                size,
+                range,
+                data: data.into(),
+            })
+        } else {
+            Ok(Opened::Large { size, range, file })
+        }
+    })
+    .await;
+    let opened = match opened {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return store_error(e),
+        Err(e) => return store_error(StoreError::Task(e.to_string())),
+    };
+
+    let mut builder = Response::builder()
+        .header(ETAG, &etag)
+        .header(ACCEPT_RANGES, "bytes");
+    let (size, range, body) = match opened {
+        Opened::NotModified => {
+            return builder
+                .status(StatusCode::NOT_MODIFIED)
+                .body(Body::empty())
+                .unwrap_or_default();
+        }
+        Opened::Unsatisfiable { size } => {
+            return builder
+                .status(StatusCode::RANGE_NOT_SATISFIABLE)
+                .header(CONTENT_RANGE, format!("bytes */{size}"))
+                .body(Body::empty())
+                .unwrap_or_default();
+        }
+        Opened::Head { size, range } => (size, range, Body::empty()),
+        Opened::Small { size, range, data } => {
+            s.metrics.sent_bytes.inc_by(data.len() as u64);
+            (size, range, Body::from(data))
+        }
+        Opened::Large { size, range, file } => {
+            let len = range.map_or(size, |(s, e)| e - s + 1);
+            (size, range, stream_file(file, len, s.metrics.clone()))
+        }
+    };
+    builder = builder.header(CONTENT_TYPE, "application/gzip");
+    builder = match range {
+        Some((start, end)) => builder
+            .status(StatusCode::PARTIAL_CONTENT)
+            .header(CONTENT_RANGE, format!("bytes {start}-{end}/{size}"))
+            .header(CONTENT_LENGTH, end - start + 1),
+        None => builder.status(StatusCode::OK).header(CONTENT_LENGTH, size),
+    };
+    builder.body(body).unwrap_or_default()
+}
+
+/// Streams `len` bytes from the file's current position, one blocking read per chunk.
+fn stream_file(file: File, len: u64, metrics: Arc<Metrics>) -> Body {
+    let stream = futures::stream::try_unfold((file, len), |(mut file, left)| async move {
+        if left == 0 {
+            return Ok(None);
+        }
+        let n = left.min(STREAM_CHUNK) as usize;
+        let (file, buf) = tokio::task::spawn_blocking(move || {
+            let mut buf = vec![0u8; n];
+            file.read_exact(&mut buf).map(|()| (file, buf))
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        Ok::<_, std::io::Error>(Some((Bytes::from(buf), (file, left - n as u64))))
+    })
+    .inspect(move |chunk| {
+        if let Ok(c) = chunk {
+            metrics.sent_bytes.inc_by(c.len() as u64);
+        }
+    });
+    Body::from_stream(stream)
+}
+
+#[derive(Serialize)]
+struct Listing {
+    bundle: String,
+    tarballs: Vec<TarballInfo>,
+}
+
+async fn list(s: Arc<AppState>, bundle: BundleName, head: bool) -> Response {
+    let store = s.store.clone();
+    let name = bundle.clone();
+    let tarballs = match tokio::task::spawn_blocking(move || store.list(&name)).await {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => return store_error(e),
+        Err(e) => return store_error(StoreError::Task(e.to_string())),
+    };
+    let json = serde_json::to_vec(&Listing {
+        bundle: bundle.to_string(),
+        tarballs,
+    })
+    .unwrap_or_default();
+    let len = json.len();
+    let body = if head {
+        Body::empty()
+    } else {
+        s.metrics.sent_bytes.inc_by(len as u64);
+        Body::from(json)
+    };
+    Response::builder()
+        .header(CONTENT_TYPE, "application/json")
+        .header(CONTENT_LENGTH, len)
+        .body(body)
+        .unwrap_or_default()
+}
+
+#[derive(Serialize)]
+struct Stored {
+    digest: String,
+    size: u64,
+    created: bool,
+}
+
+async fn put(s: Arc<AppState>, bundle: BundleName, digest: Digest, req: Request) -> Response {
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(len) = declared.filter(|len| *len > s.max_body_bytes) {
+        return text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "request body of {len} bytes is larger than the limit of {} bytes",
+                s.max_body_bytes
+            ),
+        );
+    }
+    let metrics = s.metrics.clone();
+    let body = req.into_body().into_data_stream().inspect(move |chunk| {
+        if let Ok(c) = chunk {
+            metrics.received_bytes.inc_by(c.len() as u64);
+        }
+    });
+    match s.store.put(&bundle, &digest, body, s.max_body_bytes).await {
+        Ok(PutOutcome { created, size }) => {
+            tracing::info!(%bundle, %digest, size, created, "stored tarball");
+            let status = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            let json = serde_json::to_vec(&Stored {
+                digest: digest.to_string(),
+                size,
+                created,
+            })
+            .unwrap_or_default();
+            Response::builder()
+                .status(status)
+                .header(ETAG, format!("\"{digest}\""))
+                .header(CONTENT_TYPE, "application/json")
+                .body(Body::from(json))
+                .unwrap_or_default()
+        }
+        Err(e) => {
+            tracing::info!(%bundle, %digest, error = %e, "upload rejected");
+            store_error(e)
+        }
+    }
+}
+
+async fn delete_tarball(s: Arc<AppState>, bundle: BundleName, digest: Digest) -> Response {
+    match s.store.delete_tarball(&bundle, &digest).await {
+        Ok(()) => {
+            tracing::info!(%bundle, %digest, "deleted tarball");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => store_error(e),
+    }
+}
+
+async fn delete_bundle(s: Arc<AppState>, bundle: BundleName) -> Response {
+    match s.store.delete_bundle(&bundle).await {
+        Ok(n) => {
+            tracing::info!(%bundle, tarballs = n, "deleted bundle");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => store_error(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens() {
+        let mut h = HeaderMap::new();
+        assert_eq!(bearer_token(&h), None);
+        h.insert(AUTHORIZATION, HeaderValue::from_static("Bearer abc.def"));
+        assert_eq!(bearer_token(&h), Some("abc.def"));
+        h.insert(AUTHORIZATION, HeaderValue::from_static("bearer  xyz "));
+        assert_eq!(bearer_token(&h), Some("xyz"));
+        h.insert(AUTHORIZATION, HeaderValue::from_static("Basic dXNlcjpw"));
+        assert_eq!(bearer_token(&h), None);
+    }
+
+    #[test]
+    fn if_none_match() {
+        let etag = "\"abc\"";
+        assert!(none_match("\"abc\"", etag));
+        assert!(none_match("W/\"abc\"", etag));
+        assert!(none_match("\"x\", \"abc\"", etag));
+        assert!(none_match("*", etag));
+        assert!(!none_match("\"abd\"", etag));
+        assert!(!none_match("abc", etag));
+    }
+}

@@ -1,0 +1,13 @@
+//! Gantry's storage server: content-addressed bundle tarballs on a local
+//! volume, served over HTTP with Kubernetes authentication.
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod http;
+pub mod metrics;
+pub mod names;
+pub mod range;
+pub mod server;
+pub mod store;
+
+pub use server::{AuthConfig, Config, Server, ServerError, TlsFiles};

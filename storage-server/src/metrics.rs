@@ -1,0 +1,142 @@
+//! Prometheus metrics, encoded in the OpenMetrics text format.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub method: &'static str,
+    pub code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthLabels {
+    /// `allowed`, `unauthenticated`, `forbidden` or `error`.
+    pub decision: &'static str,
+    /// Whether the decision came from the cache.
+    pub cached: bool,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub received_bytes: Counter,
+    pub sent_bytes: Counter,
+    pub auth_decisions: Family<AuthLabels, Counter>,
+    pub corrupt_tarballs: Counter,
+    pub removed_temp_files: Counter,
+}
+
+impl Metrics {
+    /// `stored_bytes` and `stored_tarballs` are the store's own gauges.
+    pub fn new(stored_bytes: Gauge, stored_tarballs: Gauge) -> Self {
+        let mut registry = Registry::with_prefix("gantry_storage");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by method and status code",
+            requests.clone(),
+        );
+        let received_bytes = Counter::default();
+        registry.register_with_unit(
+            "http_received",
+            "Request body bytes received",
+            Unit::Bytes,
+            received_bytes.clone(),
+        );
+        let sent_bytes = Counter::default();
+        registry.register_with_unit(
+            "http_sent",
+            "Response body bytes sent",
+            Unit::Bytes,
+            sent_bytes.clone(),
+        );
+        registry.register_with_unit(
+            "stored",
+            "Total size of the stored tarballs",
+            Unit::Bytes,
+            stored_bytes,
+        );
+        registry.register(
+            "stored_tarballs",
+            "Number of stored tarballs",
+            stored_tarballs,
+        );
+        let auth_decisions = Family::<AuthLabels, Counter>::default();
+        registry.register(
+            "auth_decisions",
+            "Authentication and authorisation decisions",
+            auth_decisions.clone(),
+        );
+        let corrupt_tarballs = Counter::default();
+        registry.register(
+            "corrupt_tarballs",
+            "Stored tarballs whose content did not match their name, moved to quarantine",
+            corrupt_tarballs.clone(),
+        );
+        let removed_temp_files = Counter::default();
+        registry.register(
+            "removed_temp_files",
+            "Temporary files of interrupted uploads removed at start-up",
+            removed_temp_files.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            received_bytes,
+            sent_bytes,
+            auth_decisions,
+            corrupt_tarballs,
+            removed_temp_files,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_all_families() {
+        let bytes = Gauge::default();
+        bytes.set(42);
+        let m = Metrics::new(bytes, Gauge::default());
+        m.requests
+            .get_or_create(&RequestLabels {
+                method: "GET",
+                code: 200,
+            })
+            .inc();
+        m.auth_decisions
+            .get_or_create(&AuthLabels {
+                decision: "forbidden",
+                cached: true,
+            })
+            .inc();
+        let text = m.encode();
+        for want in [
+            "gantry_storage_http_requests_total{method=\"GET\",code=\"200\"} 1",
+            "gantry_storage_stored_bytes 42",
+            "gantry_storage_stored_tarballs 0",
+            "gantry_storage_http_received_bytes_total 0",
+            "gantry_storage_http_sent_bytes_total 0",
+            "gantry_storage_auth_decisions_total{decision=\"forbidden\",cached=\"true\"} 1",
+            "gantry_storage_corrupt_tarballs_total 0",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from\n{text}");
+        }
+    }
+}

@@ -19,30 +19,12 @@ use serde::{Deserialize, Serialize};
     derive = "PartialEq",
     derive = "Default",
     doc = "A Bundle names an OCI image of plain Kubernetes manifests (plain+v0) that Gantry installs.",
-    printcolumn(
-        name = "Class",
-        type_ = "string",
-        json_path = ".spec.provisionerClassName"
-    ),
-    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image"),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
-        name = "Resolved",
-        type_ = "string",
-        json_path = ".status.resolvedImage",
-        description = "the image reference pinned to the digest being installed",
-        priority = "1"
-    )
+    printcolumn = r#"{"name":"Class","type":"string","jsonPath":".spec.provisionerClassName"}"#,
+    printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Resolved","type":"string","priority":1,"jsonPath":".status.resolvedImage","description":"the image reference pinned to the digest being installed"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BundleSpec {

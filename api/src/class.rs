@@ -18,27 +18,11 @@ use serde::{Deserialize, Serialize};
     derive = "PartialEq",
     derive = "Default",
     doc = "A ProvisionerClass says which provisioner serves its bundles and with which parameters.",
-    printcolumn(
-        name = "Provisioner",
-        type_ = "string",
-        json_path = ".spec.provisioner"
-    ),
-    printcolumn(name = "Approval", type_ = "string", json_path = ".spec.approval"),
-    printcolumn(
-        name = "Default",
-        type_ = "string",
-        json_path = ".metadata.annotations.gantry\\.dev/is-default-class"
-    ),
-    printcolumn(
-        name = "Accepted",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn = r#"{"name":"Provisioner","type":"string","jsonPath":".spec.provisioner"}"#,
+    printcolumn = r#"{"name":"Approval","type":"string","jsonPath":".spec.approval"}"#,
+    printcolumn = r#"{"name":"Default","type":"string","jsonPath":".metadata.annotations.gantry\\.dev/is-default-class"}"#,
+    printcolumn = r#"{"name":"Accepted","type":"string","jsonPath":".status.conditions[?(@.type==\"Accepted\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ProvisionerClassSpec {

@@ -15,7 +15,9 @@ use kube::{Client, Config};
 
 use crate::error::{HarnessError, IoContext, KubeContext};
 use crate::pki::{Pki, service_account_keys};
-use crate::process::{free_port, require_program, spawn_daemon, state_dir, tail, wait_for_port};
+use crate::process::{
+    Lifetime, free_port, require_program, spawn_daemon, state_dir, tail, wait_for_port,
+};
 
 /// Environment variable naming a directory that holds `kube-apiserver` and `etcd` to use
 /// instead of building them with `tools/control-plane/build.sh`.
@@ -43,7 +45,7 @@ pub fn control_plane() -> &'static ControlPlane {
                 .enable_all()
                 .build()
                 .expect("building a runtime to start the control plane");
-            runtime.block_on(ControlPlane::start())
+            runtime.block_on(ControlPlane::start(&Lifetime::TestBinary))
         })
         .join()
         .expect("the control-plane starter panicked")
@@ -52,9 +54,11 @@ pub fn control_plane() -> &'static ControlPlane {
 }
 
 impl ControlPlane {
-    async fn start() -> Result<Self, HarnessError> {
+    /// Starts a control plane that lives as long as `lifetime` says (the tests use
+    /// [`control_plane`]; the local development environment a detached one).
+    pub async fn start(lifetime: &Lifetime) -> Result<Self, HarnessError> {
         let binaries = binaries()?;
-        let dir = state_dir("control-plane")?;
+        let dir = state_dir(lifetime, "control-plane")?;
         let pki = Pki::new("gantry-tests-ca")?;
 
         // etcd: client and peer listeners on loopback; no fsync, the data is thrown away.
@@ -77,7 +81,7 @@ impl ControlPlane {
             ))
             .arg("--unsafe-no-fsync=true")
             .arg("--log-level=warn");
-        let mut etcd = spawn_daemon(etcd, &etcd_log)?;
+        let mut etcd = spawn_daemon(lifetime, etcd, &etcd_log)?;
         wait_for_port("etcd", etcd_port, &mut etcd, &etcd_log, START_TIMEOUT)?;
         std::mem::forget(etcd);
 
@@ -131,7 +135,7 @@ impl ControlPlane {
             ))
             .arg("--profiling=false")
             .arg("--v=1");
-        let mut apiserver = spawn_daemon(apiserver, &apiserver_log)?;
+        let mut apiserver = spawn_daemon(lifetime, apiserver, &apiserver_log)?;
 
         let admin = pki.client("gantry-tests-admin", Some("system:masters"))?;
         let kubeconfig = dir.join("kubeconfig");

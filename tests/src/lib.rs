@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 pub use control_plane::{ControlPlane, control_plane};
 pub use error::HarnessError;
 pub use pki::Pki;
+pub use process::{Lifetime, stop_detached};
 pub use registry::{Registry, RegistryOptions, registry};
 
 /// The workspace root (the directory holding the top-level `Cargo.toml`).

@@ -68,32 +68,113 @@ pub(crate) fn remove_at_exit(dir: &Path) -> Result<(), HarnessError> {
     writeln!(list, "{}", dir.display()).context(|| "registering a state directory".into())
 }
 
-/// A temporary directory that lives until the test binary exits.
-pub(crate) fn state_dir(prefix: &str) -> Result<PathBuf, HarnessError> {
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("gantry-{prefix}-"))
-        .tempdir()
-        .context(|| "creating a temporary directory".into())?
-        .keep();
-    remove_at_exit(&dir)?;
-    Ok(dir)
+/// How long what the harness starts lives.
+#[derive(Clone, Debug)]
+pub enum Lifetime {
+    /// Until the test binary exits: temporary state, processes in the watchdog's group.
+    TestBinary,
+    /// Until stopped by [`stop_detached`]: state under this directory, processes in groups of
+    /// their own, their IDs listed in `pids` there.
+    Detached(PathBuf),
 }
 
-/// Starts `command` in the harness's process group with its output in `log`.
-pub(crate) fn spawn_daemon(mut command: Command, log: &Path) -> Result<Child, HarnessError> {
-    let watchdog = watchdog()?;
+/// A directory for one part's state.
+pub(crate) fn state_dir(lifetime: &Lifetime, prefix: &str) -> Result<PathBuf, HarnessError> {
+    match lifetime {
+        Lifetime::TestBinary => {
+            let dir = tempfile::Builder::new()
+                .prefix(&format!("gantry-{prefix}-"))
+                .tempdir()
+                .context(|| "creating a temporary directory".into())?
+                .keep();
+            remove_at_exit(&dir)?;
+            Ok(dir)
+        }
+        Lifetime::Detached(root) => {
+            let dir = root.join(prefix);
+            std::fs::create_dir_all(&dir).context(|| format!("creating {}", dir.display()))?;
+            Ok(dir)
+        }
+    }
+}
+
+/// Starts `command` with its output in `log`, living as long as `lifetime` says.
+pub(crate) fn spawn_daemon(
+    lifetime: &Lifetime,
+    mut command: Command,
+    log: &Path,
+) -> Result<Child, HarnessError> {
     let out = File::create(log).context(|| format!("creating {}", log.display()))?;
     let err = out
         .try_clone()
         .context(|| format!("opening {}", log.display()))?;
     let program = command.get_program().to_string_lossy().into_owned();
-    command
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .process_group(watchdog.pgid)
-        .spawn()
-        .context(|| format!("starting {program}"))
+    command.stdin(Stdio::null()).stdout(out).stderr(err);
+    match lifetime {
+        Lifetime::TestBinary => {
+            command.process_group(watchdog()?.pgid);
+        }
+        Lifetime::Detached(_) => {
+            command.process_group(0);
+        }
+    }
+    let child = command.spawn().context(|| format!("starting {program}"))?;
+    if let Lifetime::Detached(root) = lifetime {
+        use std::io::Write;
+        let pids = root.join("pids");
+        let mut list = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&pids)
+            .context(|| format!("opening {}", pids.display()))?;
+        writeln!(list, "{}", child.id()).context(|| format!("writing {}", pids.display()))?;
+    }
+    Ok(child)
+}
+
+/// Stops every process group listed in `root/pids` (TERM, then KILL after `grace`) and
+/// removes `root`. Returns how many groups were still running.
+pub fn stop_detached(root: &Path, grace: Duration) -> Result<usize, HarnessError> {
+    let pids = root.join("pids");
+    let listed = match std::fs::read_to_string(&pids) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => {
+            return Err(HarnessError::Io {
+                what: format!("reading {}", pids.display()),
+                source: e,
+            });
+        }
+    };
+    let groups: Vec<u32> = listed
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let signal = |signal: &str, pid: u32| {
+        Command::new("kill")
+            .args([signal, "--", &format!("-{pid}")])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let running: Vec<u32> = groups
+        .into_iter()
+        .filter(|&pid| signal("-0", pid))
+        .collect();
+    for &pid in &running {
+        signal("-TERM", pid);
+    }
+    let deadline = Instant::now() + grace;
+    while running.iter().any(|&pid| signal("-0", pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for &pid in &running {
+        signal("-KILL", pid);
+    }
+    if root.exists() {
+        std::fs::remove_dir_all(root).context(|| format!("removing {}", root.display()))?;
+    }
+    Ok(running.len())
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use crate::error::{HarnessError, IoContext};
 use crate::pki::Pki;
-use crate::process::{free_port, require_program, spawn_daemon, state_dir, wait_for_port};
+use crate::process::{
+    Lifetime, free_port, require_program, spawn_daemon, state_dir, wait_for_port,
+};
 
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -40,12 +42,15 @@ pub fn registry() -> &'static Registry {
 impl Registry {
     /// Starts a registry of its own; it stops when dropped (or when the test binary exits).
     pub fn start(options: RegistryOptions) -> Self {
-        Self::try_start(options).unwrap_or_else(|e| panic!("starting docker-registry: {e}"))
+        Self::start_with(options, &Lifetime::TestBinary)
+            .unwrap_or_else(|e| panic!("starting docker-registry: {e}"))
     }
 
-    fn try_start(options: RegistryOptions) -> Result<Self, HarnessError> {
+    /// Starts a registry that lives as long as `lifetime` says. A detached registry keeps
+    /// running when this value is dropped.
+    pub fn start_with(options: RegistryOptions, lifetime: &Lifetime) -> Result<Self, HarnessError> {
         let program = require_program("docker-registry", "docker-registry")?;
-        let dir = state_dir("registry")?;
+        let dir = state_dir(lifetime, "registry")?;
         let root = dir.join("storage");
         std::fs::create_dir_all(&root).context(|| format!("creating {}", root.display()))?;
         let port = free_port()?;
@@ -94,8 +99,12 @@ impl Registry {
         let log = dir.join("registry.log");
         let mut command = Command::new(program);
         command.arg("serve").arg(&config_file);
-        let mut process = spawn_daemon(command, &log)?;
+        let mut process = spawn_daemon(lifetime, command, &log)?;
         wait_for_port("docker-registry", port, &mut process, &log, START_TIMEOUT)?;
+        let process = match lifetime {
+            Lifetime::TestBinary => Some(process),
+            Lifetime::Detached(_) => None,
+        };
         Ok(Self {
             host,
             root,
@@ -103,7 +112,7 @@ impl Registry {
             ca_pem,
             ca_file,
             credentials: options.auth,
-            process: Some(process),
+            process,
         })
     }
 

@@ -1,0 +1,92 @@
+//! A local Gantry environment for trying it out: a real kube-apiserver + etcd and a registry on
+//! loopback, running in the background until `gantry-dev down`.
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use gantry_tests::{ControlPlane, Lifetime, Registry, RegistryOptions, stop_detached};
+
+#[derive(Parser)]
+#[command(about = "Start or stop a local Gantry environment on loopback")]
+struct Cli {
+    /// Directory holding the environment's state, logs and kubeconfig.
+    #[arg(long, default_value = ".gantry", global = true)]
+    state_dir: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the control plane and the registry (does nothing if they already run).
+    Up,
+    /// Stop everything and remove the state directory.
+    Down,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let state = std::path::absolute(&cli.state_dir)
+        .with_context(|| format!("resolving {}", cli.state_dir.display()))?;
+    match cli.command {
+        Command::Up => up(&state).await,
+        Command::Down => {
+            let stopped = stop_detached(&state, Duration::from_secs(10))
+                .with_context(|| format!("stopping the environment in {}", state.display()))?;
+            println!(
+                "stopped {stopped} process group(s) and removed {}",
+                state.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn up(state: &Path) -> anyhow::Result<()> {
+    let env_file = state.join("env");
+    if env_file.exists() {
+        bail!(
+            "an environment already runs in {} (see {}); stop it first with `gantry-dev down`",
+            state.display(),
+            env_file.display()
+        );
+    }
+    std::fs::create_dir_all(state).with_context(|| format!("creating {}", state.display()))?;
+    let lifetime = Lifetime::Detached(state.to_path_buf());
+    let started = async {
+        eprintln!("starting kube-apiserver and etcd (the first run builds them from the Go modules; that takes minutes)");
+        let plane = ControlPlane::start(&lifetime).await?;
+        eprintln!("starting docker-registry");
+        let registry = Registry::start_with(RegistryOptions::default(), &lifetime)?;
+        Ok::<_, gantry_tests::HarnessError>((plane, registry))
+    }
+    .await;
+    let (plane, registry) = match started {
+        Ok(parts) => parts,
+        Err(e) => {
+            // Leave nothing half-started behind.
+            let _ = stop_detached(state, Duration::from_secs(5));
+            return Err(e).context("starting the environment");
+        }
+    };
+    let kubeconfig = state.join("kubeconfig");
+    std::fs::copy(plane.kubeconfig(), &kubeconfig)
+        .with_context(|| format!("writing {}", kubeconfig.display()))?;
+    std::fs::write(
+        &env_file,
+        format!(
+            "export KUBECONFIG={}\nexport GANTRY_REGISTRY={}\n",
+            kubeconfig.display(),
+            registry.host()
+        ),
+    )
+    .with_context(|| format!("writing {}", env_file.display()))?;
+    println!("KUBECONFIG={}", kubeconfig.display());
+    println!("GANTRY_REGISTRY={}", registry.host());
+    println!("API_SERVER={}", plane.server_url());
+    Ok(())
+}

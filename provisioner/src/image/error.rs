@@ -1,0 +1,143 @@
+//! Errors of the image side: each variant names the thing at fault so that a user can act on it.
+
+use std::fmt;
+
+use super::limits::LimitKind;
+
+/// Everything that can go wrong while pulling, unpacking, validating or pushing a bundle image.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("invalid image reference {reference:?}: {reason}")]
+    InvalidReference { reference: String, reason: String },
+
+    #[error("{reference}: repository or tag not found ({detail})")]
+    NotFound { reference: String, detail: String },
+
+    #[error("{reference}: authentication refused by registry {registry} ({detail})")]
+    AuthRefused {
+        reference: String,
+        registry: String,
+        detail: String,
+    },
+
+    #[error("{reference}: image index has no manifest for platform {wanted}; it has: {}", list_or_none(.available))]
+    PlatformNotFound {
+        reference: String,
+        wanted: String,
+        available: Vec<String>,
+    },
+
+    #[error("{what}: digest mismatch: expected {expected}, got {actual}")]
+    DigestMismatch {
+        what: String,
+        expected: String,
+        actual: String,
+    },
+
+    #[error("limit {limit} ({value}) exceeded by {culprit}")]
+    LimitExceeded {
+        limit: LimitKind,
+        value: u64,
+        culprit: String,
+    },
+
+    #[error("invalid entry {path:?}: {reason}")]
+    InvalidEntry { path: String, reason: String },
+
+    #[error("invalid YAML in {file}{}: {message}", line_suffix(*.line))]
+    InvalidYaml {
+        file: String,
+        line: Option<u64>,
+        message: String,
+    },
+
+    #[error("invalid object in {file}, document {document}: {reason}")]
+    InvalidObject {
+        file: String,
+        /// Index (from 0) of the document among the file's non-empty documents.
+        document: usize,
+        reason: String,
+    },
+
+    #[error("bundle has no manifests/ directory")]
+    MissingManifests,
+
+    #[error("manifests/ holds no objects")]
+    EmptyManifests,
+
+    #[error("{what}: unsupported media type {media_type}")]
+    UnsupportedMediaType { what: String, media_type: String },
+
+    #[error("{reference}: invalid manifest: {reason}")]
+    InvalidManifest { reference: String, reason: String },
+
+    #[error("{reference}: registry request failed: {detail}")]
+    Registry { reference: String, detail: String },
+
+    #[error("invalid registry configuration: {0}")]
+    Config(String),
+
+    #[error("invalid docker config {source_name}: {reason}")]
+    DockerConfig { source_name: String, reason: String },
+
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "no platform entries".to_string()
+    } else {
+        items.join(", ")
+    }
+}
+
+fn line_suffix(line: Option<u64>) -> String {
+    match line {
+        Some(line) => format!(" at line {line}"),
+        None => String::new(),
+    }
+}
+
+impl ImageError {
+    /// Wraps an I/O error; an [`ImageError`] carried inside it (from the readers of this module)
+    /// is returned as it is, so limit and digest errors keep their type through `Read` chains.
+    pub fn from_io(context: impl fmt::Display, error: std::io::Error) -> ImageError {
+        if error
+            .get_ref()
+            .is_some_and(|inner| inner.is::<ImageError>())
+        {
+            if let Some(inner) = error.into_inner() {
+                match inner.downcast::<ImageError>() {
+                    Ok(image_error) => return *image_error,
+                    Err(other) => {
+                        return ImageError::Io {
+                            context: context.to_string(),
+                            source: std::io::Error::other(other),
+                        };
+                    }
+                }
+            }
+            // `get_ref` was Some, so `into_inner` is Some too; keep a sensible fallback anyway.
+            return ImageError::Io {
+                context: context.to_string(),
+                source: std::io::Error::other("unknown error"),
+            };
+        }
+        ImageError::Io {
+            context: context.to_string(),
+            source: error,
+        }
+    }
+
+    /// Packs this error into an `io::Error` so it can cross a `Read` implementation.
+    pub(crate) fn into_io(self) -> std::io::Error {
+        std::io::Error::other(self)
+    }
+}
+
+pub type Result<T, E = ImageError> = std::result::Result<T, E>;

@@ -1,0 +1,21 @@
+//! The image side of Gantry: pulling `plain+v0` bundle images from OCI registries (tag or
+//! digest, multi-platform indexes, docker config credentials, TLS with extra CAs), streaming
+//! and verifying their layers under limits, validating the manifests they hold, writing the
+//! canonical tarball, and pushing bundles as images.
+
+pub mod auth;
+pub mod canonical;
+pub mod error;
+pub mod layer;
+pub mod limits;
+pub mod objects;
+pub mod paths;
+pub mod platform;
+
+pub use auth::{Credential, DockerConfig};
+pub use canonical::{CanonicalDigest, read_canonical, write_canonical, write_canonical_file};
+pub use error::ImageError;
+pub use layer::{BundleFiles, StoredFile};
+pub use limits::{EffectiveLimits, LimitKind};
+pub use objects::{BundleObject, ObjectSummary, parse_file, validate_files};
+pub use platform::Platform;

@@ -408,7 +408,7 @@ async fn traversal_attempts_never_touch_anything_outside_the_root() {
             outside.display().to_string().trim_start_matches('/')
         ),
         format!("/bundles/outside%00/{hex}.tar.gz"),
-        format!("/bundles/demo/%2e%2e"),
+        "/bundles/demo/%2e%2e".to_string(),
         format!("/bundles/{long}/{hex}.tar.gz"),
         format!("/bundles/{very_long}"),
         format!("/bundles/demo/{}.tar.gz", "c".repeat(300)),
@@ -447,9 +447,8 @@ async fn traversal_attempts_never_touch_anything_outside_the_root() {
         format!(
             "GET http://127.0.0.1/bundles/../outside/{hex}.tar.gz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         ),
-        format!(
-            "DELETE http://127.0.0.1/bundles/%2e%2e HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        ),
+        "DELETE http://127.0.0.1/bundles/%2e%2e HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            .to_string(),
         "GET * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(),
     ] {
         let status = raw_status(server.addr, raw.as_bytes()).await;

@@ -261,10 +261,10 @@ impl LayerTree {
                     self.dir_layer = Some(index);
                 }
                 PathClass::Whiteout(target) => {
-                    if self.files.get(&target).is_some_and(|f| f.layer < index) {
-                        if let Some(old) = self.files.remove(&target) {
-                            remove_scratch(&old.path);
-                        }
+                    if self.files.get(&target).is_some_and(|f| f.layer < index)
+                        && let Some(old) = self.files.remove(&target)
+                    {
+                        remove_scratch(&old.path);
                     }
                 }
                 PathClass::File(file_name) => {

@@ -201,7 +201,7 @@ mod tests {
 
     #[test]
     fn limited_reader_counts_from_a_running_total() {
-        let data = vec![1u8; 50];
+        let data = [1u8; 50];
         let mut reader =
             LimitedReader::new(&data[..], 60, 200, LimitKind::CompressedBytes, "x".into());
         let mut out = Vec::new();

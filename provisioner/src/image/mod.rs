@@ -5,17 +5,23 @@
 
 pub mod auth;
 pub mod canonical;
+pub mod client;
 pub mod error;
 pub mod layer;
 pub mod limits;
 pub mod objects;
 pub mod paths;
 pub mod platform;
+pub mod pull;
+pub mod push;
 
 pub use auth::{Credential, DockerConfig};
 pub use canonical::{CanonicalDigest, read_canonical, write_canonical, write_canonical_file};
+pub use client::{RegistryClient, RegistryOptions, ResolvedReference, parse_reference, pinned};
 pub use error::ImageError;
 pub use layer::{BundleFiles, StoredFile};
 pub use limits::{EffectiveLimits, LimitKind};
 pub use objects::{BundleObject, ObjectSummary, parse_file, validate_files};
 pub use platform::Platform;
+pub use pull::{PullRequest, PulledBundle, PulledImage};
+pub use push::{PreparedBundle, PushedImage, prepare_dir};

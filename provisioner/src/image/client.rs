@@ -1,0 +1,412 @@
+//! The registry client: TLS (with extra CAs), plain HTTP for listed registries, credentials
+//! from docker configs, token exchange (by `oci-client`), and errors mapped to [`ImageError`].
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::manifest::OciDescriptor;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference, RegistryOperation};
+use sha2::{Digest, Sha256};
+
+use super::auth::{DockerConfig, normalize_registry};
+use super::error::ImageError;
+
+/// How to reach registries.
+#[derive(Debug, Clone, Default)]
+pub struct RegistryOptions {
+    /// Credentials by registry (docker config files, pull secrets).
+    pub credentials: DockerConfig,
+    /// Registries (`host[:port]`) reached over plain HTTP; all others use TLS.
+    pub insecure_registries: Vec<String>,
+    /// Extra CA certificates (PEM, one or more per entry) trusted for registry TLS.
+    pub ca_pem: Vec<Vec<u8>>,
+}
+
+/// A client for one set of credentials. `oci-client` remembers the first credential used for
+/// a registry, so make one client per set of pull secrets (for instance one per bundle).
+#[derive(Clone)]
+pub struct RegistryClient {
+    pub(crate) client: Client,
+    credentials: DockerConfig,
+}
+
+/// Splits a PEM bundle into its certificates (reqwest reads one certificate per call).
+fn split_pem(pem: &[u8]) -> Result<Vec<Certificate>, ImageError> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let text = std::str::from_utf8(pem)
+        .map_err(|_| ImageError::Config("CA certificate bundle is not PEM text".into()))?;
+    let mut certificates = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(end) = rest[start..].find(END) else {
+            return Err(ImageError::Config(
+                "CA certificate bundle has an unterminated certificate".into(),
+            ));
+        };
+        let stop = start + end + END.len();
+        certificates.push(Certificate {
+            encoding: CertificateEncoding::Pem,
+            data: format!("{}\n", &rest[start..stop]).into_bytes(),
+        });
+        rest = &rest[stop..];
+    }
+    if certificates.is_empty() {
+        return Err(ImageError::Config(
+            "CA certificate bundle holds no certificate".into(),
+        ));
+    }
+    Ok(certificates)
+}
+
+impl RegistryClient {
+    pub fn new(options: RegistryOptions) -> Result<Self, ImageError> {
+        // reqwest is built without a default crypto provider: make sure one is installed
+        // (another part of the process may have installed one already, which is fine).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut extra_root_certificates = Vec::new();
+        for pem in &options.ca_pem {
+            extra_root_certificates.extend(split_pem(pem)?);
+        }
+        let insecure = options
+            .insecure_registries
+            .iter()
+            .map(|r| normalize_registry(r))
+            .collect();
+        let config = ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(insecure),
+            extra_root_certificates,
+            platform_resolver: None,
+            connect_timeout: Some(Duration::from_secs(30)),
+            read_timeout: Some(Duration::from_secs(300)),
+            ..Default::default()
+        };
+        let client = Client::try_from(config)
+            .map_err(|e| ImageError::Config(format!("cannot build the registry client: {e}")))?;
+        Ok(RegistryClient {
+            client,
+            credentials: options.credentials,
+        })
+    }
+
+    pub(crate) fn auth_for(&self, reference: &Reference) -> RegistryAuth {
+        self.credentials.registry_auth(reference.resolve_registry())
+    }
+
+    /// Presents the credentials (token exchange where the registry asks for it).
+    pub(crate) async fn authenticate(
+        &self,
+        reference: &Reference,
+        operation: RegistryOperation,
+    ) -> Result<(), ImageError> {
+        let auth = self.auth_for(reference);
+        self.client
+            .auth(reference, &auth, operation)
+            .await
+            .map(|_| ())
+            .map_err(|e| map_error(reference, e))
+    }
+
+    /// The digest a reference designates: the reference's own digest, else the registry's
+    /// answer to a HEAD (or GET) of the manifest.
+    pub async fn resolve(&self, reference: &str) -> Result<ResolvedReference, ImageError> {
+        let parsed = parse_reference(reference)?;
+        if let Some(digest) = parsed.digest() {
+            return Ok(ResolvedReference {
+                digest: digest.to_string(),
+                reference: parsed,
+            });
+        }
+        self.authenticate(&parsed, RegistryOperation::Pull).await?;
+        let digest = self
+            .client
+            .fetch_manifest_digest(&parsed, &self.auth_for(&parsed))
+            .await
+            .map_err(|e| map_error(&parsed, e))?;
+        Ok(ResolvedReference {
+            digest,
+            reference: parsed,
+        })
+    }
+
+    /// Fetches a manifest (or index) and checks its digest: `sha256` of the body, which must
+    /// equal the reference's digest when it has one.
+    pub(crate) async fn fetch_manifest(
+        &self,
+        reference: &Reference,
+    ) -> Result<(bytes::Bytes, String), ImageError> {
+        const ACCEPT: &[&str] = &[
+            oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE,
+            oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+            oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
+            oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
+        ];
+        let (body, _) = self
+            .client
+            .pull_manifest_raw(reference, &self.auth_for(reference), ACCEPT)
+            .await
+            .map_err(|e| map_error(reference, e))?;
+        let actual = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
+        if let Some(expected) = reference.digest()
+            && expected != actual
+        {
+            return Err(ImageError::DigestMismatch {
+                what: format!("manifest of {reference}"),
+                expected: expected.to_string(),
+                actual,
+            });
+        }
+        Ok((body, actual))
+    }
+
+    /// Fetches a small blob (an image config) whole, at most `max` bytes, digest checked.
+    pub(crate) async fn fetch_small_blob(
+        &self,
+        reference: &Reference,
+        descriptor: &OciDescriptor,
+        max: u64,
+    ) -> Result<Vec<u8>, ImageError> {
+        let what = format!("blob {} of {reference}", descriptor.digest);
+        if descriptor.size < 0 || descriptor.size as u64 > max {
+            return Err(ImageError::InvalidManifest {
+                reference: reference.whole(),
+                reason: format!("{what} declares {} bytes (at most {max})", descriptor.size),
+            });
+        }
+        let mut stream = self
+            .client
+            .pull_blob_stream(reference, descriptor)
+            .await
+            .map_err(|e| map_error(reference, e))?;
+        let mut data = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| map_stream_error(reference, &what, e))?;
+            data.extend_from_slice(&chunk);
+            if data.len() as u64 > max {
+                return Err(ImageError::InvalidManifest {
+                    reference: reference.whole(),
+                    reason: format!("{what} is larger than {max} bytes"),
+                });
+            }
+        }
+        let actual = format!("sha256:{}", hex::encode(Sha256::digest(&data)));
+        if actual != descriptor.digest {
+            return Err(ImageError::DigestMismatch {
+                what,
+                expected: descriptor.digest.clone(),
+                actual,
+            });
+        }
+        Ok(data)
+    }
+}
+
+/// A reference and the digest it resolved to.
+#[derive(Debug, Clone)]
+pub struct ResolvedReference {
+    pub reference: Reference,
+    /// `sha256:...` of the top-level manifest or index.
+    pub digest: String,
+}
+
+impl ResolvedReference {
+    /// `registry/repository@sha256:...`
+    pub fn pinned(&self) -> String {
+        pinned(&self.reference, &self.digest)
+    }
+}
+
+/// `registry/repository@digest` for a reference.
+pub fn pinned(reference: &Reference, digest: &str) -> String {
+    format!(
+        "{}/{}@{}",
+        reference.registry(),
+        reference.repository(),
+        digest
+    )
+}
+
+/// Parses an image reference (`[registry/]repository[:tag][@digest]`).
+pub fn parse_reference(reference: &str) -> Result<Reference, ImageError> {
+    reference
+        .trim()
+        .parse::<Reference>()
+        .map_err(|e| ImageError::InvalidReference {
+            reference: reference.to_string(),
+            reason: e.to_string(),
+        })
+}
+
+/// The message of an error and of its sources, for errors whose top line says too little
+/// (connection errors).
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        let message = inner.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = inner.source();
+    }
+    text
+}
+
+/// Maps an `oci-client` error to what a user can act on.
+pub(crate) fn map_error(reference: &Reference, error: OciDistributionError) -> ImageError {
+    let whole = reference.whole();
+    let registry = reference.registry().to_string();
+    let not_found = |detail: String| ImageError::NotFound {
+        reference: whole.clone(),
+        detail,
+    };
+    let refused = |detail: String| ImageError::AuthRefused {
+        reference: whole.clone(),
+        registry: registry.clone(),
+        detail,
+    };
+    match error {
+        OciDistributionError::AuthenticationFailure(detail) => refused(detail),
+        OciDistributionError::UnauthorizedError { url } => {
+            refused(format!("401 Unauthorized for {url}"))
+        }
+        OciDistributionError::ImageManifestNotFoundError(detail) => not_found(detail),
+        OciDistributionError::RegistryError { envelope, url } => {
+            let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
+            let detail = format!("{envelope} ({url})");
+            if codes.iter().any(|c| {
+                matches!(
+                    c,
+                    OciErrorCode::ManifestUnknown
+                        | OciErrorCode::NameUnknown
+                        | OciErrorCode::NotFound
+                        | OciErrorCode::BlobUnknown
+                )
+            }) {
+                not_found(detail)
+            } else if codes
+                .iter()
+                .any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied))
+            {
+                refused(detail)
+            } else {
+                ImageError::Registry {
+                    reference: whole,
+                    detail,
+                }
+            }
+        }
+        OciDistributionError::ServerError { code, url, message } => match code {
+            404 => not_found(format!("404 for {url}: {message}")),
+            401 | 403 => refused(format!("{code} for {url}: {message}")),
+            _ => ImageError::Registry {
+                reference: whole,
+                detail: format!("HTTP {code} for {url}: {message}"),
+            },
+        },
+        OciDistributionError::DigestError(oci_client::errors::DigestError::VerificationError {
+            expected,
+            actual,
+        }) => ImageError::DigestMismatch {
+            what: format!("content of {whole}"),
+            expected,
+            actual,
+        },
+        other => ImageError::Registry {
+            reference: whole,
+            detail: chain(&other),
+        },
+    }
+}
+
+/// Maps an error met while streaming a blob.
+pub(crate) fn map_stream_error(
+    reference: &Reference,
+    what: &str,
+    error: std::io::Error,
+) -> ImageError {
+    if let Some(oci_client::errors::DigestError::VerificationError { expected, actual }) = error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<oci_client::errors::DigestError>())
+    {
+        return ImageError::DigestMismatch {
+            what: what.to_string(),
+            expected: expected.clone(),
+            actual: actual.clone(),
+        };
+    }
+    ImageError::Registry {
+        reference: reference.whole(),
+        detail: format!("reading {what}: {}", chain(&error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_and_pins() {
+        let r = parse_reference("127.0.0.1:5000/team/app:v1").unwrap();
+        assert_eq!(r.registry(), "127.0.0.1:5000");
+        assert_eq!(r.repository(), "team/app");
+        assert_eq!(r.tag(), Some("v1"));
+        let digest = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(
+            pinned(&r, &digest),
+            format!("127.0.0.1:5000/team/app@{digest}")
+        );
+        let hub = parse_reference("nginx").unwrap();
+        assert_eq!(pinned(&hub, "sha256:x"), "docker.io/library/nginx@sha256:x");
+        assert!(matches!(
+            parse_reference("UPPER/Case:tag"),
+            Err(ImageError::InvalidReference { .. })
+        ));
+    }
+
+    #[test]
+    fn pem_bundles_are_split() {
+        let one = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let bundle = format!("# comment\n{one}{one}");
+        assert_eq!(split_pem(bundle.as_bytes()).unwrap().len(), 2);
+        assert!(split_pem(b"nothing here").is_err());
+        assert!(split_pem(b"-----BEGIN CERTIFICATE-----\nAAAA").is_err());
+    }
+
+    #[test]
+    fn registry_errors_are_classified() {
+        let r = parse_reference("127.0.0.1:5000/app:v1").unwrap();
+        let envelope = |code: &str| {
+            serde_json::from_value(serde_json::json!({"errors": [{"code": code, "message": "m"}]}))
+                .unwrap()
+        };
+        assert!(matches!(
+            map_error(
+                &r,
+                OciDistributionError::RegistryError {
+                    envelope: envelope("MANIFEST_UNKNOWN"),
+                    url: "u".into()
+                }
+            ),
+            ImageError::NotFound { .. }
+        ));
+        assert!(matches!(
+            map_error(
+                &r,
+                OciDistributionError::RegistryError {
+                    envelope: envelope("DENIED"),
+                    url: "u".into()
+                }
+            ),
+            ImageError::AuthRefused { .. }
+        ));
+        assert!(matches!(
+            map_error(&r, OciDistributionError::UnauthorizedError { url: "u".into() }),
+            ImageError::AuthRefused { registry, .. } if registry == "127.0.0.1:5000"
+        ));
+    }
+}

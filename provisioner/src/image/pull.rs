@@ -1,0 +1,391 @@
+//! Pulling a bundle image: resolve, select the platform, stream every layer through digest
+//! verification, decompression, limits and whiteouts into a scratch directory, then
+//! validate the result.
+
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use oci_client::manifest::{ImageIndexEntry, OciDescriptor};
+use oci_client::{Reference, RegistryOperation};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use super::canonical::{CanonicalDigest, write_canonical, write_canonical_file};
+use super::client::{RegistryClient, map_error, map_stream_error, parse_reference, pinned};
+use super::error::ImageError;
+use super::layer::{BundleFiles, LayerTree};
+use super::limits::{EffectiveLimits, LimitKind};
+use super::objects::{ObjectSummary, validate_files};
+use super::platform::{Platform, select};
+
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+const LAYER_MEDIA_TYPES: &[&str] = &[
+    "application/vnd.oci.image.layer.v1.tar",
+    "application/vnd.oci.image.layer.v1.tar+gzip",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+    "application/vnd.docker.image.rootfs.diff.tar",
+    "application/vnd.docker.image.rootfs.diff.tar.gzip",
+    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
+];
+
+/// What to pull and under which rules.
+#[derive(Debug, Clone)]
+pub struct PullRequest {
+    /// Tag or digest reference.
+    pub reference: String,
+    /// Platform to select from an index (default: [`Platform::current`]).
+    pub platform: Option<Platform>,
+    pub limits: EffectiveLimits,
+    /// Where the scratch directory goes (default: the system's temporary directory). Put it
+    /// on the file system of the final destination to make [`PulledBundle::persist_to`] a
+    /// rename.
+    pub scratch_parent: Option<PathBuf>,
+}
+
+impl PullRequest {
+    pub fn new(reference: impl Into<String>) -> Self {
+        PullRequest {
+            reference: reference.into(),
+            platform: None,
+            limits: EffectiveLimits::default(),
+            scratch_parent: None,
+        }
+    }
+}
+
+/// Which image was pulled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PulledImage {
+    /// `registry/repository@sha256:...` of the top-level manifest (the index for
+    /// multi-platform images): `status.resolvedImage`.
+    pub resolved_image: String,
+    /// The top-level digest.
+    pub digest: String,
+    /// Digest of the platform image manifest actually unpacked: `status.manifestDigest`.
+    pub manifest_digest: String,
+    /// The platform of that manifest: `status.platform`.
+    pub platform: Platform,
+    /// Whether the top level was an index.
+    pub from_index: bool,
+}
+
+/// A pulled, verified and validated bundle: its files live in a scratch directory that is
+/// removed when this value is dropped.
+#[derive(Debug)]
+pub struct PulledBundle {
+    pub image: PulledImage,
+    pub files: BundleFiles,
+    /// The objects, in file-name order and document order.
+    pub objects: Vec<ObjectSummary>,
+    /// Bytes transferred for the layers.
+    pub compressed_bytes: u64,
+    /// Bytes of the decompressed layer streams.
+    pub uncompressed_bytes: u64,
+    scratch: tempfile::TempDir,
+}
+
+impl PulledBundle {
+    /// Writes the canonical tarball to `out`.
+    pub fn write_canonical<W: io::Write>(&self, out: W) -> Result<CanonicalDigest, ImageError> {
+        write_canonical(&self.files, out)
+    }
+
+    /// Writes the canonical tarball into the scratch directory and returns its path (valid
+    /// as long as this value lives) and digest.
+    pub fn canonical_tarball(&self) -> Result<(PathBuf, CanonicalDigest), ImageError> {
+        let path = self.scratch.path().join("canonical.tar.gz");
+        let digest = write_canonical_file(&self.files, &path)?;
+        Ok((path, digest))
+    }
+
+    /// Writes the files to `dir/manifests/` (which must not exist or be empty), so that `dir`
+    /// is a bundle directory again.
+    pub fn persist_to(self, dir: &Path) -> Result<(), ImageError> {
+        let target = dir.join(super::paths::MANIFESTS_DIR);
+        let io_error =
+            |e: io::Error| ImageError::from_io(format!("writing {}", target.display()), e);
+        std::fs::create_dir_all(&target).map_err(io_error)?;
+        if std::fs::read_dir(&target)
+            .map_err(io_error)?
+            .next()
+            .is_some()
+        {
+            return Err(ImageError::Io {
+                context: format!("writing {}", target.display()),
+                source: io::Error::new(io::ErrorKind::AlreadyExists, "directory is not empty"),
+            });
+        }
+        for (name, stored) in &self.files.files {
+            let destination = target.join(name);
+            // A rename when the scratch directory is on the same file system, else a copy.
+            if std::fs::rename(&stored.path, &destination).is_err() {
+                std::fs::copy(&stored.path, &destination).map_err(io_error)?;
+            }
+            let mut perms = std::fs::metadata(&destination)
+                .map_err(io_error)?
+                .permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o644);
+            std::fs::set_permissions(&destination, perms).map_err(io_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// The parts of a manifest or index this module reads.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AnyManifest {
+    schema_version: Option<i64>,
+    media_type: Option<String>,
+    manifests: Option<Vec<ImageIndexEntry>>,
+    config: Option<OciDescriptor>,
+    layers: Option<Vec<OciDescriptor>>,
+}
+
+#[derive(Deserialize)]
+struct ImageConfig {
+    #[serde(default)]
+    os: String,
+    #[serde(default)]
+    architecture: String,
+    variant: Option<String>,
+}
+
+fn is_index(manifest: &AnyManifest) -> bool {
+    match manifest.media_type.as_deref() {
+        Some(oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE)
+        | Some(oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE) => true,
+        Some(_) => false,
+        None => manifest.manifests.is_some() && manifest.layers.is_none(),
+    }
+}
+
+fn parse_manifest(reference: &Reference, body: &[u8]) -> Result<AnyManifest, ImageError> {
+    let manifest: AnyManifest =
+        serde_json::from_slice(body).map_err(|e| ImageError::InvalidManifest {
+            reference: reference.whole(),
+            reason: format!("not a valid manifest: {e}"),
+        })?;
+    if manifest.schema_version != Some(2) {
+        return Err(ImageError::InvalidManifest {
+            reference: reference.whole(),
+            reason: format!("unsupported schemaVersion {:?}", manifest.schema_version),
+        });
+    }
+    Ok(manifest)
+}
+
+impl RegistryClient {
+    /// Pulls, verifies, unpacks and validates a bundle image.
+    pub async fn pull(&self, request: &PullRequest) -> Result<PulledBundle, ImageError> {
+        let reference = parse_reference(&request.reference)?;
+        let wanted = request.platform.clone().unwrap_or_else(Platform::current);
+        let limits = request.limits;
+        self.authenticate(&reference, RegistryOperation::Pull)
+            .await?;
+
+        let (body, top_digest) = self.fetch_manifest(&reference).await?;
+        // Everything below is fetched by digest, so a tag moving meanwhile changes nothing.
+        let top = reference.clone_with_digest(top_digest.clone());
+        let manifest = parse_manifest(&top, &body)?;
+        let (image_ref, manifest, manifest_digest, platform, from_index) = if is_index(&manifest) {
+            let entries = manifest.manifests.unwrap_or_default();
+            let (entry, platform) = select(&entries, &wanted, &reference.whole())?;
+            let image_ref = reference.clone_with_digest(entry.digest.clone());
+            let (body, digest) = self.fetch_manifest(&image_ref).await?;
+            let manifest = parse_manifest(&image_ref, &body)?;
+            if is_index(&manifest) {
+                return Err(ImageError::InvalidManifest {
+                    reference: image_ref.whole(),
+                    reason: "nested image indexes are not supported".into(),
+                });
+            }
+            (image_ref, manifest, digest, platform, true)
+        } else {
+            let config = manifest
+                .config
+                .clone()
+                .ok_or_else(|| ImageError::InvalidManifest {
+                    reference: top.whole(),
+                    reason: "image manifest without config".into(),
+                })?;
+            let raw = self
+                .fetch_small_blob(&top, &config, MAX_CONFIG_BYTES)
+                .await?;
+            let config: ImageConfig =
+                serde_json::from_slice(&raw).map_err(|e| ImageError::InvalidManifest {
+                    reference: top.whole(),
+                    reason: format!("image config {} is not valid: {e}", config.digest),
+                })?;
+            let platform =
+                Platform::new(&config.os, &config.architecture, config.variant.as_deref());
+            (top.clone(), manifest, top_digest.clone(), platform, false)
+        };
+
+        let layers = manifest.layers.unwrap_or_default();
+        if layers.is_empty() {
+            return Err(ImageError::MissingManifests);
+        }
+        let declared: i64 = layers.iter().map(|l| l.size.max(0)).sum();
+        if declared as u64 > limits.max_compressed_bytes {
+            return Err(limits.exceeded(
+                LimitKind::CompressedBytes,
+                format!("{} (declared layer sizes: {declared})", image_ref.whole()),
+            ));
+        }
+        for layer in &layers {
+            if !LAYER_MEDIA_TYPES.contains(&layer.media_type.as_str()) {
+                return Err(ImageError::UnsupportedMediaType {
+                    what: format!("layer {} of {}", layer.digest, image_ref.whole()),
+                    media_type: layer.media_type.clone(),
+                });
+            }
+        }
+
+        let scratch = match &request.scratch_parent {
+            Some(parent) => tempfile::Builder::new()
+                .prefix(".gantry-pull-")
+                .tempdir_in(parent),
+            None => tempfile::Builder::new().prefix("gantry-pull-").tempdir(),
+        }
+        .map_err(|e| ImageError::from_io("creating a scratch directory", e))?;
+
+        let mut tree = LayerTree::new(scratch.path().to_path_buf(), limits);
+        let mut compressed = 0u64;
+        for (index, layer) in layers.iter().enumerate() {
+            let (back, total) = self
+                .apply_layer(&image_ref, layer, index, tree, compressed, &limits)
+                .await?;
+            tree = back;
+            compressed = total;
+        }
+        let uncompressed = tree.uncompressed_bytes();
+        let (files, objects) = tokio::task::spawn_blocking(move || {
+            let files = tree.finish()?;
+            let objects = validate_files(&files, &limits)?;
+            Ok::<_, ImageError>((files, objects))
+        })
+        .await
+        .map_err(|e| ImageError::Io {
+            context: "validating the bundle".into(),
+            source: io::Error::other(e.to_string()),
+        })??;
+
+        Ok(PulledBundle {
+            image: PulledImage {
+                resolved_image: pinned(&reference, &top_digest),
+                digest: top_digest,
+                manifest_digest,
+                platform,
+                from_index,
+            },
+            files,
+            objects,
+            compressed_bytes: compressed,
+            uncompressed_bytes: uncompressed,
+            scratch,
+        })
+    }
+
+    /// Streams one layer: the download (with hashing and the compressed-bytes limit) runs
+    /// here, decompression and unpacking on a blocking thread fed through a small channel.
+    /// The layer counts only once its digest matched; on any error the caller drops the tree.
+    async fn apply_layer(
+        &self,
+        reference: &Reference,
+        layer: &OciDescriptor,
+        index: usize,
+        mut tree: LayerTree,
+        compressed_before: u64,
+        limits: &EffectiveLimits,
+    ) -> Result<(LayerTree, u64), ImageError> {
+        let what = format!("layer {} of {}", layer.digest, reference.whole());
+        let mut stream = self
+            .client
+            .pull_blob_stream(reference, layer)
+            .await
+            .map_err(|e| map_error(reference, e))?;
+        let (tx, rx) = mpsc::channel::<Bytes>(16);
+        let name = layer.digest.clone();
+        let worker = tokio::task::spawn_blocking(move || {
+            let result = tree.apply_layer(index, &name, ChannelReader::new(rx));
+            (tree, result)
+        });
+
+        let mut hasher = Sha256::new();
+        let mut total = compressed_before;
+        let mut failure = None;
+        while let Some(chunk) = stream.next().await {
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(e) => {
+                    failure = Some(map_stream_error(reference, &what, e));
+                    break;
+                }
+            };
+            total += chunk.len() as u64;
+            if total > limits.max_compressed_bytes {
+                failure = Some(limits.exceeded(LimitKind::CompressedBytes, what.clone()));
+                break;
+            }
+            hasher.update(&chunk);
+            if tx.send(chunk).await.is_err() {
+                // The worker stopped early: its result says why.
+                break;
+            }
+        }
+        drop(tx);
+        drop(stream);
+        let (tree, result) = worker.await.map_err(|e| ImageError::Io {
+            context: format!("unpacking {what}"),
+            source: io::Error::other(e.to_string()),
+        })?;
+        if let Some(failure) = failure {
+            return Err(failure);
+        }
+        result?;
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if actual != layer.digest {
+            return Err(ImageError::DigestMismatch {
+                what,
+                expected: layer.digest.clone(),
+                actual,
+            });
+        }
+        Ok((tree, total))
+    }
+}
+
+/// A blocking reader over chunks sent by the download task.
+struct ChannelReader {
+    rx: mpsc::Receiver<Bytes>,
+    current: Bytes,
+}
+
+impl ChannelReader {
+    fn new(rx: mpsc::Receiver<Bytes>) -> Self {
+        ChannelReader {
+            rx,
+            current: Bytes::new(),
+        }
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(chunk) => self.current = chunk,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}

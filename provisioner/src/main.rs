@@ -1,2 +1,277 @@
+//! gantry-provisioner: installs Bundles (plain+v0 images) on the cluster it runs against.
 #![forbid(unsafe_code)]
-fn main() {}
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, ValueEnum};
+use gantry_provisioner::controller::server::{self, Readiness};
+use gantry_provisioner::controller::{self, Metrics, Settings, StorageClient, Token};
+use gantry_provisioner::image::Platform;
+use kube::runtime::events::Reporter;
+use kube_lease_manager::LeaseManagerBuilder;
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Installs Gantry Bundles: pulls plain+v0 images, stores them, applies them"
+)]
+struct Flags {
+    /// Kubeconfig to use; in-cluster configuration or $KUBECONFIG when absent.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Namespace of the provisioner: pull secrets, the registry CA secret and the Lease live here.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "gantry-system")]
+    namespace: String,
+    /// Base URL of the storage server.
+    #[arg(long)]
+    storage_url: String,
+    /// File holding the bearer token for the storage server (read on every request).
+    #[arg(long, conflicts_with = "storage_token")]
+    storage_token_file: Option<PathBuf>,
+    /// Bearer token for the storage server.
+    #[arg(long, env = "GANTRY_STORAGE_TOKEN", hide_env_values = true)]
+    storage_token: Option<String>,
+    /// CA certificate (PEM) trusted for the storage server's TLS.
+    #[arg(long)]
+    storage_ca_file: Option<PathBuf>,
+    /// Platform selected from image indexes when a class names none (default: this binary's).
+    #[arg(long)]
+    platform: Option<String>,
+    /// Objects applied at once within one bundle.
+    #[arg(long, default_value_t = 16)]
+    apply_concurrency: usize,
+    /// Bundles reconciled at once.
+    #[arg(long, default_value_t = 8)]
+    reconcile_concurrency: u16,
+    /// How often tags are resolved again (e.g. 30s, 5m).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    resolve_interval: Duration,
+    /// How often installed bundles are checked for drift without a trigger.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    resync_interval: Duration,
+    /// How long to wait for a bundle's CRD to be established.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    crd_timeout: Duration,
+    /// First retry delay after a failure; it doubles per failure.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    backoff_base: Duration,
+    /// Longest retry delay.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    backoff_cap: Duration,
+    /// Where pulls unpack (default: the system's temporary directory).
+    #[arg(long)]
+    scratch_dir: Option<PathBuf>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_address: SocketAddr,
+    /// Elect a leader with a Lease so several replicas can run.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_election: bool,
+    /// Name of the Lease.
+    #[arg(long, default_value = "gantry-provisioner")]
+    lease_name: String,
+    /// Identity in the Lease (default: $POD_NAME, else the host name and process ID).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("invalid duration {text:?}: use ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // kube uses ring; other TLS users in the process must agree on the provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let flags = Flags::parse();
+    init_logging(flags.log_format);
+
+    let config = match &flags.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("finding the cluster configuration")?,
+    };
+    let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
+
+    let token = match (&flags.storage_token_file, &flags.storage_token) {
+        (Some(path), _) => Token::File(path.clone()),
+        (None, Some(token)) => Token::Static(token.clone()),
+        (None, None) => Token::None,
+    };
+    let ca = match &flags.storage_ca_file {
+        Some(path) => {
+            Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?)
+        }
+        None => None,
+    };
+    let storage = StorageClient::new(&flags.storage_url, token, ca.as_deref())?;
+    let platform = match &flags.platform {
+        Some(p) => p
+            .parse::<Platform>()
+            .with_context(|| format!("--platform {p}"))?,
+        None => Platform::current(),
+    };
+    let settings = Settings {
+        namespace: flags.namespace.clone(),
+        platform,
+        apply_concurrency: flags.apply_concurrency.max(1),
+        crd_timeout: flags.crd_timeout,
+        resolve_interval: flags.resolve_interval,
+        resync_interval: flags.resync_interval,
+        backoff_base: flags.backoff_base,
+        backoff_cap: flags.backoff_cap,
+        scratch_dir: flags.scratch_dir.clone(),
+    };
+    let identity = flags.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+
+    let metrics = Arc::new(Metrics::default());
+    let readiness = Arc::new(Readiness::default());
+    let listener = server::bind(flags.metrics_address)
+        .await
+        .with_context(|| format!("binding {}", flags.metrics_address))?;
+    tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
+    eprintln!("listening on {}", listener.local_addr()?);
+    tokio::spawn(server::serve(listener, metrics.clone(), readiness.clone()));
+
+    let reporter = Reporter {
+        controller: "gantry-provisioner".into(),
+        instance: Some(identity.clone()),
+    };
+    let shutdown = async {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = terminate.recv() => {},
+        }
+    };
+
+    if !flags.leader_election {
+        readiness.set(true);
+        metrics.leader.set(1);
+        controller::run(
+            client,
+            settings,
+            storage,
+            metrics,
+            reporter,
+            flags.reconcile_concurrency,
+            || {},
+            shutdown,
+        )
+        .await;
+        return Ok(());
+    }
+
+    let manager = LeaseManagerBuilder::new(client.clone(), &flags.lease_name)
+        .with_namespace(&flags.namespace)
+        .with_identity(&identity)
+        .with_duration(15)
+        .with_grace(5)
+        .build()
+        .await
+        .context("setting up leader election")?;
+    let (mut leading, lease_task) = manager.watch().await;
+    // A standby replica is ready: it serves its endpoints and waits for the Lease.
+    readiness.set(true);
+    tracing::info!(%identity, lease = %flags.lease_name, "waiting to lead");
+    tokio::pin!(shutdown);
+    loop {
+        if *leading.borrow_and_update() {
+            break;
+        }
+        tokio::select! {
+            changed = leading.changed() => {
+                if changed.is_err() { bail!("leader election stopped"); }
+            }
+            _ = &mut shutdown => { return Ok(()); }
+        }
+    }
+    tracing::info!(%identity, "leading");
+    metrics.leader.set(1);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<&'static str>();
+    let watch_lease = async move {
+        tokio::select! {
+            _ = &mut shutdown => { let _ = stop_tx.send("shutdown"); }
+            _ = async {
+                while leading.changed().await.is_ok() {
+                    if !*leading.borrow() { break; }
+                }
+            } => { let _ = stop_tx.send("lost the lease"); }
+        }
+        drop(leading);
+    };
+    let stopped = async move {
+        let _ = stop_rx.await;
+    };
+    let (_, ()) = tokio::join!(
+        watch_lease,
+        controller::run(
+            client,
+            settings,
+            storage,
+            metrics.clone(),
+            reporter,
+            flags.reconcile_concurrency,
+            || {},
+            stopped
+        )
+    );
+    metrics.leader.set(0);
+    // Give the Lease up so a standby takes over at once.
+    if let Ok(Ok(manager)) = lease_task.await {
+        let _ = manager.release().await;
+    }
+    Ok(())
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -79,8 +79,7 @@ pub fn validate(class: &ProvisionerClass) -> Result<(), String> {
         }
     }
     for registry in &class.spec.insecure_registries {
-        if registry.is_empty() || registry.contains('/') || registry.contains(char::is_whitespace)
-        {
+        if registry.is_empty() || registry.contains('/') || registry.contains(char::is_whitespace) {
             return Err(format!(
                 "spec.insecureRegistries: {registry:?} is not a host[:port]"
             ));
@@ -124,14 +123,22 @@ mod tests {
     #[test]
     fn named_class_of_ours_is_served() {
         let classes = [class("plain", PLAIN_PROVISIONER, false)];
-        assert!(matches!(select(&bundle(Some("plain")), &classes), Selection::Serve(c) if c.name_any() == "plain"));
+        assert!(
+            matches!(select(&bundle(Some("plain")), &classes), Selection::Serve(c) if c.name_any() == "plain")
+        );
     }
 
     #[test]
     fn another_provisioner_is_left_alone() {
         let classes = [class("other", "example.com/other", true)];
-        assert!(matches!(select(&bundle(Some("other")), &classes), Selection::NotOurs));
-        assert!(matches!(select(&bundle(None), &classes), Selection::NotOurs));
+        assert!(matches!(
+            select(&bundle(Some("other")), &classes),
+            Selection::NotOurs
+        ));
+        assert!(matches!(
+            select(&bundle(None), &classes),
+            Selection::NotOurs
+        ));
     }
 
     #[test]
@@ -141,9 +148,17 @@ mod tests {
             select(&bundle(Some("nope")), &classes),
             Selection::Missing(Error::ClassNotFound(name)) if name == "nope"
         ));
-        assert!(matches!(select(&bundle(None), &classes), Selection::Missing(Error::NoDefaultClass)));
-        let classes = [class("a", PLAIN_PROVISIONER, false), class("d", PLAIN_PROVISIONER, true)];
-        assert!(matches!(select(&bundle(None), &classes), Selection::Serve(c) if c.name_any() == "d"));
+        assert!(matches!(
+            select(&bundle(None), &classes),
+            Selection::Missing(Error::NoDefaultClass)
+        ));
+        let classes = [
+            class("a", PLAIN_PROVISIONER, false),
+            class("d", PLAIN_PROVISIONER, true),
+        ];
+        assert!(
+            matches!(select(&bundle(None), &classes), Selection::Serve(c) if c.name_any() == "d")
+        );
     }
 
     #[test]

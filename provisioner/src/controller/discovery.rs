@@ -22,7 +22,11 @@ pub struct KindCache {
 
 impl KindCache {
     /// Looks `gvk` up, asking the API server on a miss. `Ok(None)` when it is not served.
-    pub async fn resolve(&self, client: &Client, gvk: &GroupVersionKind) -> kube::Result<Option<Kind>> {
+    pub async fn resolve(
+        &self,
+        client: &Client,
+        gvk: &GroupVersionKind,
+    ) -> kube::Result<Option<Kind>> {
         if let Some(kind) = self.get(gvk) {
             return Ok(Some(kind));
         }

@@ -11,7 +11,9 @@ pub enum Error {
     #[error("ProvisionerClass {0} does not exist")]
     ClassNotFound(String),
 
-    #[error("the bundle names no class and no ProvisionerClass is annotated gantry.dev/is-default-class=\"true\"")]
+    #[error(
+        "the bundle names no class and no ProvisionerClass is annotated gantry.dev/is-default-class=\"true\""
+    )]
     NoDefaultClass,
 
     #[error("ProvisionerClass {class} is invalid: {message}")]

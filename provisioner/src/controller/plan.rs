@@ -51,7 +51,13 @@ impl PlannedObject {
 
 impl std::fmt::Display for PlannedObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({} document {})", describe(&self.inventory_entry()), self.file, self.document)
+        write!(
+            f,
+            "{} ({} document {})",
+            describe(&self.inventory_entry()),
+            self.file,
+            self.document
+        )
     }
 }
 
@@ -105,7 +111,13 @@ fn bundle_crd(object: &Value) -> Option<BundleCrd> {
         .map(|version| {
             let gvk = GroupVersionKind::gvk(group, version, kind);
             let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
-            (gvk, Kind { resource, namespaced })
+            (
+                gvk,
+                Kind {
+                    resource,
+                    namespaced,
+                },
+            )
         })
         .collect();
     Some(BundleCrd {
@@ -133,7 +145,9 @@ pub async fn plan(
 ) -> Result<Plan> {
     let mut crd_kinds: HashMap<GroupVersionKind, (Kind, String)> = HashMap::new();
     for object in objects {
-        if gvk_of(&object.object).is_some_and(|g| g.group == CRD_GROUP && g.kind == "CustomResourceDefinition") {
+        if gvk_of(&object.object)
+            .is_some_and(|g| g.group == CRD_GROUP && g.kind == "CustomResourceDefinition")
+        {
             if let Some(crd) = bundle_crd(&object.object) {
                 for (gvk, kind) in crd.kinds {
                     crd_kinds.insert(gvk, (kind, crd.name.clone()));
@@ -166,7 +180,11 @@ pub async fn plan(
                         message: format!(
                             "the API server serves no kind {} in {}",
                             gvk.kind,
-                            if gvk.group.is_empty() { gvk.version.clone() } else { format!("{}/{}", gvk.group, gvk.version) }
+                            if gvk.group.is_empty() {
+                                gvk.version.clone()
+                            } else {
+                                format!("{}/{}", gvk.group, gvk.version)
+                            }
                         ),
                     });
                 }

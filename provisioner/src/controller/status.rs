@@ -158,7 +158,10 @@ mod tests {
         ]);
         summarize(&mut status, Some(1));
         assert_eq!(status.phase, Some(BundlePhase::Installed));
-        assert_eq!(condition(&status.conditions, types::READY).unwrap().status, "True");
+        assert_eq!(
+            condition(&status.conditions, types::READY).unwrap().status,
+            "True"
+        );
     }
 
     #[test]
@@ -170,7 +173,10 @@ mod tests {
         summarize(&mut status, Some(1));
         assert_eq!(status.phase, Some(BundlePhase::Failing));
         let ready = condition(&status.conditions, types::READY).unwrap();
-        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", reasons::PULL_FAILED));
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", reasons::PULL_FAILED)
+        );
     }
 
     #[test]
@@ -181,7 +187,14 @@ mod tests {
         ]);
         summarize(&mut status, Some(1));
         assert_eq!(status.phase, Some(BundlePhase::AwaitingApproval));
-        set_condition(&mut status.conditions, types::APPROVED, false, reasons::DENIED, "no", Some(1));
+        set_condition(
+            &mut status.conditions,
+            types::APPROVED,
+            false,
+            reasons::DENIED,
+            "no",
+            Some(1),
+        );
         summarize(&mut status, Some(1));
         assert_eq!(status.phase, Some(BundlePhase::Denied));
     }
@@ -192,9 +205,15 @@ mod tests {
         set_condition(&mut conditions, "X", false, "A", "", None);
         conditions[0].last_transition_time = Time(Timestamp::UNIX_EPOCH);
         set_condition(&mut conditions, "X", false, "B", "other", None);
-        assert_eq!(conditions[0].last_transition_time, Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(
+            conditions[0].last_transition_time,
+            Time(Timestamp::UNIX_EPOCH)
+        );
         set_condition(&mut conditions, "X", true, "C", "", None);
-        assert_ne!(conditions[0].last_transition_time, Time(Timestamp::UNIX_EPOCH));
+        assert_ne!(
+            conditions[0].last_transition_time,
+            Time(Timestamp::UNIX_EPOCH)
+        );
     }
 
     #[test]

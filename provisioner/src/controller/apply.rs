@@ -1,0 +1,323 @@
+//! Server-side apply of a plan: in waves that never run ahead of the Namespaces and CRDs before
+//! them, concurrently within a wave, writing only objects that differ from what is live.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use gantry_api::{BUNDLE_LABEL, FIELD_MANAGER};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::Value;
+
+use super::error::{Error, Result};
+use super::plan::{Plan, PlannedObject};
+
+/// What an apply did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyOutcome {
+    /// Objects written (created or changed).
+    pub written: usize,
+    /// Objects already as desired: nothing was sent.
+    pub unchanged: usize,
+}
+
+/// Settings of the applier.
+#[derive(Clone, Copy, Debug)]
+pub struct ApplySettings {
+    /// Objects applied at once within a wave.
+    pub concurrency: usize,
+    /// How long to wait for a CRD of the bundle to be established.
+    pub crd_timeout: Duration,
+}
+
+pub(crate) fn api_for(client: &Client, object: &PlannedObject) -> Api<DynamicObject> {
+    match (&object.namespace, object.namespaced) {
+        (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &object.resource),
+        _ => Api::all_with(client.clone(), &object.resource),
+    }
+}
+
+/// Applies `plan` for bundle `bundle`. Every object is read first: an object managed by another
+/// bundle fails the apply before anything is written.
+pub async fn apply(
+    client: &Client,
+    plan: &Plan,
+    bundle: &str,
+    settings: ApplySettings,
+) -> Result<ApplyOutcome> {
+    let concurrency = settings.concurrency.max(1);
+    // The futures are built before they are streamed: a stream holding a closure over
+    // borrowed items makes the whole reconcile future fail to be `Send` for all lifetimes.
+    let reads: Vec<_> = plan
+        .objects
+        .iter()
+        .map(|object| read_live(client, object))
+        .collect();
+    let live: Vec<Option<Value>> = stream::iter(reads)
+        .buffered(concurrency)
+        .try_collect()
+        .await?;
+    for (object, live) in plan.objects.iter().zip(&live) {
+        let owner = live
+            .as_ref()
+            .and_then(|l| {
+                l.pointer(&format!(
+                    "/metadata/labels/{}",
+                    BUNDLE_LABEL.replace('/', "~1")
+                ))
+            })
+            .and_then(Value::as_str);
+        if let Some(owner) = owner.filter(|owner| *owner != bundle) {
+            return Err(Error::Conflict {
+                object: object.to_string(),
+                owner: owner.to_string(),
+            });
+        }
+    }
+
+    let mut outcome = ApplyOutcome::default();
+    let mut established: HashSet<String> = HashSet::new();
+    let mut offset = 0;
+    for wave in waves(&plan.objects) {
+        let lives = &live[offset..offset + wave.len()];
+        offset += wave.len();
+        // Before custom resources go out, their CRDs must be served.
+        for crd in wave.iter().filter_map(|o| o.needs_crd.as_deref()) {
+            if established.insert(crd.to_string()) {
+                wait_established(client, crd, settings.crd_timeout).await?;
+            }
+        }
+        let writes: Vec<_> = wave
+            .iter()
+            .zip(lives)
+            .map(|(object, live)| apply_one(client, object, live.as_ref()))
+            .collect();
+        let results: Vec<bool> = stream::iter(writes)
+            .buffered(concurrency)
+            .try_collect()
+            .await?;
+        for written in results {
+            if written {
+                outcome.written += 1;
+            } else {
+                outcome.unchanged += 1;
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// Splits objects into waves: each run of Namespaces/CRDs is one wave, each run of other
+/// objects another; a wave starts only when the one before it is done.
+pub fn waves(objects: &[PlannedObject]) -> Vec<&[PlannedObject]> {
+    let mut waves = Vec::new();
+    let mut start = 0;
+    for i in 1..=objects.len() {
+        if i == objects.len() || objects[i].is_barrier() != objects[start].is_barrier() {
+            if start < i {
+                waves.push(&objects[start..i]);
+            }
+            start = i;
+        }
+    }
+    waves
+}
+
+/// The live object, `None` when absent (or when its kind is not served yet: a CRD of the
+/// bundle that is not established).
+async fn read_live(client: &Client, object: &PlannedObject) -> Result<Option<Value>> {
+    let live = api_for(client, object)
+        .get_opt(&object.name)
+        .await
+        .map_err(|e| Error::Apply {
+            object: object.to_string(),
+            message: api_message(&e),
+        })?;
+    Ok(live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null)))
+}
+
+/// Applies one object unless it is live as desired. Returns whether it wrote.
+async fn apply_one(client: &Client, object: &PlannedObject, live: Option<&Value>) -> Result<bool> {
+    if live.is_some_and(|live| live_matches(live, &object.object)) {
+        return Ok(false);
+    }
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api_for(client, object)
+        .patch(&object.name, &params, &Patch::Apply(&object.object))
+        .await
+        .map_err(|e| Error::Apply {
+            object: object.to_string(),
+            message: api_message(&e),
+        })?;
+    Ok(true)
+}
+
+/// The API server's message for an error, without kube's wrapping.
+pub(crate) fn api_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.reason),
+        other => other.to_string(),
+    }
+}
+
+/// Waits until CRD `name` is established.
+async fn wait_established(client: &Client, name: &str, timeout: Duration) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let deadline = Instant::now() + timeout;
+    loop {
+        let crd = crds.get_opt(name).await?;
+        let established = crd
+            .as_ref()
+            .and_then(|c| c.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+        if established {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::CrdNotEstablished {
+                crd: name.to_string(),
+                seconds: timeout.as_secs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether `live` already holds every field of `desired` (so applying would change nothing).
+/// Only labels and annotations of metadata count; `status` never does; a Secret's `stringData`
+/// is compared against `data`.
+pub fn live_matches(live: &Value, desired: &Value) -> bool {
+    let Some(desired) = desired.as_object() else {
+        return false;
+    };
+    for (key, want) in desired {
+        match key.as_str() {
+            "status" => continue,
+            "metadata" => {
+                for field in ["labels", "annotations"] {
+                    let want = want.get(field).unwrap_or(&Value::Null);
+                    let have = live
+                        .pointer(&format!("/metadata/{field}"))
+                        .unwrap_or(&Value::Null);
+                    if !contains(have, want) {
+                        return false;
+                    }
+                }
+            }
+            "stringData" if is_secret(live) => {
+                let Some(want) = want.as_object() else {
+                    return false;
+                };
+                for (k, v) in want {
+                    let encoded = v.as_str().map(|s| {
+                        use base64::Engine;
+                        base64::engine::general_purpose::STANDARD.encode(s)
+                    });
+                    let have = live.pointer(&format!("/data/{}", escape_pointer(k)));
+                    if have.and_then(Value::as_str) != encoded.as_deref() {
+                        return false;
+                    }
+                }
+            }
+            _ => {
+                if !contains(live.get(key).unwrap_or(&Value::Null), want) {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+fn is_secret(live: &Value) -> bool {
+    live.get("kind").and_then(Value::as_str) == Some("Secret")
+        && live.get("apiVersion").and_then(Value::as_str) == Some("v1")
+}
+
+fn escape_pointer(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// `have` contains `want`: maps key by key, lists element by element, scalars equal (numbers
+/// by value). An empty or null `want` is satisfied by an absent field.
+fn contains(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (_, Value::Null) => true,
+        (Value::Null, Value::Object(w)) => w.values().all(|v| contains(&Value::Null, v)),
+        (Value::Null, Value::Array(w)) => w.is_empty(),
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, v)| contains(h.get(k).unwrap_or(&Value::Null), v)),
+        (Value::Array(h), Value::Array(w)) => {
+            h.len() == w.len() && h.iter().zip(w).all(|(h, w)| contains(h, w))
+        }
+        (Value::Number(h), Value::Number(w)) => h.as_f64() == w.as_f64(),
+        (h, w) => h == w,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn live_with_defaults_and_extra_metadata_matches() {
+        let desired = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "s", "namespace": "n", "labels": { "a": "1" } },
+            "spec": { "ports": [{ "port": 80 }] }
+        });
+        let live = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "s", "namespace": "n", "uid": "u", "resourceVersion": "7",
+                          "labels": { "a": "1", "b": "2" }, "managedFields": [] },
+            "spec": { "ports": [{ "port": 80, "protocol": "TCP", "targetPort": 80 }], "type": "ClusterIP" },
+            "status": { "loadBalancer": {} }
+        });
+        assert!(live_matches(&live, &desired));
+    }
+
+    #[test]
+    fn a_changed_or_missing_field_does_not_match() {
+        let desired =
+            json!({ "kind": "ConfigMap", "metadata": { "name": "c" }, "data": { "k": "v" } });
+        assert!(!live_matches(
+            &json!({ "kind": "ConfigMap", "metadata": {}, "data": { "k": "x" } }),
+            &desired
+        ));
+        assert!(!live_matches(
+            &json!({ "kind": "ConfigMap", "metadata": {} }),
+            &desired
+        ));
+        let labelled = json!({ "kind": "ConfigMap", "metadata": { "labels": { "l": "1" } } });
+        assert!(!live_matches(
+            &json!({ "kind": "ConfigMap", "metadata": {} }),
+            &labelled
+        ));
+    }
+
+    #[test]
+    fn secret_string_data_is_compared_as_data() {
+        let desired = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": {}, "stringData": { "p": "hi" } });
+        let live = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": {}, "data": { "p": "aGk=" } });
+        assert!(live_matches(&live, &desired));
+        let changed = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": {}, "data": { "p": "eA==" } });
+        assert!(!live_matches(&changed, &desired));
+    }
+
+    #[test]
+    fn numbers_compare_by_value_and_empty_wants_match_absence() {
+        assert!(contains(&json!(1.0), &json!(1)));
+        assert!(contains(&Value::Null, &json!({})));
+        assert!(contains(&Value::Null, &json!([])));
+        assert!(!contains(&Value::Null, &json!([1])));
+        assert!(!contains(&json!([1, 2]), &json!([1])));
+    }
+}

@@ -1,0 +1,70 @@
+//! What every reconcile shares.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use gantry_api::ProvisionerClass;
+use kube::Client;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+
+use super::backoff::Backoff;
+use super::discovery::KindCache;
+use super::drift::DriftWatches;
+use super::metrics::Metrics;
+use super::storage::StorageClient;
+use crate::image::Platform;
+
+/// Settings of the controller (from flags).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Namespace holding pull secrets and the registry CA secret.
+    pub namespace: String,
+    /// Platform selected from image indexes when the class names none.
+    pub platform: Platform,
+    /// Objects applied at once.
+    pub apply_concurrency: usize,
+    /// How long to wait for a bundle's CRD to be established.
+    pub crd_timeout: Duration,
+    /// How often a tag is resolved again (with jitter).
+    pub resolve_interval: Duration,
+    /// How often an installed bundle is checked for drift without a trigger (with jitter).
+    pub resync_interval: Duration,
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+    /// Where pulls unpack (default: the system's temporary directory).
+    pub scratch_dir: Option<PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            namespace: "gantry-system".into(),
+            platform: Platform::current(),
+            apply_concurrency: 16,
+            crd_timeout: Duration::from_secs(60),
+            resolve_interval: Duration::from_secs(300),
+            resync_interval: Duration::from_secs(600),
+            backoff_base: Duration::from_secs(2),
+            backoff_cap: Duration::from_secs(300),
+            scratch_dir: None,
+        }
+    }
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    pub storage: StorageClient,
+    pub classes: Store<ProvisionerClass>,
+    pub kinds: KindCache,
+    pub backoff: Backoff,
+    pub metrics: std::sync::Arc<Metrics>,
+    pub recorder: Recorder,
+    pub drift: DriftWatches,
+    /// When each bundle's tag was last resolved, and for which image.
+    pub resolved: Mutex<HashMap<String, (String, Instant)>>,
+}

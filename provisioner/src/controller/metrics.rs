@@ -1,0 +1,110 @@
+//! Prometheus metrics of the provisioner.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+/// Every metric the provisioner exports.
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconciles: Family<ResultLabels, Counter>,
+    pub reconcile_duration: Histogram,
+    pub failures: Family<ReasonLabels, Counter>,
+    pub objects_applied: Counter,
+    pub objects_unchanged: Counter,
+    pub objects_deleted: Counter,
+    pub bytes_pulled: Counter,
+    pub status_writes: Counter,
+    pub leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("gantry_provisioner");
+        let reconciles = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "Bundle reconciles by result",
+            reconciles.clone(),
+        );
+        let reconcile_duration = Histogram::new(exponential_buckets(0.005, 2.0, 14));
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of bundle reconciles",
+            reconcile_duration.clone(),
+        );
+        let failures = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "failures",
+            "Failed bundle reconciles by reason",
+            failures.clone(),
+        );
+        let objects_applied = Counter::default();
+        registry.register(
+            "objects_applied",
+            "Objects written with server-side apply",
+            objects_applied.clone(),
+        );
+        let objects_unchanged = Counter::default();
+        registry.register(
+            "objects_unchanged",
+            "Objects found live as desired (nothing sent)",
+            objects_unchanged.clone(),
+        );
+        let objects_deleted = Counter::default();
+        registry.register(
+            "objects_deleted",
+            "Objects deleted by pruning or uninstalling",
+            objects_deleted.clone(),
+        );
+        let bytes_pulled = Counter::default();
+        registry.register(
+            "bytes_pulled",
+            "Compressed layer bytes pulled from registries",
+            bytes_pulled.clone(),
+        );
+        let status_writes = Counter::default();
+        registry.register(
+            "status_writes",
+            "Bundle status writes",
+            status_writes.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register("leader", "1 while this replica leads", leader.clone());
+        Self {
+            registry,
+            reconciles,
+            reconcile_duration,
+            failures,
+            objects_applied,
+            objects_unchanged,
+            objects_deleted,
+            bytes_pulled,
+            status_writes,
+            leader,
+        }
+    }
+}
+
+impl Metrics {
+    /// The metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,81 @@
+//! Where a bundle's content comes from: the registry client for a bundle and its class
+//! (pull secrets, insecure registries, extra CA), resolving and pulling.
+
+use gantry_api::{Bundle, ProvisionerClass};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+
+use super::context::Context;
+use super::error::{Error, Result};
+use crate::image::{DockerConfig, RegistryClient, RegistryOptions};
+
+const DOCKER_CONFIG_JSON: &str = ".dockerconfigjson";
+const CA_KEY: &str = "ca.crt";
+
+/// A registry client with the credentials of the class and the bundle.
+pub async fn registry_client(
+    ctx: &Context,
+    class: &ProvisionerClass,
+    bundle: &Bundle,
+) -> Result<RegistryClient> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
+    let mut credentials = DockerConfig::default();
+    let names = class
+        .spec
+        .pull_secrets
+        .iter()
+        .chain(bundle.spec.pull_secret.iter());
+    for name in names {
+        let data = secret_key(&secrets, &ctx.settings.namespace, name, DOCKER_CONFIG_JSON).await?;
+        let config =
+            DockerConfig::from_json(&data, &format!("secret {}/{name}", ctx.settings.namespace))
+                .map_err(|e| Error::PullSecret {
+                    secret: name.clone(),
+                    message: e.to_string(),
+                })?;
+        credentials.merge(config);
+    }
+    let mut ca_pem = Vec::new();
+    if let Some(name) = &class.spec.registry_ca_secret {
+        ca_pem.push(secret_key(&secrets, &ctx.settings.namespace, name, CA_KEY).await?);
+    }
+    RegistryClient::new(RegistryOptions {
+        credentials,
+        insecure_registries: class.spec.insecure_registries.clone(),
+        ca_pem,
+    })
+    .map_err(|e| Error::from_image(&bundle.spec.image, e))
+}
+
+async fn secret_key(
+    secrets: &Api<Secret>,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<Vec<u8>> {
+    let secret = secrets
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| Error::PullSecret {
+            secret: name.to_string(),
+            message: format!("not found in namespace {namespace}"),
+        })?;
+    secret
+        .data
+        .and_then(|mut data| data.remove(key))
+        .map(|bytes| bytes.0)
+        .ok_or_else(|| Error::PullSecret {
+            secret: name.to_string(),
+            message: format!("has no key {key}"),
+        })
+}
+
+/// Whether a reference pins a digest.
+pub fn is_digest_reference(image: &str) -> bool {
+    image.contains("@sha256:")
+}
+
+/// The digest part of `repo@sha256:...`.
+pub fn digest_of(pinned: &str) -> Option<&str> {
+    pinned.rsplit_once('@').map(|(_, digest)| digest)
+}

@@ -1,0 +1,150 @@
+//! Client of the storage server: where canonical tarballs are kept.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::error::{Error, Result};
+
+/// How the provisioner reaches the storage server.
+#[derive(Clone, Debug)]
+pub struct StorageClient {
+    base: String,
+    token: Token,
+    http: reqwest::Client,
+}
+
+/// The bearer token presented to the storage server.
+#[derive(Clone, Debug)]
+pub enum Token {
+    None,
+    Static(String),
+    /// Read on every request, so a projected ServiceAccount token that rotates keeps working.
+    File(PathBuf),
+}
+
+impl StorageClient {
+    /// `base` is the server's URL (`http://127.0.0.1:8080`); `ca_pem` adds a trusted CA.
+    pub fn new(base: &str, token: Token, ca_pem: Option<&[u8]>) -> Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(600));
+        if let Some(pem) = ca_pem {
+            let certificate = reqwest::Certificate::from_pem(pem)
+                .map_err(|e| Error::Storage(format!("storage CA: {e}")))?;
+            builder = builder.add_root_certificate(certificate);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| Error::Storage(format!("building the HTTP client: {e}")))?;
+        Ok(Self {
+            base: base.trim_end_matches('/').to_string(),
+            token,
+            http,
+        })
+    }
+
+    /// URL of a bundle's tarball.
+    pub fn content_url(&self, bundle: &str, hex: &str) -> String {
+        format!("{}/bundles/{bundle}/{hex}.tar.gz", self.base)
+    }
+
+    fn request(&self, method: reqwest::Method, url: &str) -> Result<reqwest::RequestBuilder> {
+        let builder = self.http.request(method, url);
+        Ok(match &self.token {
+            Token::None => builder,
+            Token::Static(token) => builder.bearer_auth(token),
+            Token::File(path) => {
+                let token = std::fs::read_to_string(path).map_err(|e| {
+                    Error::Storage(format!("reading the token file {}: {e}", path.display()))
+                })?;
+                builder.bearer_auth(token.trim())
+            }
+        })
+    }
+
+    /// Whether the tarball is stored.
+    pub async fn exists(&self, bundle: &str, hex: &str) -> Result<bool> {
+        let url = self.content_url(bundle, hex);
+        let response = self
+            .request(reqwest::Method::HEAD, &url)?
+            .send()
+            .await
+            .map_err(|e| Error::Storage(format!("HEAD {url}: {e}")))?;
+        match response.status() {
+            s if s.is_success() => Ok(true),
+            reqwest::StatusCode::NOT_FOUND => Ok(false),
+            s => Err(Error::Storage(format!("HEAD {url}: {s}"))),
+        }
+    }
+
+    /// Uploads the tarball at `path` (streamed from disk).
+    pub async fn upload(&self, bundle: &str, hex: &str, path: &Path) -> Result<()> {
+        let url = self.content_url(bundle, hex);
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| Error::Storage(format!("opening {}: {e}", path.display())))?;
+        let length = file
+            .metadata()
+            .await
+            .map_err(|e| Error::Storage(format!("reading {}: {e}", path.display())))?
+            .len();
+        let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(file));
+        let response = self
+            .request(reqwest::Method::PUT, &url)?
+            .header(reqwest::header::CONTENT_LENGTH, length)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| Error::Storage(format!("PUT {url}: {e}")))?;
+        if !response.status().is_success() {
+            let status = response.status();
+            let text = response.text().await.unwrap_or_default();
+            return Err(Error::Storage(format!(
+                "PUT {url}: {status} {}",
+                text.trim()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Downloads a tarball, refusing more than `max_bytes`.
+    pub async fn download(&self, bundle: &str, hex: &str, max_bytes: u64) -> Result<Vec<u8>> {
+        use futures::StreamExt;
+        let url = self.content_url(bundle, hex);
+        let response = self
+            .request(reqwest::Method::GET, &url)?
+            .send()
+            .await
+            .map_err(|e| Error::Storage(format!("GET {url}: {e}")))?;
+        if !response.status().is_success() {
+            return Err(Error::Storage(format!("GET {url}: {}", response.status())));
+        }
+        let mut body = Vec::new();
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| Error::Storage(format!("GET {url}: {e}")))?;
+            if (body.len() + chunk.len()) as u64 > max_bytes {
+                return Err(Error::Storage(format!(
+                    "GET {url}: larger than the limit of {max_bytes} bytes"
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// Deletes everything stored for a bundle (nothing stored is fine).
+    pub async fn delete_bundle(&self, bundle: &str) -> Result<()> {
+        let url = format!("{}/bundles/{bundle}", self.base);
+        let response = self
+            .request(reqwest::Method::DELETE, &url)?
+            .send()
+            .await
+            .map_err(|e| Error::Storage(format!("DELETE {url}: {e}")))?;
+        match response.status() {
+            s if s.is_success() || s == reqwest::StatusCode::NOT_FOUND => Ok(()),
+            s => Err(Error::Storage(format!("DELETE {url}: {s}"))),
+        }
+    }
+}

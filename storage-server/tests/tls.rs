@@ -77,9 +77,8 @@ async fn serves_https_with_the_given_certificate() {
     };
 
     // Poll readiness over TLS: the start-up check runs after the listener is bound.
-    gantry_tests::wait_until("readiness over TLS", START_TIMEOUT, || {
-        let get = get.clone();
-        async move { (get("/readyz".into()).await.0 == StatusCode::OK).then_some(()) }
+    gantry_tests::wait_until("readiness over TLS", START_TIMEOUT, || async move {
+        (get("/readyz".into()).await.0 == StatusCode::OK).then_some(())
     })
     .await;
     let (status, body) = get(tarball_path("demo", &data)).await;

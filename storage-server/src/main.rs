@@ -84,12 +84,23 @@ async fn shutdown_signal() {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// File reads and writes run on tokio's blocking pool; its default of 512 threads
+/// would let a burst of downloads inflate memory for little gain on a local volume.
+const MAX_BLOCKING_THREADS: usize = 32;
+
+fn main() -> anyhow::Result<()> {
     // kube and tokio-rustls both use rustls; pin the provider before either runs.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .build()
+        .context("starting the async runtime")?
+        .block_on(run(args))
+}
 
+async fn run(args: Args) -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -24,6 +24,10 @@ use crate::store::{Store, StoreError};
 
 /// How long open connections may take to finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// hyper's per-connection buffer limit (its default is about 400 KiB).
+const HTTP1_MAX_BUF: usize = 64 * 1024;
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -178,7 +182,18 @@ impl Server {
             state,
         } = self;
         let service = TowerToHyperService::new(router(state.clone()));
-        let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // Without a timer hyper enforces no header timeout: slow clients could hold
+        // connections open forever without sending a request.
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            // Bounds what hyper queues per connection (one streamed chunk), which keeps
+            // memory flat with many concurrent large downloads; also caps request heads.
+            .max_buf_size(HTTP1_MAX_BUF);
+        builder.http2().timer(TokioTimer::new());
+        let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
 
         let store = state.store.clone();
@@ -247,10 +262,15 @@ impl Server {
                         }
                         Some(acceptor) => {
                             tokio::spawn(async move {
-                                let stream = match acceptor.accept(tcp).await {
-                                    Ok(s) => s,
-                                    Err(e) => {
+                                let handshake = tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(tcp));
+                                let stream = match handshake.await {
+                                    Ok(Ok(s)) => s,
+                                    Ok(Err(e)) => {
                                         tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                        return;
+                                    }
+                                    Err(_) => {
+                                        tracing::debug!(%peer, "TLS handshake timed out");
                                         return;
                                     }
                                 };

@@ -38,6 +38,7 @@ pub struct ControlPlane {
 /// Blocks while starting (a few seconds), which is fine from async tests.
 pub fn control_plane() -> &'static ControlPlane {
     static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+    crate::init_crypto();
     SHARED.get_or_init(|| {
         // A runtime of its own: the callers' runtimes end with their tests.
         std::thread::spawn(|| {
@@ -215,6 +216,7 @@ impl ControlPlane {
     }
 
     async fn try_client(&self) -> Result<Client, HarnessError> {
+        crate::init_crypto();
         client_from_kubeconfig(&self.kubeconfig).await
     }
 

@@ -8,6 +8,7 @@
 
 mod control_plane;
 mod error;
+mod gantry;
 mod pki;
 mod process;
 mod registry;
@@ -19,9 +20,16 @@ use std::time::{Duration, Instant};
 
 pub use control_plane::{ControlPlane, control_plane};
 pub use error::HarnessError;
+pub use gantry::{Provisioner, ProvisionerOptions, StorageOptions, StorageServer, binary};
 pub use pki::Pki;
 pub use process::{Lifetime, stop_detached};
 pub use registry::{Registry, RegistryOptions, registry};
+
+/// Installs rustls' `ring` provider for the process: with more than one TLS user compiled in
+/// (kube, reqwest), rustls cannot pick one by itself.
+pub fn init_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
 
 /// The workspace root (the directory holding the top-level `Cargo.toml`).
 pub fn workspace_root() -> PathBuf {

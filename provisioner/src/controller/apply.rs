@@ -157,6 +157,7 @@ async fn apply_one(client: &Client, object: &PlannedObject, live: Option<&Value>
 /// The API server's message for an error, without kube's wrapping.
 pub(crate) fn api_message(error: &kube::Error) -> String {
     match error {
+        kube::Error::Api(status) if status.reason.is_empty() => status.message.clone(),
         kube::Error::Api(status) => format!("{} ({})", status.message, status.reason),
         other => other.to_string(),
     }

@@ -92,7 +92,10 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action>
                 error.condition_type(),
                 false,
                 error.reason(),
-                error.to_string(),
+                format!(
+                    "{error} (attempt {attempt}, next retry in {:.1}s)",
+                    delay.as_secs_f64()
+                ),
                 generation,
             );
             Action::requeue(delay)

@@ -143,6 +143,7 @@ pub struct LayerTree {
     next_id: u64,
     uncompressed: u64,
     limits: EffectiveLimits,
+    on_file: Option<std::sync::mpsc::Sender<(String, PathBuf)>>,
 }
 
 impl LayerTree {
@@ -155,7 +156,15 @@ impl LayerTree {
             next_id: 0,
             uncompressed: 0,
             limits,
+            on_file: None,
         }
+    }
+
+    /// Announces every file written (its name and scratch path) on `sender`, so that it can be
+    /// validated while later content is still streaming. A file may be replaced or removed
+    /// afterwards: what counts is the tree [`LayerTree::finish`] returns.
+    pub fn notify_files(&mut self, sender: std::sync::mpsc::Sender<(String, PathBuf)>) {
+        self.on_file = Some(sender);
     }
 
     /// Decompressed bytes read so far, over all layers.
@@ -292,6 +301,10 @@ impl LayerTree {
                             path: shown,
                             reason: format!("truncated: {written} of {size} bytes"),
                         });
+                    }
+                    if let Some(sender) = &self.on_file {
+                        // A receiver that is gone only means nobody validates early.
+                        let _ = sender.send((file_name.clone(), path.clone()));
                     }
                     let stored = StoredFile {
                         path,

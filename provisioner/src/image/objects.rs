@@ -214,22 +214,42 @@ pub fn validate_files(
     files: &BundleFiles,
     limits: &EffectiveLimits,
 ) -> Result<Vec<ObjectSummary>, ImageError> {
+    check_objects(
+        files
+            .files
+            .iter()
+            .map(|(name, stored)| summarize_stored(name, &stored.path, limits)),
+        limits,
+    )
+}
+
+/// Validates one file stored at `path`.
+pub(crate) fn summarize_stored(
+    name: &str,
+    path: &std::path::Path,
+    limits: &EffectiveLimits,
+) -> Result<Vec<ObjectSummary>, ImageError> {
+    let mut buffer = Vec::new();
+    let file = std::fs::File::open(path)
+        .map_err(|e| ImageError::from_io(format!("manifests/{name}"), e))?;
+    file.take(limits.max_file_bytes.saturating_add(1))
+        .read_to_end(&mut buffer)
+        .map_err(|e| ImageError::from_io(format!("manifests/{name}"), e))?;
+    if buffer.len() as u64 > limits.max_file_bytes {
+        return Err(limits.exceeded(LimitKind::FileBytes, format!("manifests/{name}")));
+    }
+    summarize_file(name, &buffer, limits)
+}
+
+/// The checks across files, given each file's objects in file-name order.
+pub(crate) fn check_objects(
+    per_file: impl Iterator<Item = Result<Vec<ObjectSummary>, ImageError>>,
+    limits: &EffectiveLimits,
+) -> Result<Vec<ObjectSummary>, ImageError> {
     let mut all = Vec::new();
     let mut seen = HashSet::new();
-    let mut buffer = Vec::new();
-    for (name, stored) in &files.files {
-        buffer.clear();
-        let mut file = std::fs::File::open(&stored.path)
-            .map_err(|e| ImageError::from_io(format!("manifests/{name}"), e))?;
-        file.by_ref()
-            .take(limits.max_file_bytes.saturating_add(1))
-            .read_to_end(&mut buffer)
-            .map_err(|e| ImageError::from_io(format!("manifests/{name}"), e))?;
-        if buffer.len() as u64 > limits.max_file_bytes {
-            return Err(limits.exceeded(LimitKind::FileBytes, format!("manifests/{name}")));
-        }
-        let objects = summarize_file(name, &buffer, limits)?;
-        for object in objects {
+    for objects in per_file {
+        for object in objects? {
             if all.len() as u64 >= limits.max_objects {
                 return Err(limits.exceeded(
                     LimitKind::Objects,

@@ -2,6 +2,7 @@
 //! verification, decompression, limits and whiteouts into a scratch directory, then
 //! validate the result.
 
+use std::collections::HashMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
@@ -18,7 +19,7 @@ use super::client::{RegistryClient, map_error, map_stream_error, parse_reference
 use super::error::ImageError;
 use super::layer::{BundleFiles, LayerTree};
 use super::limits::{EffectiveLimits, LimitKind};
-use super::objects::{ObjectSummary, validate_files};
+use super::objects::{ObjectSummary, check_objects, summarize_stored};
 use super::platform::{Platform, select};
 
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -256,6 +257,11 @@ impl RegistryClient {
         .map_err(|e| ImageError::from_io("creating a scratch directory", e))?;
 
         let mut tree = LayerTree::new(scratch.path().to_path_buf(), limits);
+        // Files are validated on a thread of their own while later bytes still stream in;
+        // results only count for the files of the final tree, after every digest matched.
+        let (file_tx, file_rx) = std::sync::mpsc::channel::<(String, PathBuf)>();
+        tree.notify_files(file_tx);
+        let validator = Validator::start(file_rx, limits)?;
         let mut compressed = 0u64;
         for (index, layer) in layers.iter().enumerate() {
             let (back, total) = self
@@ -266,8 +272,18 @@ impl RegistryClient {
         }
         let uncompressed = tree.uncompressed_bytes();
         let (files, objects) = tokio::task::spawn_blocking(move || {
-            let files = tree.finish()?;
-            let objects = validate_files(&files, &limits)?;
+            // Finishing drops the tree's sender, which ends the validator's loop.
+            let files = tree.finish();
+            let mut early = validator.join();
+            let files = files?;
+            let objects = check_objects(
+                files.files.iter().map(|(name, stored)| {
+                    early
+                        .remove(&stored.path)
+                        .unwrap_or_else(|| summarize_stored(name, &stored.path, &limits))
+                }),
+                &limits,
+            )?;
             Ok::<_, ImageError>((files, objects))
         })
         .await
@@ -358,6 +374,58 @@ impl RegistryClient {
             });
         }
         Ok((tree, total))
+    }
+}
+
+type FileResults = HashMap<PathBuf, Result<Vec<ObjectSummary>, ImageError>>;
+
+/// Threads that validate files as the layers produce them. Each holds at most one file in
+/// memory; there are as many as the machine has cores (at most four).
+struct Validator {
+    threads: Vec<std::thread::JoinHandle<FileResults>>,
+}
+
+impl Validator {
+    fn start(
+        files: std::sync::mpsc::Receiver<(String, PathBuf)>,
+        limits: EffectiveLimits,
+    ) -> Result<Self, ImageError> {
+        let count = std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, 4));
+        let files = std::sync::Arc::new(std::sync::Mutex::new(files));
+        let mut threads = Vec::new();
+        for i in 0..count {
+            let files = files.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("gantry-validate-{i}"))
+                .spawn(move || {
+                    let mut results = FileResults::new();
+                    loop {
+                        let next = match files.lock() {
+                            Ok(receiver) => receiver.recv(),
+                            Err(_) => break,
+                        };
+                        let Ok((name, path)) = next else { break };
+                        let result = summarize_stored(&name, &path, &limits);
+                        results.insert(path, result);
+                    }
+                    results
+                })
+                .map_err(|e| ImageError::from_io("starting a validation thread", e))?;
+            threads.push(thread);
+        }
+        Ok(Validator { threads })
+    }
+
+    /// Waits for the threads (the sender must be gone) and merges their results; a thread
+    /// that failed only means its files are validated again.
+    fn join(self) -> FileResults {
+        let mut all = FileResults::new();
+        for thread in self.threads {
+            if let Ok(results) = thread.join() {
+                all.extend(results);
+            }
+        }
+        all
     }
 }
 

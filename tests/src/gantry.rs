@@ -1,0 +1,190 @@
+//! Gantry's own binaries as processes: the storage server and the provisioner.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::error::{HarnessError, IoContext};
+use crate::process::{Lifetime, free_port, spawn_daemon, state_dir, wait_for_port};
+
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The path of a binary of this workspace, built (once per test binary) if needed, so a test
+/// never runs a stale binary.
+pub fn binary(package: &str, name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
+    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = target_dir();
+    if !built.iter().any(|b| b == name) {
+        let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(crate::workspace_root())
+            .args(["build", "--quiet", "-p", package, "--bin", name])
+            .status()
+            .unwrap_or_else(|e| panic!("running cargo build for {name}: {e}"));
+        assert!(status.success(), "cargo build -p {package} --bin {name} failed");
+        built.push(name.to_string());
+    }
+    dir.join(name)
+}
+
+/// `target/debug` (or wherever this test binary was built).
+fn target_dir() -> PathBuf {
+    // The test binary lives in <target>/debug/deps/.
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent()?.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| crate::workspace_root().join("target/debug"))
+}
+
+/// A running `gantry-storage`. Dropping it kills the process.
+pub struct StorageServer {
+    url: String,
+    root: PathBuf,
+    process: Child,
+}
+
+/// How to start a storage server.
+#[derive(Clone, Debug, Default)]
+pub struct StorageOptions {
+    /// Check bearer tokens against this kubeconfig's API server; without it, `--insecure-no-auth`.
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl StorageServer {
+    pub fn start(options: StorageOptions) -> Self {
+        Self::try_start(options).unwrap_or_else(|e| panic!("starting gantry-storage: {e}"))
+    }
+
+    fn try_start(options: StorageOptions) -> Result<Self, HarnessError> {
+        let lifetime = Lifetime::TestBinary;
+        let dir = state_dir(&lifetime, "storage")?;
+        let root = dir.join("root");
+        std::fs::create_dir_all(&root).context(|| format!("creating {}", root.display()))?;
+        let port = free_port()?;
+        let mut command = Command::new(binary("gantry-storage", "gantry-storage"));
+        command
+            .arg("--root")
+            .arg(&root)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"));
+        match &options.kubeconfig {
+            Some(kubeconfig) => {
+                command.arg("--kubeconfig").arg(kubeconfig);
+            }
+            None => {
+                command.arg("--insecure-no-auth");
+            }
+        }
+        let log = dir.join("storage.log");
+        let mut process = spawn_daemon(&lifetime, command, &log)?;
+        wait_for_port("gantry-storage", port, &mut process, &log, START_TIMEOUT)?;
+        Ok(Self {
+            url: format!("http://127.0.0.1:{port}"),
+            root,
+            process,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The directory the server stores tarballs in.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl Drop for StorageServer {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// A running `gantry-provisioner`. Dropping it kills the process.
+pub struct Provisioner {
+    process: Child,
+    metrics_url: String,
+    log: PathBuf,
+}
+
+/// How to start a provisioner.
+#[derive(Clone, Debug)]
+pub struct ProvisionerOptions {
+    pub kubeconfig: PathBuf,
+    pub storage_url: String,
+    pub storage_token: Option<String>,
+    /// Namespace of pull secrets and the Lease.
+    pub namespace: String,
+    /// Further flags (`--resolve-interval=1s`, ...).
+    pub args: Vec<String>,
+}
+
+impl Provisioner {
+    pub fn start(options: ProvisionerOptions) -> Self {
+        Self::try_start(options).unwrap_or_else(|e| panic!("starting gantry-provisioner: {e}"))
+    }
+
+    fn try_start(options: ProvisionerOptions) -> Result<Self, HarnessError> {
+        let lifetime = Lifetime::TestBinary;
+        let dir = state_dir(&lifetime, "provisioner")?;
+        let port = free_port()?;
+        let mut command = Command::new(binary("gantry-provisioner", "gantry-provisioner"));
+        command
+            .arg("--kubeconfig")
+            .arg(&options.kubeconfig)
+            .arg("--storage-url")
+            .arg(&options.storage_url)
+            .arg("--namespace")
+            .arg(&options.namespace)
+            .arg("--metrics-address")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--scratch-dir")
+            .arg(&dir)
+            .args(&options.args)
+            .env_remove("KUBECONFIG")
+            .env("RUST_LOG", "info,gantry_provisioner=debug");
+        if let Some(token) = &options.storage_token {
+            command.env("GANTRY_STORAGE_TOKEN", token);
+        }
+        let log = dir.join("provisioner.log");
+        let mut process = spawn_daemon(&lifetime, command, &log)?;
+        wait_for_port("gantry-provisioner", port, &mut process, &log, START_TIMEOUT)?;
+        Ok(Self {
+            process,
+            metrics_url: format!("http://127.0.0.1:{port}"),
+            log,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT` serving /metrics, /healthz and /readyz.
+    pub fn metrics_url(&self) -> &str {
+        &self.metrics_url
+    }
+
+    /// The process's log (stderr and stdout).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the process still runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.process.try_wait(), Ok(None))
+    }
+
+    /// Stops the process at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+impl Drop for Provisioner {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -134,6 +134,19 @@ impl BundleFiles {
     }
 }
 
+/// Why reading a layer's entries stopped early.
+enum Stop {
+    /// The tar stream itself is malformed (or a limit hit while reading it).
+    Tar(io::Error),
+    Image(ImageError),
+}
+
+impl From<ImageError> for Stop {
+    fn from(e: ImageError) -> Self {
+        Stop::Image(e)
+    }
+}
+
 /// The `manifests/` tree being built from the layers of one image.
 pub struct LayerTree {
     scratch: PathBuf,
@@ -219,10 +232,25 @@ impl LayerTree {
             LimitKind::UncompressedBytes,
             format!("layer {name}"),
         );
+        let start = self.uncompressed;
         let mut archive = tar::Archive::new(limited);
-        let result = self.apply_entries(index, name, &mut archive);
+        let mut data_end = None;
+        let result = self.apply_entries(index, name, &mut archive, &mut data_end);
         let limited = archive.into_inner();
         self.uncompressed = limited.count;
+        let result = match result {
+            Ok(()) => Ok(()),
+            Err(Stop::Image(e)) => Err(e),
+            // Some writers (umoci among them) end the archive right after the last entry's
+            // data, without padding or end-of-archive blocks: that is a complete archive.
+            Err(Stop::Tar(e))
+                if data_end == Some(limited.count - start)
+                    && !e.get_ref().is_some_and(|inner| inner.is::<ImageError>()) =>
+            {
+                Ok(())
+            }
+            Err(Stop::Tar(e)) => Err(ImageError::from_io(format!("layer {name}: reading tar"), e)),
+        };
         (result, limited.into_inner())
     }
 
@@ -231,13 +259,25 @@ impl LayerTree {
         index: usize,
         layer: &str,
         archive: &mut tar::Archive<R>,
-    ) -> Result<(), ImageError> {
+        data_end: &mut Option<u64>,
+    ) -> Result<(), Stop> {
         let context = |what: &str| format!("layer {layer}: {what}");
-        let entries = archive
-            .entries()
-            .map_err(|e| ImageError::from_io(context("reading tar"), e))?;
+        let entries = archive.entries().map_err(Stop::Tar)?;
         for entry in entries {
-            let mut entry = entry.map_err(|e| ImageError::from_io(context("reading tar"), e))?;
+            let mut entry = entry.map_err(Stop::Tar)?;
+            *data_end = Some(entry.raw_file_position() + entry.size());
+            self.apply_entry(index, &context, &mut entry)?;
+        }
+        Ok(())
+    }
+
+    fn apply_entry<R: Read>(
+        &mut self,
+        index: usize,
+        context: &dyn Fn(&str) -> String,
+        entry: &mut tar::Entry<'_, R>,
+    ) -> Result<(), ImageError> {
+        {
             let raw_path = entry.path_bytes().into_owned();
             let shown = String::from_utf8_lossy(&raw_path).into_owned();
             let kind = entry.header().entry_type();
@@ -294,7 +334,7 @@ impl LayerTree {
                     }
                     let path = self.scratch.join(format!("f{}", self.next_id));
                     self.next_id += 1;
-                    let written = write_file(&path, &mut entry)
+                    let written = write_file(&path, entry)
                         .map_err(|e| ImageError::from_io(context(&shown), e))?;
                     if written != size {
                         return Err(ImageError::InvalidEntry {
@@ -633,6 +673,24 @@ pub(crate) mod tests {
         );
         assert_eq!(path, "manifests/notes.txt");
         assert!(reason.contains(".yaml"));
+    }
+
+    #[test]
+    fn archives_ending_right_after_the_last_entry_are_complete() {
+        // What umoci writes: no padding after the last file, no end-of-archive blocks.
+        let mut layer = TarBuilder::default()
+            .dir("manifests/")
+            .file("manifests/a.yaml", "0123456789")
+            .build();
+        layer.truncate(512 + 512 + 10);
+        let (_dir, bundle) = apply_one_in(layer.clone()).unwrap();
+        assert_eq!(
+            contents(&bundle),
+            vec![("a.yaml".into(), "0123456789".into())]
+        );
+        // Cut inside the data: an error, not a shorter file.
+        layer.truncate(512 + 512 + 5);
+        assert!(apply_one(layer).is_err());
     }
 
     #[test]

@@ -23,5 +23,5 @@ pub use layer::{BundleFiles, StoredFile};
 pub use limits::{EffectiveLimits, LimitKind};
 pub use objects::{BundleObject, ObjectSummary, parse_file, validate_files};
 pub use platform::Platform;
-pub use pull::{PullRequest, PulledBundle, PulledImage};
+pub use pull::{PullRequest, PullStats, PulledBundle, PulledImage};
 pub use push::{PreparedBundle, PushedImage, prepare_dir};

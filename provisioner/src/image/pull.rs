@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -46,6 +48,17 @@ pub struct PullRequest {
     /// on the file system of the final destination to make [`PulledBundle::persist_to`] a
     /// rename.
     pub scratch_parent: Option<PathBuf>,
+    /// Counters updated while the layers stream (also when the pull fails).
+    pub stats: Option<Arc<PullStats>>,
+}
+
+/// Bytes read so far by a pull, over all layers.
+#[derive(Debug, Default)]
+pub struct PullStats {
+    /// Layer bytes received from the registry.
+    pub compressed_bytes: AtomicU64,
+    /// Bytes produced by decompressing them (what a gzip bomb inflates to).
+    pub uncompressed_bytes: AtomicU64,
 }
 
 impl PullRequest {
@@ -55,6 +68,7 @@ impl PullRequest {
             platform: None,
             limits: EffectiveLimits::default(),
             scratch_parent: None,
+            stats: None,
         }
     }
 }
@@ -265,7 +279,7 @@ impl RegistryClient {
         let mut compressed = 0u64;
         for (index, layer) in layers.iter().enumerate() {
             let (back, total) = self
-                .apply_layer(&image_ref, layer, index, tree, compressed, &limits)
+                .apply_layer(&image_ref, layer, index, tree, compressed, request)
                 .await?;
             tree = back;
             compressed = total;
@@ -318,8 +332,10 @@ impl RegistryClient {
         index: usize,
         mut tree: LayerTree,
         compressed_before: u64,
-        limits: &EffectiveLimits,
+        request: &PullRequest,
     ) -> Result<(LayerTree, u64), ImageError> {
+        let limits = &request.limits;
+        let stats = request.stats.as_deref();
         let what = format!("layer {} of {}", layer.digest, reference.whole());
         let mut stream = self
             .client
@@ -336,6 +352,7 @@ impl RegistryClient {
         let mut hasher = Sha256::new();
         let mut total = compressed_before;
         let mut failure = None;
+        let mut worker_gone = false;
         while let Some(chunk) = stream.next().await {
             let chunk = match chunk {
                 Ok(chunk) => chunk,
@@ -345,14 +362,18 @@ impl RegistryClient {
                 }
             };
             total += chunk.len() as u64;
+            if let Some(stats) = stats {
+                stats.compressed_bytes.store(total, Ordering::Relaxed);
+            }
             if total > limits.max_compressed_bytes {
                 failure = Some(limits.exceeded(LimitKind::CompressedBytes, what.clone()));
                 break;
             }
             hasher.update(&chunk);
-            if tx.send(chunk).await.is_err() {
-                // The worker stopped early: its result says why.
-                break;
+            if !worker_gone && tx.send(chunk).await.is_err() {
+                // The worker stopped on an error. Hash the rest anyway: a tampered blob is
+                // then reported as a digest mismatch, not by whatever its content broke.
+                worker_gone = true;
             }
         }
         drop(tx);
@@ -361,10 +382,14 @@ impl RegistryClient {
             context: format!("unpacking {what}"),
             source: io::Error::other(e.to_string()),
         })?;
+        if let Some(stats) = stats {
+            stats
+                .uncompressed_bytes
+                .store(tree.uncompressed_bytes(), Ordering::Relaxed);
+        }
         if let Some(failure) = failure {
             return Err(failure);
         }
-        result?;
         let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
         if actual != layer.digest {
             return Err(ImageError::DigestMismatch {
@@ -373,6 +398,7 @@ impl RegistryClient {
                 actual,
             });
         }
+        result?;
         Ok((tree, total))
     }
 }

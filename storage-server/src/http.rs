@@ -1,7 +1,8 @@
 //! HTTP routes: the bundle API, health endpoints and metrics.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -24,10 +25,8 @@ use crate::auth::{Authorizer, Decision};
 use crate::metrics::{AuthLabels, CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics, RequestLabels};
 use crate::names::{BUNDLES_PREFIX, BundleName, Digest, Target};
 use crate::range::{RangeOutcome, parse_range};
-use crate::store::{PutOutcome, Store, StoreError, TarballInfo};
+use crate::store::{PutOutcome, SMALL_TARBALL, Store, StoreError, TarballInfo};
 
-/// Bodies up to this size are read in one go; larger ones are streamed.
-const SMALL_BODY: u64 = 256 * 1024;
 /// Chunk size when streaming a large body.
 const STREAM_CHUNK: u64 = 128 * 1024;
 
@@ -242,25 +241,21 @@ fn none_match(header: &str, etag: &str) -> bool {
         .any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag)
 }
 
-enum Opened {
-    NotModified,
-    Unsatisfiable {
-        size: u64,
-    },
-    Head {
-        size: u64,
-        range: Option<(u64, u64)>,
-    },
-    Small {
-        size: u64,
-        range: Option<(u64, u64)>,
-        data: Bytes,
-    },
-    Large {
-        size: u64,
-        range: Option<(u64, u64)>,
-        file: File,
-    },
+/// A tarball opened for a GET or HEAD.
+enum Content {
+    /// Small enough to be held in memory whole.
+    Whole(Bytes),
+    /// Streamed from the file.
+    File { file: File, size: u64 },
+}
+
+impl Content {
+    fn size(&self) -> u64 {
+        match self {
+            Self::Whole(b) => b.len() as u64,
+            Self::File { size, .. } => *size,
+        }
+    }
 }
 
 async fn get_tarball(
@@ -270,128 +265,133 @@ async fn get_tarball(
     headers: &HeaderMap,
     head: bool,
 ) -> Response {
+    let content = match s.store.cached(&bundle, &digest) {
+        Some(data) => Content::Whole(data),
+        None => match open_content(&s, bundle, digest.clone()).await {
+            Ok(c) => c,
+            Err(e) => return store_error(e),
+        },
+    };
     let etag = format!("\"{digest}\"");
     let header = |name| {
         headers
             .get(name)
             .and_then(|v: &HeaderValue| v.to_str().ok())
     };
-    let not_modified = header(IF_NONE_MATCH).is_some_and(|h| none_match(h, &etag));
-    // A Range applies only while the client's copy is still current (If-Range);
-    // we have no Last-Modified, so a date in If-Range never matches.
-    let range = header(RANGE)
-        .filter(|_| header(IF_RANGE).is_none_or(|v| v.trim() == etag))
-        .map(str::to_owned);
-    let store = s.store.clone();
-    // One blocking task per request: open, stat and (for small files) read.
-    let opened = tokio::task::spawn_blocking(move || -> Result<Opened, StoreError> {
-        let (mut file, size) = store.open_tarball(&bundle, &digest)?;
-        if not_modified {
-            return Ok(Opened::NotModified);
-        }
-        let range = match range.map(|r| parse_range(&r, size)) {
-            None | Some(RangeOutcome::Full) => None,
-            Some(RangeOutcome::Partial { start, end }) => Some((start, end)),
-            Some(RangeOutcome::Unsatisfiable) => return Ok(Opened::Unsatisfiable { size }),
-        };
-        if head {
-            return Ok(Opened::Head { size, range });
-        }
-        let (start, len) = range.map_or((0, size), |(s, e)| (s, e - s + 1));
-        let io = |source| StoreError::Io {
-            path: format!("{bundle}/{digest}.tar.gz").into(),
-            source,
-        };
-        if start > 0 {
-            file.seek(SeekFrom::Start(start)).map_err(io)?;
-        }
-        if len <= SMALL_BODY {
-            let mut data = vec![0u8; len as usize];
-            file.read_exact(&mut data).map_err(io)?;
-            Ok(Opened::Small {
-                size,
-                range,
-                data: data.into(),
-            })
-        } else {
-            Ok(Opened::Large { size, range, file })
-        }
-    })
-    .await;
-    let opened = match opened {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return store_error(e),
-        Err(e) => return store_error(StoreError::Task(e.to_string())),
-    };
-
     let mut builder = Response::builder()
         .header(ETAG, &etag)
         .header(ACCEPT_RANGES, "bytes");
-    let (size, range, body) = match opened {
-        Opened::NotModified => {
-            return builder
-                .status(StatusCode::NOT_MODIFIED)
-                .body(Body::empty())
-                .unwrap_or_default();
-        }
-        Opened::Unsatisfiable { size } => {
+    if header(IF_NONE_MATCH).is_some_and(|h| none_match(h, &etag)) {
+        return builder
+            .status(StatusCode::NOT_MODIFIED)
+            .body(Body::empty())
+            .unwrap_or_default();
+    }
+    let size = content.size();
+    // A Range applies only while the client's copy is still current (If-Range);
+    // we have no Last-Modified, so a date in If-Range never matches.
+    let range = match header(RANGE)
+        .filter(|_| header(IF_RANGE).is_none_or(|v| v.trim() == etag))
+        .map(|r| parse_range(r, size))
+    {
+        None | Some(RangeOutcome::Full) => None,
+        Some(RangeOutcome::Partial { start, end }) => Some((start, end)),
+        Some(RangeOutcome::Unsatisfiable) => {
             return builder
                 .status(StatusCode::RANGE_NOT_SATISFIABLE)
                 .header(CONTENT_RANGE, format!("bytes */{size}"))
                 .body(Body::empty())
                 .unwrap_or_default();
         }
-        Opened::Head { size, range } => (size, range, Body::empty()),
-        Opened::Small { size, range, data } => {
-            s.metrics.sent_bytes.inc_by(data.len() as u64);
-            (size, range, Body::from(data))
-        }
-        Opened::Large { size, range, file } => {
-            let len = range.map_or(size, |(s, e)| e - s + 1);
-            (size, range, stream_file(file, len, s.metrics.clone()))
-        }
     };
+    let (start, len) = range.map_or((0, size), |(start, end)| (start, end - start + 1));
     builder = builder.header(CONTENT_TYPE, "application/gzip");
     builder = match range {
         Some((start, end)) => builder
             .status(StatusCode::PARTIAL_CONTENT)
-            .header(CONTENT_RANGE, format!("bytes {start}-{end}/{size}"))
-            .header(CONTENT_LENGTH, end - start + 1),
-        None => builder.status(StatusCode::OK).header(CONTENT_LENGTH, size),
+            .header(CONTENT_RANGE, format!("bytes {start}-{end}/{size}")),
+        None => builder.status(StatusCode::OK),
+    };
+    builder = builder.header(CONTENT_LENGTH, len);
+    let body = match content {
+        _ if head => Body::empty(),
+        Content::Whole(data) => {
+            s.metrics.sent_bytes.inc_by(len);
+            // Offsets are within `size`, which is `data.len()`.
+            Body::from(data.slice(start as usize..(start + len) as usize))
+        }
+        Content::File { file, .. } => stream_file(file, start, len, s.metrics.clone()),
     };
     builder.body(body).unwrap_or_default()
 }
 
-/// Streams `len` bytes from the file's current position, one blocking read per chunk.
+/// Opens a tarball on a blocking thread; small ones are read whole (and cached).
+async fn open_content(
+    s: &AppState,
+    bundle: BundleName,
+    digest: Digest,
+) -> Result<Content, StoreError> {
+    let store = s.store.clone();
+    let generation = store.cache_generation();
+    let (content, bundle, digest) = tokio::task::spawn_blocking(move || {
+        let opened = store
+            .open_tarball(&bundle, &digest)
+            .and_then(|(mut file, size)| {
+                if size > SMALL_TARBALL {
+                    return Ok(Content::File { file, size });
+                }
+                let mut data = Vec::with_capacity(size as usize);
+                file.read_to_end(&mut data)
+                    .map_err(|source| StoreError::Io {
+                        path: format!("{bundle}/{digest}.tar.gz").into(),
+                        source,
+                    })?;
+                Ok(Content::Whole(data.into()))
+            });
+        (opened, bundle, digest)
+    })
+    .await
+    .map_err(|e| StoreError::Task(e.to_string()))?;
+    let content = content?;
+    if let Content::Whole(data) = &content {
+        s.store
+            .cache_insert(&bundle, &digest, data.clone(), generation);
+    }
+    Ok(content)
+}
+
+/// Streams `len` bytes from offset `start`, one blocking positional read per chunk.
 ///
 /// The buffer is allocated on the async side and reused once hyper has written the
 /// previous chunk, so a download costs at most two chunks of memory and the blocking
 /// threads never allocate (which keeps glibc from spreading buffers over its arenas).
-fn stream_file(file: File, len: u64, metrics: Arc<Metrics>) -> Body {
+fn stream_file(file: File, start: u64, len: u64, metrics: Arc<Metrics>) -> Body {
     let buf = BytesMut::with_capacity(len.min(STREAM_CHUNK) as usize);
-    let stream =
-        futures::stream::try_unfold((file, len, buf), |(file, left, mut buf)| async move {
-            if left == 0 {
+    let stream = futures::stream::try_unfold(
+        (file, start, start + len, buf),
+        |(file, pos, end, mut buf)| async move {
+            if pos >= end {
                 return Ok(None);
             }
-            let n = left.min(STREAM_CHUNK) as usize;
+            let n = (end - pos).min(STREAM_CHUNK) as usize;
             buf.clear();
             buf.reserve(n);
             buf.resize(n, 0);
             let (file, mut buf) = tokio::task::spawn_blocking(move || {
-                let (mut file, mut buf) = (file, buf);
-                file.read_exact(&mut buf[..n]).map(|()| (file, buf))
+                let mut buf = buf;
+                file.read_exact_at(&mut buf[..n], pos).map(|()| (file, buf))
             })
             .await
             .map_err(std::io::Error::other)??;
             let chunk = buf.split_to(n).freeze();
-            Ok::<_, std::io::Error>(Some((chunk, (file, left - n as u64, buf))))
-        })
-        .inspect(move |chunk| {
-            if let Ok(c) = chunk {
-                metrics.sent_bytes.inc_by(c.len() as u64);
-            }
-        });
+            Ok::<_, std::io::Error>(Some((chunk, (file, pos + n as u64, end, buf))))
+        },
+    )
+    .inspect(move |chunk| {
+        if let Ok(c) = chunk {
+            metrics.sent_bytes.inc_by(c.len() as u64);
+        }
+    });
     Body::from_stream(stream)
 }
 

@@ -49,6 +49,9 @@ struct Args {
     /// Largest accepted upload, in bytes (larger ones get 413).
     #[arg(long, default_value_t = 1 << 30)]
     max_body_bytes: u64,
+    /// Memory for caching tarballs of up to 64 KiB, in bytes (0 disables the cache).
+    #[arg(long, default_value_t = 8 << 20)]
+    cache_bytes: u64,
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
 }
@@ -130,6 +133,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         auth,
         tls,
         max_body_bytes: args.max_body_bytes,
+        cache_bytes: args.cache_bytes,
     })
     .await?;
     let addr = server.local_addr().context("reading the listen address")?;

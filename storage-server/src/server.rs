@@ -20,7 +20,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::auth::Authorizer;
 use crate::http::{AppState, router};
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError};
+use crate::store::{SMALL_TARBALL, Store, StoreError};
 
 /// How long open connections may take to finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -79,6 +79,8 @@ pub struct Config {
     pub auth: AuthConfig,
     pub tls: Option<TlsFiles>,
     pub max_body_bytes: u64,
+    /// Memory for caching small tarballs (0: no cache).
+    pub cache_bytes: u64,
 }
 
 /// Refuses to serve without authentication anywhere but on loopback.
@@ -137,7 +139,11 @@ impl Server {
     pub async fn bind(config: Config) -> Result<Self, ServerError> {
         check_listen(config.listen, &config.auth)?;
         let tls = config.tls.as_ref().map(load_tls).transpose()?;
-        let store = Arc::new(Store::open(&config.root)?);
+        let store = Arc::new(Store::open_with_cache(
+            &config.root,
+            config.cache_bytes,
+            SMALL_TARBALL,
+        )?);
         let metrics = Arc::new(Metrics::new(
             store.stored_bytes_gauge(),
             store.stored_tarballs_gauge(),

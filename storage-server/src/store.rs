@@ -33,6 +33,9 @@ pub const TRASH_PREFIX: &str = ".trash-";
 /// Directory at the root where corrupt tarballs are moved.
 pub const QUARANTINE_DIR: &str = ".quarantine";
 
+/// Tarballs up to this size are read whole, and are what the memory cache keeps.
+pub const SMALL_TARBALL: u64 = 64 * 1024;
+
 const WRITE_BUFFER: usize = 256 * 1024;
 const HASH_BUFFER: usize = 256 * 1024;
 
@@ -192,8 +195,27 @@ impl Drop for TempFile {
     }
 }
 
+/// Small tarballs kept in memory. Stored content never changes under its name, so the
+/// only invalidation needed is deletion; `generation` makes a read that raced with a
+/// deletion drop its result instead of caching it.
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<String, Bytes>,
+    /// Insertion order, for first-in first-out eviction.
+    order: std::collections::VecDeque<String>,
+    bytes: u64,
+    generation: u64,
+}
+
+fn cache_key(bundle: &BundleName, digest: &Digest) -> String {
+    format!("{bundle}/{digest}")
+}
+
 pub struct Store {
     root: PathBuf,
+    cache: Mutex<Cache>,
+    cache_budget: u64,
+    cache_entry_max: u64,
     locks: Mutex<HashMap<BundleName, Arc<BundleLock>>>,
     temp_counter: AtomicU64,
     stored_bytes: Gauge,
@@ -201,8 +223,14 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (and creates if missing) the store at `root`.
+    /// Opens (and creates if missing) the store at `root`, without a memory cache.
     pub fn open(root: &Path) -> Result<Self, StoreError> {
+        Self::open_with_cache(root, 0, 0)
+    }
+
+    /// Opens the store and keeps up to `budget` bytes of tarballs no larger than
+    /// `entry_max` in memory.
+    pub fn open_with_cache(root: &Path, budget: u64, entry_max: u64) -> Result<Self, StoreError> {
         fs::create_dir_all(root).map_err(io_err(root))?;
         let root = root.canonicalize().map_err(io_err(root))?;
         if !root.is_dir() {
@@ -210,6 +238,9 @@ impl Store {
         }
         Ok(Self {
             root,
+            cache: Mutex::default(),
+            cache_budget: budget,
+            cache_entry_max: entry_max.min(budget),
             locks: Mutex::default(),
             temp_counter: AtomicU64::new(0),
             stored_bytes: Gauge::default(),
@@ -229,6 +260,73 @@ impl Store {
     /// Number of stored tarballs.
     pub fn stored_tarballs_gauge(&self) -> Gauge {
         self.stored_tarballs.clone()
+    }
+
+    /// Largest tarball the memory cache keeps (0: no cache).
+    pub fn cache_entry_max(&self) -> u64 {
+        self.cache_entry_max
+    }
+
+    /// A cached tarball's content.
+    pub fn cached(&self, bundle: &BundleName, digest: &Digest) -> Option<Bytes> {
+        if self.cache_entry_max == 0 {
+            return None;
+        }
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.entries.get(&cache_key(bundle, digest)).cloned()
+    }
+
+    /// Read before opening a file whose content may go to [`Store::cache_insert`].
+    pub fn cache_generation(&self) -> u64 {
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .generation
+    }
+
+    /// Caches a tarball's full content, read after `generation` was taken; a
+    /// deletion since then means the content may be gone, so it is dropped.
+    pub fn cache_insert(&self, bundle: &BundleName, digest: &Digest, data: Bytes, generation: u64) {
+        let len = data.len() as u64;
+        if len > self.cache_entry_max {
+            return;
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let key = cache_key(bundle, digest);
+        if cache.generation != generation || cache.entries.contains_key(&key) {
+            return;
+        }
+        while cache.bytes + len > self.cache_budget {
+            let Some(old) = cache.order.pop_front() else {
+                break;
+            };
+            if let Some(evicted) = cache.entries.remove(&old) {
+                cache.bytes -= evicted.len() as u64;
+            }
+        }
+        cache.bytes += len;
+        cache.order.push_back(key.clone());
+        cache.entries.insert(key, data);
+    }
+
+    /// Drops cached entries whose key starts with `prefix`; called after the files are gone.
+    fn cache_invalidate(&self, prefix: &str) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.generation += 1;
+        let Cache {
+            entries,
+            order,
+            bytes,
+            ..
+        } = &mut *cache;
+        entries.retain(|k, v| {
+            let keep = !k.starts_with(prefix);
+            if !keep {
+                *bytes -= v.len() as u64;
+            }
+            keep
+        });
+        order.retain(|k| entries.contains_key(k));
     }
 
     fn bundle_dir(&self, bundle: &BundleName) -> PathBuf {
@@ -424,6 +522,7 @@ impl Store {
             Ok(meta.len())
         })
         .await?;
+        self.cache_invalidate(&cache_key(bundle, digest));
         self.add_stored(-1, 0);
         self.stored_bytes
             .dec_by(i64::try_from(size).unwrap_or(i64::MAX));
@@ -453,6 +552,7 @@ impl Store {
             Ok(tarballs)
         })
         .await?;
+        self.cache_invalidate(&format!("{bundle}/"));
         let bytes: u64 = removed.iter().map(|t| t.size).sum();
         self.stored_tarballs
             .dec_by(i64::try_from(removed.len()).unwrap_or(i64::MAX));
@@ -582,6 +682,43 @@ mod tests {
 
     fn body(data: &'static [u8]) -> impl Stream<Item = Result<Bytes, io::Error>> + Unpin {
         futures::stream::iter(data.chunks(3).map(|c| Ok(Bytes::from_static(c))))
+    }
+
+    #[tokio::test]
+    async fn cache_is_bounded_and_invalidated_by_deletion() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with_cache(dir.path(), 10, 6).unwrap();
+        let b = BundleName::parse("demo").unwrap();
+        let (d1, d2, d3) = (
+            digest_of(b"one"),
+            digest_of(b"hello world"),
+            digest_of(b"abcdef"),
+        );
+        let g = store.cache_generation();
+        store.cache_insert(&b, &d1, Bytes::from_static(b"one"), g);
+        // Over the per-entry limit: not cached.
+        store.cache_insert(&b, &d2, Bytes::from_static(b"hello world"), g);
+        assert_eq!(store.cached(&b, &d1).as_deref(), Some(&b"one"[..]));
+        assert_eq!(store.cached(&b, &d2), None);
+        // 3 + 6 bytes fit in 10; a second 6-byte entry evicts the oldest.
+        store.cache_insert(&b, &d3, Bytes::from_static(b"abcdef"), g);
+        assert!(store.cached(&b, &d1).is_some() && store.cached(&b, &d3).is_some());
+        let other = BundleName::parse("other").unwrap();
+        store.cache_insert(&other, &d3, Bytes::from_static(b"abcdef"), g);
+        assert_eq!(store.cached(&b, &d1), None);
+        assert!(store.cache.lock().unwrap().bytes <= 10);
+
+        // A deletion drops the entries and any read that started before it.
+        store.put(&b, &d3, body(b"abcdef"), 100).await.unwrap();
+        let before = store.cache_generation();
+        store.delete_tarball(&b, &d3).await.unwrap();
+        assert_eq!(store.cached(&b, &d3), None);
+        store.cache_insert(&b, &d3, Bytes::from_static(b"abcdef"), before);
+        assert_eq!(store.cached(&b, &d3), None, "a stale read was cached");
+        assert!(store.cached(&other, &d3).is_some());
+        store.put(&other, &d3, body(b"abcdef"), 100).await.unwrap();
+        store.delete_bundle(&other).await.unwrap();
+        assert_eq!(store.cached(&other, &d3), None);
     }
 
     #[tokio::test]

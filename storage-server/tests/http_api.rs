@@ -219,8 +219,14 @@ async fn concurrent_puts_of_the_same_digest() {
 
 #[tokio::test]
 async fn range_requests() {
+    // From the memory cache, and from the file with the cache off.
+    range_requests_with(&[]).await;
+    range_requests_with(&["--cache-bytes", "0"]).await;
+}
+
+async fn range_requests_with(args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &[]);
+    let server = Server::start(dir.path(), args);
     server.wait_ready().await;
     let data = content(1000, 6);
     let path = tarball_path("demo", &data);
@@ -279,6 +285,35 @@ async fn range_requests() {
     assert_eq!(head.status, StatusCode::PARTIAL_CONTENT);
     assert_eq!(head.header("content-length"), Some("100"));
     assert!(head.body.is_empty());
+}
+
+#[tokio::test]
+async fn deleted_content_is_not_served_from_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    server.wait_ready().await;
+    let data = content(1000, 13);
+    let path = tarball_path("demo", &data);
+    for _ in 0..2 {
+        assert_eq!(server.put(&path, &data).await.status, StatusCode::CREATED);
+        // Read twice: the second read may come from memory.
+        for _ in 0..2 {
+            let get = server.get(&path).await;
+            assert_eq!(get.status, StatusCode::OK);
+            assert_eq!(&get.body[..], &data[..]);
+        }
+        assert_eq!(server.delete(&path).await.status, StatusCode::NO_CONTENT);
+        assert_eq!(server.get(&path).await.status, StatusCode::NOT_FOUND);
+        let head = server.request(Method::HEAD, &path, &[], empty()).await;
+        assert_eq!(head.status, StatusCode::NOT_FOUND);
+    }
+    assert_eq!(server.put(&path, &data).await.status, StatusCode::CREATED);
+    assert_eq!(server.get(&path).await.status, StatusCode::OK);
+    assert_eq!(
+        server.delete("/bundles/demo").await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(server.get(&path).await.status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]

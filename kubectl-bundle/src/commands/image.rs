@@ -104,6 +104,13 @@ pub async fn pull(args: PullArgs) -> anyhow::Result<()> {
     let client = client_for(&args.image, &args.registry)?;
     let mut request = PullRequest::new(&args.image);
     request.platform = args.platform.as_deref().map(str::parse).transpose()?;
+    let target = args.output.join("manifests");
+    if std::fs::read_dir(&target).is_ok_and(|mut entries| entries.next().is_some()) {
+        anyhow::bail!(
+            "{} is not empty: pull writes a bundle directory's manifests/",
+            target.display()
+        );
+    }
     // Unpacking next to the destination makes writing it a rename.
     std::fs::create_dir_all(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;

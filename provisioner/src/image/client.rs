@@ -316,6 +316,14 @@ pub(crate) fn map_error(reference: &Reference, error: OciDistributionError) -> I
             expected,
             actual,
         },
+        OciDistributionError::RequestError(e) => match e.status().map(|s| s.as_u16()) {
+            Some(401 | 403) => refused(chain(&e)),
+            Some(404) => not_found(chain(&e)),
+            _ => ImageError::Registry {
+                reference: whole,
+                detail: chain(&e),
+            },
+        },
         other => ImageError::Registry {
             reference: whole,
             detail: chain(&other),

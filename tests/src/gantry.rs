@@ -10,9 +10,16 @@ use crate::process::{Lifetime, free_port, spawn_daemon, state_dir, wait_for_port
 
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Set (by `scripts/test`, after `cargo build --workspace --bins`) when the binaries are known
+/// to be current: tests then run them without asking cargo.
+pub const BINARIES_BUILT_ENV: &str = "GANTRY_BINARIES_BUILT";
+
 /// The path of a binary of this workspace, built (once per test binary) if needed, so a test
 /// never runs a stale binary.
 pub fn binary(package: &str, name: &str) -> PathBuf {
+    if std::env::var_os(BINARIES_BUILT_ENV).is_some() {
+        return target_dir().join(name);
+    }
     static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
     let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
     let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
@@ -23,7 +30,10 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
             .args(["build", "--quiet", "-p", package, "--bin", name])
             .status()
             .unwrap_or_else(|e| panic!("running cargo build for {name}: {e}"));
-        assert!(status.success(), "cargo build -p {package} --bin {name} failed");
+        assert!(
+            status.success(),
+            "cargo build -p {package} --bin {name} failed"
+        );
         built.push(name.to_string());
     }
     dir.join(name)
@@ -153,7 +163,13 @@ impl Provisioner {
         }
         let log = dir.join("provisioner.log");
         let mut process = spawn_daemon(&lifetime, command, &log)?;
-        wait_for_port("gantry-provisioner", port, &mut process, &log, START_TIMEOUT)?;
+        wait_for_port(
+            "gantry-provisioner",
+            port,
+            &mut process,
+            &log,
+            START_TIMEOUT,
+        )?;
         Ok(Self {
             process,
             metrics_url: format!("http://127.0.0.1:{port}"),

@@ -89,7 +89,11 @@ async fn apply_class(client: &Client, name: &str, spec: ProvisionerClassSpec, de
     }
     let classes: Api<ProvisionerClass> = Api::all(client.clone());
     classes
-        .patch(name, &PatchParams::apply("gantry-tests").force(), &Patch::Apply(&class))
+        .patch(
+            name,
+            &PatchParams::apply("gantry-tests").force(),
+            &Patch::Apply(&class),
+        )
         .await
         .expect("applying a ProvisionerClass");
 }
@@ -98,7 +102,11 @@ async fn ensure_namespace(client: &Client, name: &str) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap();
     namespaces
-        .patch(name, &PatchParams::apply("gantry-tests").force(), &Patch::Apply(&ns))
+        .patch(
+            name,
+            &PatchParams::apply("gantry-tests").force(),
+            &Patch::Apply(&ns),
+        )
         .await
         .expect("creating a namespace");
 }
@@ -137,7 +145,9 @@ fn config_map(name: &str, namespace: Option<&str>, data: &str) -> String {
     let namespace = namespace
         .map(|ns| format!("  namespace: {ns}\n"))
         .unwrap_or_default();
-    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n{namespace}data:\n  value: \"{data}\"\n")
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n{namespace}data:\n  value: \"{data}\"\n"
+    )
 }
 
 fn namespace_yaml(name: &str) -> String {
@@ -170,7 +180,12 @@ fn condition<'a>(bundle: &'a Bundle, type_: &str) -> Option<&'a gantry_api::Cond
 }
 
 /// Waits until the bundle satisfies `check`; the failure message shows its last status.
-async fn wait_bundle(client: &Client, name: &str, what: &str, check: impl Fn(&Bundle) -> bool) -> Bundle {
+async fn wait_bundle(
+    client: &Client,
+    name: &str,
+    what: &str,
+    mut check: impl FnMut(&Bundle) -> bool,
+) -> Bundle {
     let bundles: Api<Bundle> = Api::all(client.clone());
     let mut last = None;
     let found = tokio::time::timeout(WAIT, async {
@@ -189,20 +204,24 @@ async fn wait_bundle(client: &Client, name: &str, what: &str, check: impl Fn(&Bu
         Ok(bundle) => bundle,
         Err(_) => panic!(
             "bundle {name}: timed out waiting for {what}; last phase and conditions: {:?} {}",
-            last.as_ref().and_then(|b| b.status.as_ref()).and_then(|s| s.phase),
-            serde_json::to_string_pretty(&last.and_then(|b| b.status).map(|s| s.conditions)).unwrap_or_default()
+            last.as_ref()
+                .and_then(|b| b.status.as_ref())
+                .and_then(|s| s.phase),
+            serde_json::to_string_pretty(&last.and_then(|b| b.status).map(|s| s.conditions))
+                .unwrap_or_default()
         ),
     }
 }
 
 fn is_ready(bundle: &Bundle) -> bool {
-    condition(bundle, types::READY).is_some_and(|c| {
-        c.status == "True" && c.observed_generation == bundle.metadata.generation
-    })
+    condition(bundle, types::READY)
+        .is_some_and(|c| c.status == "True" && c.observed_generation == bundle.metadata.generation)
 }
 
 fn reason_is(type_: &'static str, reason: &'static str) -> impl Fn(&Bundle) -> bool {
-    move |bundle| condition(bundle, type_).is_some_and(|c| c.status == "False" && c.reason == reason)
+    move |bundle| {
+        condition(bundle, type_).is_some_and(|c| c.status == "False" && c.reason == reason)
+    }
 }
 
 async fn config_map_data(client: &Client, namespace: &str, name: &str) -> Option<String> {
@@ -222,28 +241,64 @@ async fn a_bundle_installs_and_reports_its_digest() {
         &format!("{ns}/app:v1"),
         &[
             ("00-namespace.yaml", namespace_yaml(&ns)),
-            ("10-config.yaml", format!("{}---\n{}", config_map("one", None, "1"), config_map("two", None, "2"))),
+            (
+                "10-config.yaml",
+                format!(
+                    "{}---\n{}",
+                    config_map("one", None, "1"),
+                    config_map("two", None, "2")
+                ),
+            ),
         ],
     )
     .await;
     let name = unique_name("ready");
-    create_bundle(&client, &name, spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns))).await;
+    create_bundle(
+        &client,
+        &name,
+        spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns)),
+    )
+    .await;
     let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
     let status = bundle.status.clone().unwrap();
 
     assert_eq!(status.phase, Some(BundlePhase::Installed));
-    assert_eq!(status.resolved_image.as_deref(), Some(image.as_str()), "the tag resolved to the pushed digest");
+    assert_eq!(
+        status.resolved_image.as_deref(),
+        Some(image.as_str()),
+        "the tag resolved to the pushed digest"
+    );
     assert_eq!(status.platform, Some(Platform::current().to_string()));
-    assert!(status.manifest_digest.as_deref().is_some_and(|d| d.starts_with("sha256:")));
+    assert!(
+        status
+            .manifest_digest
+            .as_deref()
+            .is_some_and(|d| d.starts_with("sha256:"))
+    );
     assert!(bundle.finalizers().iter().any(|f| f == UNINSTALL_FINALIZER));
-    let kinds: Vec<(&str, &str)> = status.inventory.iter().map(|e| (e.kind.as_str(), e.name.as_str())).collect();
-    assert_eq!(kinds, [("Namespace", ns.as_str()), ("ConfigMap", "one"), ("ConfigMap", "two")]);
+    let kinds: Vec<(&str, &str)> = status
+        .inventory
+        .iter()
+        .map(|e| (e.kind.as_str(), e.name.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("Namespace", ns.as_str()),
+            ("ConfigMap", "one"),
+            ("ConfigMap", "two")
+        ]
+    );
 
     // The objects are there, labelled, owned by field manager `gantry`.
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let one = api.get("one").await.expect("ConfigMap one exists");
     assert_eq!(one.labels().get(BUNDLE_LABEL), Some(&name));
-    assert!(one.managed_fields().iter().any(|m| m.manager.as_deref() == Some("gantry")));
+    assert!(
+        one.managed_fields()
+            .iter()
+            .any(|m| m.manager.as_deref() == Some("gantry"))
+    );
 
     // The stored content is where status says, with the digest status says.
     let url = status.content_url.clone().expect("contentURL");
@@ -251,11 +306,785 @@ async fn a_bundle_installs_and_reports_its_digest() {
     let body = reqwest::get(&url).await.unwrap().bytes().await.unwrap();
     let digest = status.content_digest.clone().unwrap();
     use sha2::Digest;
-    assert_eq!(digest, format!("sha256:{}", hex::encode(sha2::Sha256::digest(&body))));
+    assert_eq!(
+        digest,
+        format!("sha256:{}", hex::encode(sha2::Sha256::digest(&body)))
+    );
 
     // Requested permissions count what was installed.
     let permissions = status.requested_permissions.expect("requestedPermissions");
     assert_eq!(permissions.cluster_scoped[0].kind, "Namespace");
     assert_eq!(permissions.namespaced[0].namespace, ns);
     assert_eq!(permissions.namespaced[0].kinds[0].count, 2);
+}
+
+#[tokio::test]
+async fn a_moved_tag_rolls_out_and_prunes() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("moved");
+    ensure_namespace(&client, &ns).await;
+    let repo = format!("{ns}/app:stable");
+    let first = push(
+        &repo,
+        &[
+            ("a.yaml", config_map("kept", None, "v1")),
+            ("b.yaml", config_map("dropped", None, "v1")),
+        ],
+    )
+    .await;
+    let name = unique_name("moved");
+    create_bundle(
+        &client,
+        &name,
+        spec(&format!("{}/{repo}", registry().host()), Some(&ns)),
+    )
+    .await;
+    let bundle = wait_bundle(&client, &name, "Ready on the first digest", is_ready).await;
+    assert_eq!(
+        bundle.status.unwrap().resolved_image.as_deref(),
+        Some(first.as_str())
+    );
+    assert_eq!(
+        config_map_data(&client, &ns, "dropped").await.as_deref(),
+        Some("v1")
+    );
+
+    // The tag moves: the new digest is noticed, applied, and what it no longer has is pruned.
+    let second = push(
+        &repo,
+        &[
+            ("a.yaml", config_map("kept", None, "v2")),
+            ("c.yaml", config_map("added", None, "v2")),
+        ],
+    )
+    .await;
+    assert_ne!(first, second);
+    wait_bundle(&client, &name, "Ready on the second digest", |b| {
+        is_ready(b)
+            && b.status.as_ref().and_then(|s| s.resolved_image.as_deref()) == Some(second.as_str())
+    })
+    .await;
+    assert_eq!(
+        config_map_data(&client, &ns, "kept").await.as_deref(),
+        Some("v2")
+    );
+    assert_eq!(
+        config_map_data(&client, &ns, "added").await.as_deref(),
+        Some("v2")
+    );
+    assert_eq!(
+        config_map_data(&client, &ns, "dropped").await,
+        None,
+        "pruned"
+    );
+}
+
+#[tokio::test]
+async fn bundles_of_another_provisioner_are_left_untouched() {
+    gantry();
+    let client = control_plane().client().await;
+    let other = unique_name("other-class");
+    apply_class(
+        &client,
+        &other,
+        ProvisionerClassSpec {
+            provisioner: "example.com/other".into(),
+            ..Default::default()
+        },
+        false,
+    )
+    .await;
+    let ns = unique_name("untouched");
+    ensure_namespace(&client, &ns).await;
+    let image = format!("{}/{ns}/app:v1", registry().host());
+    push(
+        &format!("{ns}/app:v1"),
+        &[("a.yaml", config_map("never", None, "x"))],
+    )
+    .await;
+    let foreign = unique_name("foreign");
+    let mut foreign_spec = spec(&image, Some(&ns));
+    foreign_spec.provisioner_class_name = Some(other.clone());
+    create_bundle(&client, &foreign, foreign_spec).await;
+    // A bundle of ours created afterwards reaching Ready shows the controller has seen both.
+    let ours = unique_name("ours");
+    create_bundle(&client, &ours, spec(&image, Some(&ns))).await;
+    wait_bundle(&client, &ours, "Ready", is_ready).await;
+
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let foreign = bundles.get(&foreign).await.unwrap();
+    assert_eq!(
+        foreign.status, None,
+        "no status written on another provisioner's bundle"
+    );
+    assert!(foreign.finalizers().is_empty(), "no finalizer added");
+}
+
+#[tokio::test]
+async fn the_default_class_serves_bundles_without_a_class() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("default");
+    ensure_namespace(&client, &ns).await;
+    push(
+        &format!("{ns}/app:v1"),
+        &[("a.yaml", config_map("c", None, "x"))],
+    )
+    .await;
+    let name = unique_name("default");
+    let created = create_bundle(
+        &client,
+        &name,
+        spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns)),
+    )
+    .await;
+    assert_eq!(created.spec.provisioner_class_name, None);
+    let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
+    let approved = condition(&bundle, types::APPROVED).unwrap();
+    assert!(
+        approved.message.contains(DEFAULT_CLASS),
+        "{}",
+        approved.message
+    );
+    let classes: Api<ProvisionerClass> = Api::all(client.clone());
+    let class = classes.get(DEFAULT_CLASS).await.unwrap();
+    let accepted = class.status.unwrap().conditions;
+    assert!(
+        accepted
+            .iter()
+            .any(|c| c.type_ == types::ACCEPTED && c.status == "True")
+    );
+}
+
+#[tokio::test]
+async fn a_missing_class_waits_and_proceeds_when_it_appears() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("late-class");
+    ensure_namespace(&client, &ns).await;
+    push(
+        &format!("{ns}/app:v1"),
+        &[("a.yaml", config_map("c", None, "x"))],
+    )
+    .await;
+    let class = unique_name("late");
+    let name = unique_name("late-class");
+    let mut bundle_spec = spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns));
+    bundle_spec.provisioner_class_name = Some(class.clone());
+    create_bundle(&client, &name, bundle_spec).await;
+    let waiting = wait_bundle(
+        &client,
+        &name,
+        "ClassNotFound",
+        reason_is(types::UNPACKED, reasons::CLASS_NOT_FOUND),
+    )
+    .await;
+    assert!(
+        condition(&waiting, types::UNPACKED)
+            .unwrap()
+            .message
+            .contains(&class)
+    );
+    apply_class(
+        &client,
+        &class,
+        class_spec(ApprovalPolicy::Automatic),
+        false,
+    )
+    .await;
+    wait_bundle(&client, &name, "Ready once the class exists", is_ready).await;
+}
+
+#[tokio::test]
+async fn pull_failures_retry_with_growing_delays() {
+    gantry();
+    let client = control_plane().client().await;
+    // A tag that does not exist.
+    let missing = unique_name("missing-tag");
+    create_bundle(
+        &client,
+        &missing,
+        spec(
+            &format!("{}/nothing/here:v404", registry().host()),
+            Some("default"),
+        ),
+    )
+    .await;
+    let mut delays = Vec::new();
+    let mut attempts_seen = Vec::new();
+    wait_bundle(&client, &missing, "four failed attempts", |b| {
+        let Some(c) = condition(b, types::UNPACKED) else {
+            return false;
+        };
+        if c.reason != reasons::PULL_FAILED {
+            return false;
+        }
+        assert!(
+            c.message.contains("nothing/here:v404"),
+            "the message names the reference: {}",
+            c.message
+        );
+        if let Some((attempt, delay)) = parse_retry(&c.message) {
+            if attempts_seen.last() != Some(&attempt) {
+                attempts_seen.push(attempt);
+                delays.push(delay);
+            }
+        }
+        attempts_seen.last().is_some_and(|a| *a >= 4)
+    })
+    .await;
+    assert!(
+        attempts_seen.windows(2).all(|w| w[1] > w[0]),
+        "attempts grow: {attempts_seen:?}"
+    );
+    // 200ms base, doubling, ±20% jitter: each delay after the first is clearly longer.
+    let first = delays.first().copied().unwrap();
+    let last = delays.last().copied().unwrap();
+    assert!(last > first * 2.0, "delays grow: {delays:?}");
+    let bundle = wait_bundle(&client, &missing, "Failing", |b| {
+        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::Failing)
+    })
+    .await;
+    assert_eq!(
+        condition(&bundle, types::READY).unwrap().reason,
+        reasons::PULL_FAILED
+    );
+
+    // A registry that does not answer (a closed loopback port).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let unreachable = unique_name("unreachable");
+    let class = unique_name("unreachable-class");
+    let mut class_body = class_spec(ApprovalPolicy::Automatic);
+    class_body
+        .insecure_registries
+        .push(format!("127.0.0.1:{port}"));
+    apply_class(&client, &class, class_body, false).await;
+    let mut s = spec(&format!("127.0.0.1:{port}/app:v1"), Some("default"));
+    s.provisioner_class_name = Some(class);
+    create_bundle(&client, &unreachable, s).await;
+    let bundle = wait_bundle(
+        &client,
+        &unreachable,
+        "PullFailed",
+        reason_is(types::UNPACKED, reasons::PULL_FAILED),
+    )
+    .await;
+    assert!(
+        condition(&bundle, types::UNPACKED)
+            .unwrap()
+            .message
+            .contains(&format!("127.0.0.1:{port}"))
+    );
+}
+
+/// `(attempt, delay seconds)` from "... (attempt N, next retry in X.Ys)".
+fn parse_retry(message: &str) -> Option<(u32, f64)> {
+    let rest = &message[message.rfind("(attempt ")? + "(attempt ".len()..];
+    let (attempt, rest) = rest.split_once(", next retry in ")?;
+    let delay = rest.strip_suffix("s)")?;
+    Some((attempt.parse().ok()?, delay.parse().ok()?))
+}
+
+#[tokio::test]
+async fn an_invalid_bundle_fails_with_nothing_applied() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("invalid");
+    ensure_namespace(&client, &ns).await;
+    // The image is pushed by skipping validation: a raw layer with a broken second file.
+    let image = push_unvalidated(
+        &format!("{ns}/app:v1"),
+        &[
+            ("a.yaml", config_map("would-be-applied", None, "x")),
+            (
+                "b.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {}\n".into(),
+            ),
+        ],
+    )
+    .await;
+    let name = unique_name("invalid");
+    create_bundle(&client, &name, spec(&image, Some(&ns))).await;
+    let bundle = wait_bundle(
+        &client,
+        &name,
+        "InvalidBundle",
+        reason_is(types::UNPACKED, reasons::INVALID_BUNDLE),
+    )
+    .await;
+    let message = &condition(&bundle, types::UNPACKED).unwrap().message;
+    assert!(
+        message.contains("b.yaml"),
+        "the message names the file: {message}"
+    );
+    assert_eq!(
+        config_map_data(&client, &ns, "would-be-applied").await,
+        None,
+        "nothing applied"
+    );
+    assert!(bundle.status.unwrap().inventory.is_empty());
+}
+
+/// Pushes files as a plain+v0 image without validating them (to test the controller's checks).
+async fn push_unvalidated(repository_tag: &str, files: &[(&str, String)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    write_bundle(dir.path(), files);
+    let layout = dir.path().join("layout");
+    let image = format!("{}:v1", layout.display());
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("umoci")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "umoci {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["init", "--layout", layout.to_str().unwrap()]);
+    run(&["new", "--image", &image]);
+    run(&[
+        "insert",
+        "--image",
+        &image,
+        dir.path().join("manifests").to_str().unwrap(),
+        "/manifests",
+    ]);
+    let target = format!("docker://{}/{repository_tag}", registry().host());
+    let digest_file = dir.path().join("digest");
+    let out = std::process::Command::new("skopeo")
+        .args([
+            "copy",
+            "--dest-tls-verify=false",
+            "--digestfile",
+            digest_file.to_str().unwrap(),
+        ])
+        .arg(format!("oci:{image}"))
+        .arg(&target)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "skopeo: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let digest = std::fs::read_to_string(digest_file).unwrap();
+    let repository = repository_tag.split(':').next().unwrap();
+    format!("{}/{repository}@{}", registry().host(), digest.trim())
+}
+
+#[tokio::test]
+async fn a_crd_and_its_resources_install_together() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("crd");
+    let group = format!("{ns}.example.com");
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names:\n    kind: Widget\n    plural: widgets\n    singular: widget\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec:\n            type: object\n            properties:\n              size:\n                type: integer\n"
+    );
+    let widget = |name: &str| {
+        format!(
+            "apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: {name}\nspec:\n  size: 3\n"
+        )
+    };
+    let image = push(
+        &format!("{ns}/app:v1"),
+        &[
+            ("00-namespace.yaml", namespace_yaml(&ns)),
+            ("01-crd.yaml", crd),
+            (
+                "02-widgets.yaml",
+                format!("{}---\n{}", widget("small"), widget("large")),
+            ),
+        ],
+    )
+    .await;
+    let name = unique_name("crd");
+    create_bundle(&client, &name, spec(&image, Some(&ns))).await;
+    let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
+    let kinds: Vec<&str> = bundle
+        .status
+        .as_ref()
+        .unwrap()
+        .inventory
+        .iter()
+        .map(|e| e.kind.as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Namespace", "CustomResourceDefinition", "Widget", "Widget"]
+    );
+    let resource = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(&group, "v1", "Widget"),
+        "widgets",
+    );
+    let widgets: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &resource);
+    let small = widgets
+        .get("small")
+        .await
+        .expect("the custom resource exists");
+    assert_eq!(small.data["spec"]["size"], 3);
+
+    // Deleting the bundle removes everything, the CRD included, and the stored content.
+    let content_url = bundle.status.unwrap().content_url.unwrap();
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    bundles
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until("the bundle to be gone", WAIT, || {
+        let bundles = bundles.clone();
+        let name = name.clone();
+        async move {
+            bundles
+                .get_opt(&name)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds.get_opt(&format!("widgets.{group}")).await.unwrap();
+    assert!(
+        crd.is_none_or(|c| c.metadata.deletion_timestamp.is_some()),
+        "the CRD is deleted"
+    );
+    let status = reqwest::get(&content_url).await.unwrap().status();
+    assert_eq!(
+        status,
+        reqwest::StatusCode::NOT_FOUND,
+        "stored content removed"
+    );
+}
+
+#[tokio::test]
+async fn install_namespace_defaulting_absence_and_late_namespace() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("late-ns");
+    let image = push(
+        &format!("{ns}/app:v1"),
+        &[("a.yaml", config_map("c", None, "x"))],
+    )
+    .await;
+
+    // No namespace on the object and none set on the bundle: the objects are named.
+    let without = unique_name("no-ns");
+    create_bundle(&client, &without, spec(&image, None)).await;
+    let bundle = wait_bundle(
+        &client,
+        &without,
+        "NamespaceRequired",
+        reason_is(types::INSTALLED, reasons::NAMESPACE_REQUIRED),
+    )
+    .await;
+    assert!(
+        condition(&bundle, types::INSTALLED)
+            .unwrap()
+            .message
+            .contains("ConfigMap c (a.yaml")
+    );
+
+    // An install namespace that does not exist yet: wait, then install once it appears.
+    let later = unique_name("later");
+    create_bundle(&client, &later, spec(&image, Some(&ns))).await;
+    let bundle = wait_bundle(
+        &client,
+        &later,
+        "NamespaceNotFound",
+        reason_is(types::INSTALLED, reasons::NAMESPACE_NOT_FOUND),
+    )
+    .await;
+    assert!(
+        condition(&bundle, types::INSTALLED)
+            .unwrap()
+            .message
+            .contains(&ns)
+    );
+    ensure_namespace(&client, &ns).await;
+    wait_bundle(&client, &later, "Ready once the namespace exists", is_ready).await;
+    assert_eq!(
+        config_map_data(&client, &ns, "c").await.as_deref(),
+        Some("x"),
+        "defaulted into the install namespace"
+    );
+}
+
+#[tokio::test]
+async fn drift_is_corrected() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("drift");
+    ensure_namespace(&client, &ns).await;
+    let image = push(
+        &format!("{ns}/app:v1"),
+        &[("a.yaml", config_map("watched", None, "desired"))],
+    )
+    .await;
+    let name = unique_name("drift");
+    create_bundle(&client, &name, spec(&image, Some(&ns))).await;
+    wait_bundle(&client, &name, "Ready", is_ready).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+
+    // A changed field comes back.
+    let patch = json!({ "data": { "value": "tampered" } });
+    api.patch("watched", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_until(
+        "the changed field to be restored",
+        Duration::from_secs(20),
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move {
+                (config_map_data(&client, &ns, "watched").await.as_deref() == Some("desired"))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+
+    // A deleted object comes back.
+    api.delete("watched", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until(
+        "the deleted object to be restored",
+        Duration::from_secs(20),
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move {
+                (config_map_data(&client, &ns, "watched").await.as_deref() == Some("desired"))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn two_bundles_claiming_one_object_conflict_on_the_second() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("claim");
+    ensure_namespace(&client, &ns).await;
+    let first_image = push(
+        &format!("{ns}/first:v1"),
+        &[("a.yaml", config_map("shared", None, "first"))],
+    )
+    .await;
+    let second_image = push(
+        &format!("{ns}/second:v1"),
+        &[("a.yaml", config_map("shared", None, "second"))],
+    )
+    .await;
+    let first = unique_name("first");
+    create_bundle(&client, &first, spec(&first_image, Some(&ns))).await;
+    wait_bundle(&client, &first, "Ready", is_ready).await;
+    let second = unique_name("second");
+    create_bundle(&client, &second, spec(&second_image, Some(&ns))).await;
+    let bundle = wait_bundle(
+        &client,
+        &second,
+        "Conflict",
+        reason_is(types::INSTALLED, reasons::CONFLICT),
+    )
+    .await;
+    let message = &condition(&bundle, types::INSTALLED).unwrap().message;
+    assert!(
+        message.contains("shared") && message.contains(&first),
+        "{message}"
+    );
+    assert_eq!(
+        config_map_data(&client, &ns, "shared").await.as_deref(),
+        Some("first"),
+        "no tug of war"
+    );
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    assert!(
+        is_ready(&bundles.get(&first).await.unwrap()),
+        "the first bundle stays Ready"
+    );
+}
+
+#[tokio::test]
+async fn require_digest_rejects_a_tag() {
+    gantry();
+    let client = control_plane().client().await;
+    let class = unique_name("pinned-only");
+    let mut body = class_spec(ApprovalPolicy::Automatic);
+    body.require_digest = true;
+    apply_class(&client, &class, body, false).await;
+    let ns = unique_name("pinned");
+    ensure_namespace(&client, &ns).await;
+    let pinned = push(
+        &format!("{ns}/app:v1"),
+        &[("a.yaml", config_map("c", None, "x"))],
+    )
+    .await;
+
+    let tagged = unique_name("tagged");
+    let mut s = spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns));
+    s.provisioner_class_name = Some(class.clone());
+    create_bundle(&client, &tagged, s).await;
+    let bundle = wait_bundle(
+        &client,
+        &tagged,
+        "DigestRequired",
+        reason_is(types::UNPACKED, reasons::DIGEST_REQUIRED),
+    )
+    .await;
+    assert!(
+        condition(&bundle, types::UNPACKED)
+            .unwrap()
+            .message
+            .contains(":v1")
+    );
+
+    let by_digest = unique_name("by-digest");
+    let mut s = spec(&pinned, Some(&ns));
+    s.provisioner_class_name = Some(class);
+    create_bundle(&client, &by_digest, s).await;
+    wait_bundle(&client, &by_digest, "Ready", is_ready).await;
+}
+
+#[tokio::test]
+async fn a_private_registry_through_a_pull_secret() {
+    gantry();
+    let client = control_plane().client().await;
+    let private = gantry_tests::Registry::start(gantry_tests::RegistryOptions {
+        tls: true,
+        auth: Some(("puller".into(), "pull-pass".into())),
+    });
+    let ns = unique_name("private");
+    ensure_namespace(&client, &ns).await;
+    // Push with credentials and the registry's CA.
+    let dir = tempfile::tempdir().unwrap();
+    write_bundle(
+        dir.path(),
+        &[("a.yaml", config_map("secret-config", None, "private"))],
+    );
+    let mut credentials = gantry_provisioner::image::DockerConfig::default();
+    credentials.insert(
+        private.host(),
+        gantry_provisioner::image::Credential {
+            username: "puller".into(),
+            password: "pull-pass".into(),
+        },
+    );
+    let pusher = RegistryClient::new(RegistryOptions {
+        credentials,
+        ca_pem: vec![private.ca_pem().unwrap().as_bytes().to_vec()],
+        ..Default::default()
+    })
+    .unwrap();
+    let pushed = pusher
+        .push_dir(
+            dir.path(),
+            &format!("{}/{ns}/app:v1", private.host()),
+            &[Platform::current()],
+            &EffectiveLimits::default(),
+        )
+        .await
+        .unwrap();
+
+    // The secrets: a dockerconfigjson pull secret and the CA.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let auth = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode("puller:pull-pass")
+    };
+    let config = json!({ "auths": { private.host(): { "auth": auth } } }).to_string();
+    let pull_secret = unique_name("pull");
+    let ca_secret = unique_name("ca");
+    let mut string_data = BTreeMap::new();
+    string_data.insert(".dockerconfigjson".to_string(), config);
+    secrets
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(pull_secret.clone()),
+                    ..Default::default()
+                },
+                type_: Some("kubernetes.io/dockerconfigjson".into()),
+                string_data: Some(string_data),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut ca_data = BTreeMap::new();
+    ca_data.insert("ca.crt".to_string(), private.ca_pem().unwrap().to_string());
+    secrets
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(ca_secret.clone()),
+                    ..Default::default()
+                },
+                string_data: Some(ca_data),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let class = unique_name("private-class");
+    apply_class(
+        &client,
+        &class,
+        ProvisionerClassSpec {
+            provisioner: PLAIN_PROVISIONER.into(),
+            registry_ca_secret: Some(ca_secret),
+            ..Default::default()
+        },
+        false,
+    )
+    .await;
+
+    // Without the pull secret, authentication is refused.
+    let refused = unique_name("no-secret");
+    let mut s = spec(&format!("{}/{ns}/app:v1", private.host()), Some(&ns));
+    s.provisioner_class_name = Some(class.clone());
+    create_bundle(&client, &refused, s.clone()).await;
+    let bundle = wait_bundle(
+        &client,
+        &refused,
+        "PullFailed",
+        reason_is(types::UNPACKED, reasons::PULL_FAILED),
+    )
+    .await;
+    let message = &condition(&bundle, types::UNPACKED).unwrap().message;
+    assert!(
+        message.contains("authentication")
+            || message.contains("401")
+            || message.contains("nauthorized"),
+        "{message}"
+    );
+
+    // With it, the bundle installs.
+    let allowed = unique_name("with-secret");
+    s.pull_secret = Some(pull_secret);
+    create_bundle(&client, &allowed, s).await;
+    let bundle = wait_bundle(&client, &allowed, "Ready", is_ready).await;
+    assert_eq!(
+        bundle.status.unwrap().resolved_image.as_deref(),
+        Some(pushed.pinned.as_str())
+    );
+    assert_eq!(
+        config_map_data(&client, &ns, "secret-config")
+            .await
+            .as_deref(),
+        Some("private")
+    );
 }

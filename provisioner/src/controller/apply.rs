@@ -128,14 +128,15 @@ pub fn waves(objects: &[PlannedObject]) -> Vec<&[PlannedObject]> {
 /// The live object, `None` when absent (or when its kind is not served yet: a CRD of the
 /// bundle that is not established).
 async fn read_live(client: &Client, object: &PlannedObject) -> Result<Option<Value>> {
-    let live = api_for(client, object)
-        .get_opt(&object.name)
-        .await
-        .map_err(|e| Error::Apply {
+    match api_for(client, object).get(&object.name).await {
+        Ok(live) => Ok(Some(serde_json::to_value(live).unwrap_or(Value::Null))),
+        // A plain 404 (no Status body) means the kind is not served yet.
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(e) => Err(Error::Apply {
             object: object.to_string(),
             message: api_message(&e),
-        })?;
-    Ok(live.map(|l| serde_json::to_value(l).unwrap_or(Value::Null)))
+        }),
+    }
 }
 
 /// Applies one object unless it is live as desired. Returns whether it wrote.

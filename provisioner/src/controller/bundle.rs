@@ -128,7 +128,7 @@ enum Step {
 }
 
 /// What, when it changes, must let a bundle through its backoff: its spec, its approval, its
-/// deletion, and the classes.
+/// deletion, and its class (the named one, or the default classes).
 fn fingerprint(bundle: &Bundle, ctx: &Context) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     bundle.metadata.generation.hash(&mut hasher);
@@ -142,11 +142,19 @@ fn fingerprint(bundle: &Bundle, ctx: &Context) -> u64 {
             .unwrap_or_default()
             .hash(&mut hasher);
     }
-    let mut classes: Vec<(String, String)> = ctx
+    let relevant = |class: &ProvisionerClass| match &bundle.spec.provisioner_class_name {
+        Some(name) => class.name_any() == *name,
+        None => class
+            .annotations()
+            .get(gantry_api::DEFAULT_CLASS_ANNOTATION)
+            .is_some_and(|v| v == "true"),
+    };
+    let mut classes: Vec<(String, Option<i64>)> = ctx
         .classes
         .state()
         .iter()
-        .map(|c| (c.name_any(), c.resource_version().unwrap_or_default()))
+        .filter(|c| relevant(c))
+        .map(|c| (c.name_any(), c.metadata.generation))
         .collect();
     classes.sort();
     classes.hash(&mut hasher);

@@ -27,7 +27,21 @@ const WAIT: Duration = Duration::from_secs(60);
 
 struct Gantry {
     storage: StorageServer,
-    _provisioner: Provisioner,
+    provisioner: Provisioner,
+}
+
+/// The provisioner's count of status writes, from its metrics.
+async fn status_writes() -> u64 {
+    let text = reqwest::get(format!("{}/metrics", gantry().provisioner.metrics_url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("gantry_provisioner_status_writes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the status_writes metric")
 }
 
 /// One storage server and one provisioner for every test of this binary, with the default
@@ -66,7 +80,7 @@ fn gantry() -> &'static Gantry {
         });
         Gantry {
             storage,
-            _provisioner: provisioner,
+            provisioner,
         }
     })
 }
@@ -1087,4 +1101,232 @@ async fn a_private_registry_through_a_pull_secret() {
             .as_deref(),
         Some("private")
     );
+}
+
+/// Writes `status.approval` as an approver does: server-side apply on the status subresource
+/// with a field manager of its own.
+async fn decide(client: &Client, bundle: &str, decision: &str, digest: &str, reason: &str) {
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let patch = json!({
+        "apiVersion": "gantry.dev/v1alpha1",
+        "kind": "Bundle",
+        "metadata": { "name": bundle },
+        "status": { "approval": { "decision": decision, "digest": digest, "reason": reason,
+                                  "time": "2026-01-01T00:00:00Z" } }
+    });
+    bundles
+        .patch_status(
+            bundle,
+            &PatchParams::apply("test-approver").force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .expect("writing the approval");
+}
+
+fn digest_of(pinned: &str) -> &str {
+    pinned.rsplit_once('@').unwrap().1
+}
+
+#[tokio::test]
+async fn manual_approval_is_bound_to_the_digest() {
+    gantry();
+    let client = control_plane().client().await;
+    let class = unique_name("reviewed");
+    apply_class(&client, &class, class_spec(ApprovalPolicy::Manual), false).await;
+    let ns = unique_name("approve");
+    ensure_namespace(&client, &ns).await;
+    let repo = format!("{ns}/app:v1");
+    let first = push(&repo, &[("a.yaml", config_map("gated", None, "v1"))]).await;
+    let name = unique_name("approve");
+    let mut s = spec(&format!("{}/{repo}", registry().host()), Some(&ns));
+    s.provisioner_class_name = Some(class.clone());
+    create_bundle(&client, &name, s).await;
+
+    // Unpacked, reviewed content in status, nothing applied.
+    let waiting = wait_bundle(&client, &name, "AwaitingApproval", |b| {
+        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
+    })
+    .await;
+    let approved = condition(&waiting, types::APPROVED).unwrap();
+    assert_eq!(
+        (approved.status.as_str(), approved.reason.as_str()),
+        ("False", reasons::AWAITING_APPROVAL)
+    );
+    assert!(
+        waiting
+            .status
+            .as_ref()
+            .unwrap()
+            .requested_permissions
+            .is_some()
+    );
+    assert_eq!(
+        config_map_data(&client, &ns, "gated").await,
+        None,
+        "nothing applied before approval"
+    );
+
+    // An approval of another digest is ignored.
+    let other = format!("sha256:{}", "0".repeat(64));
+    decide(&client, &name, "Approved", &other, "wrong digest").await;
+    let bundle = wait_bundle(&client, &name, "still waiting", |b| {
+        condition(b, types::APPROVED).is_some_and(|c| c.reason == reasons::AWAITING_APPROVAL)
+            && b.status
+                .as_ref()
+                .and_then(|s| s.approval.as_ref())
+                .is_some()
+    })
+    .await;
+    assert_eq!(
+        bundle.status.unwrap().phase,
+        Some(BundlePhase::AwaitingApproval)
+    );
+    assert_eq!(config_map_data(&client, &ns, "gated").await, None);
+
+    // Approving the resolved digest installs it.
+    decide(&client, &name, "Approved", digest_of(&first), "looks good").await;
+    let bundle = wait_bundle(&client, &name, "Ready after approval", is_ready).await;
+    assert_eq!(
+        condition(&bundle, types::APPROVED).unwrap().reason,
+        reasons::APPROVED
+    );
+    assert_eq!(
+        config_map_data(&client, &ns, "gated").await.as_deref(),
+        Some("v1")
+    );
+
+    // The tag moves: the new digest waits for a new approval; the old objects stay.
+    let second = push(&repo, &[("a.yaml", config_map("gated", None, "v2"))]).await;
+    let bundle = wait_bundle(&client, &name, "waiting for the new digest", |b| {
+        b.status.as_ref().and_then(|s| s.resolved_image.as_deref()) == Some(second.as_str())
+            && condition(b, types::APPROVED).is_some_and(|c| c.reason == reasons::AWAITING_APPROVAL)
+    })
+    .await;
+    assert!(
+        condition(&bundle, types::APPROVED)
+            .unwrap()
+            .message
+            .contains("does not carry over")
+    );
+    assert_eq!(
+        config_map_data(&client, &ns, "gated").await.as_deref(),
+        Some("v1")
+    );
+    // The controller kept the approver's decision as it was written.
+    let approval = bundle.status.unwrap().approval.unwrap();
+    assert_eq!(approval.digest, digest_of(&first));
+    assert_eq!(approval.reason.as_deref(), Some("looks good"));
+
+    // Denying the new digest stops it: phase Denied, reason from the approver, an Event.
+    decide(&client, &name, "Denied", digest_of(&second), "not this one").await;
+    let bundle = wait_bundle(&client, &name, "Denied", |b| {
+        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::Denied)
+    })
+    .await;
+    let denied = condition(&bundle, types::APPROVED).unwrap();
+    assert_eq!(denied.reason, reasons::DENIED);
+    assert!(
+        denied.message.contains("not this one"),
+        "{}",
+        denied.message
+    );
+    assert_eq!(
+        config_map_data(&client, &ns, "gated").await.as_deref(),
+        Some("v1"),
+        "nothing of the denied digest applied"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    wait_until("a Denied event", WAIT, || {
+        let events = events.clone();
+        let name = name.clone();
+        async move {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some(reasons::DENIED)
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(name.as_str())
+                })
+                .then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_controller_never_rewrites_the_approval() {
+    gantry();
+    let client = control_plane().client().await;
+    let class = unique_name("keep-approval");
+    apply_class(&client, &class, class_spec(ApprovalPolicy::Manual), false).await;
+    let ns = unique_name("keep");
+    ensure_namespace(&client, &ns).await;
+    let repo = format!("{ns}/app:v1");
+    let image = push(&repo, &[("a.yaml", config_map("kept", Some(&ns), "v1"))]).await;
+    let name = unique_name("keep");
+    let mut s = spec(&format!("{}/{repo}", registry().host()), Some(&ns));
+    s.provisioner_class_name = Some(class);
+    create_bundle(&client, &name, s).await;
+    wait_bundle(&client, &name, "AwaitingApproval", |b| {
+        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
+    })
+    .await;
+    decide(&client, &name, "Approved", digest_of(&image), "ok").await;
+    wait_bundle(&client, &name, "Ready", is_ready).await;
+
+    // Make the controller write status many times: new generations and drift corrections.
+    let writes_before = status_writes().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    for round in 0..5 {
+        api.delete("kept", &DeleteParams::default()).await.unwrap();
+        wait_until("the object to be restored", Duration::from_secs(20), || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move { config_map_data(&client, &ns, "kept").await.map(|_| ()) }
+        })
+        .await;
+        // A spec change is a new generation: status is rewritten with it. (The object names
+        // its namespace, so the install namespace changes nothing else.)
+        let install = if round % 2 == 0 {
+            "default"
+        } else {
+            ns.as_str()
+        };
+        let patch = json!({ "spec": { "installNamespace": install } });
+        bundles
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        wait_bundle(&client, &name, "Ready at the new generation", is_ready).await;
+    }
+    let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
+    assert!(
+        status_writes().await >= writes_before + 5,
+        "the controller wrote status at every generation"
+    );
+    let approval = bundle
+        .status
+        .clone()
+        .unwrap()
+        .approval
+        .expect("the approval is still there");
+    assert_eq!(approval.digest, digest_of(&image));
+    assert_eq!(approval.reason.as_deref(), Some("ok"));
+    // Field ownership proves who wrote it: the approval belongs to the approver alone.
+    let approval_owners: Vec<String> = bundle
+        .managed_fields()
+        .iter()
+        .filter(|m| {
+            m.subresource.as_deref() == Some("status")
+                && m.fields_v1
+                    .as_ref()
+                    .is_some_and(|f| f.0.pointer("/f:status/f:approval").is_some())
+        })
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert_eq!(approval_owners, ["test-approver"]);
 }

@@ -1,0 +1,181 @@
+//! Helpers shared by the end-to-end test binaries.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::Path;
+use std::time::Duration;
+
+use gantry_api::conditions::types;
+use gantry_api::{
+    ApprovalPolicy, Bundle, BundleSpec, DEFAULT_CLASS_ANNOTATION, PLAIN_PROVISIONER,
+    ProvisionerClass, ProvisionerClassSpec,
+};
+use gantry_provisioner::image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
+use gantry_tests::registry;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+pub const NAMESPACE: &str = "gantry-system";
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub fn class_spec(approval: ApprovalPolicy) -> ProvisionerClassSpec {
+    ProvisionerClassSpec {
+        provisioner: PLAIN_PROVISIONER.into(),
+        approval,
+        insecure_registries: vec![registry().host().to_string()],
+        ..Default::default()
+    }
+}
+
+pub async fn apply_class(client: &Client, name: &str, spec: ProvisionerClassSpec, default: bool) {
+    let mut class = ProvisionerClass::new(name, spec);
+    if default {
+        class
+            .annotations_mut()
+            .insert(DEFAULT_CLASS_ANNOTATION.into(), "true".into());
+    }
+    let classes: Api<ProvisionerClass> = Api::all(client.clone());
+    classes
+        .patch(
+            name,
+            &PatchParams::apply("gantry-tests").force(),
+            &Patch::Apply(&class),
+        )
+        .await
+        .expect("applying a ProvisionerClass");
+}
+
+pub async fn ensure_namespace(client: &Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap();
+    namespaces
+        .patch(
+            name,
+            &PatchParams::apply("gantry-tests").force(),
+            &Patch::Apply(&ns),
+        )
+        .await
+        .expect("creating a namespace");
+}
+
+/// Pushes `files` (under `manifests/`) as `repository:tag` to the shared registry; returns the
+/// pinned reference.
+pub async fn push(repository_tag: &str, files: &[(&str, String)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    write_bundle(dir.path(), files);
+    let client = RegistryClient::new(RegistryOptions {
+        insecure_registries: vec![registry().host().to_string()],
+        ..Default::default()
+    })
+    .unwrap();
+    client
+        .push_dir(
+            dir.path(),
+            &format!("{}/{repository_tag}", registry().host()),
+            &[Platform::current()],
+            &EffectiveLimits::default(),
+        )
+        .await
+        .expect("pushing a bundle image")
+        .pinned
+}
+
+pub fn write_bundle(dir: &Path, files: &[(&str, String)]) {
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    for (name, content) in files {
+        std::fs::write(manifests.join(name), content).unwrap();
+    }
+}
+
+pub fn config_map(name: &str, namespace: Option<&str>, data: &str) -> String {
+    let namespace = namespace
+        .map(|ns| format!("  namespace: {ns}\n"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n{namespace}data:\n  value: \"{data}\"\n"
+    )
+}
+
+pub fn namespace_yaml(name: &str) -> String {
+    format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n")
+}
+
+pub async fn create_bundle(client: &Client, name: &str, spec: BundleSpec) -> Bundle {
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    bundles
+        .create(&PostParams::default(), &Bundle::new(name, spec))
+        .await
+        .expect("creating a Bundle")
+}
+
+pub fn spec(image: &str, install_namespace: Option<&str>) -> BundleSpec {
+    BundleSpec {
+        image: image.into(),
+        install_namespace: install_namespace.map(Into::into),
+        ..Default::default()
+    }
+}
+
+pub fn condition<'a>(bundle: &'a Bundle, type_: &str) -> Option<&'a gantry_api::Condition> {
+    bundle
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Waits until the bundle satisfies `check`; the failure message shows its last status.
+pub async fn wait_bundle(
+    client: &Client,
+    name: &str,
+    what: &str,
+    mut check: impl FnMut(&Bundle) -> bool,
+) -> Bundle {
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let mut last = None;
+    let found = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Ok(bundle) = bundles.get(name).await {
+                if check(&bundle) {
+                    return bundle;
+                }
+                last = Some(bundle);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    match found {
+        Ok(bundle) => bundle,
+        Err(_) => panic!(
+            "bundle {name}: timed out waiting for {what}; last phase and conditions: {:?} {}",
+            last.as_ref()
+                .and_then(|b| b.status.as_ref())
+                .and_then(|s| s.phase),
+            serde_json::to_string_pretty(&last.and_then(|b| b.status).map(|s| s.conditions))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+pub fn is_ready(bundle: &Bundle) -> bool {
+    condition(bundle, types::READY)
+        .is_some_and(|c| c.status == "True" && c.observed_generation == bundle.metadata.generation)
+}
+
+pub fn reason_is(type_: &'static str, reason: &'static str) -> impl Fn(&Bundle) -> bool {
+    move |bundle| {
+        condition(bundle, type_).is_some_and(|c| c.status == "False" && c.reason == reason)
+    }
+}
+
+pub async fn config_map_data(client: &Client, namespace: &str, name: &str) -> Option<String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    api.get_opt(name)
+        .await
+        .unwrap()
+        .and_then(|cm| cm.data?.get("value").cloned())
+}

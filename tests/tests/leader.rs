@@ -1,0 +1,112 @@
+//! Two provisioner replicas against one cluster: one leads, the standby takes over when the
+//! leader dies. A binary of its own: these provisioners must be the only ones.
+
+mod common;
+
+use common::*;
+use gantry_api::ApprovalPolicy;
+use gantry_tests::{
+    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, registry,
+    unique_name, wait_until,
+};
+
+fn start_provisioner(storage: &StorageServer, args: &[&str]) -> Provisioner {
+    Provisioner::start(ProvisionerOptions {
+        kubeconfig: control_plane().kubeconfig().to_path_buf(),
+        storage_url: storage.url().to_string(),
+        storage_token: None,
+        namespace: NAMESPACE.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+    })
+}
+
+async fn is_leader(provisioner: &Provisioner) -> Option<bool> {
+    let text = reqwest::get(format!("{}/metrics", provisioner.metrics_url()))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix("gantry_provisioner_leader "))?;
+    Some(value.trim() == "1")
+}
+
+async fn setup() -> kube::Client {
+    let client = control_plane().client().await;
+    ensure_namespace(&client, NAMESPACE).await;
+    apply_class(
+        &client,
+        "plain",
+        class_spec(ApprovalPolicy::Automatic),
+        true,
+    )
+    .await;
+    client
+}
+
+#[tokio::test]
+async fn replicas_elect_one_leader_and_fail_over() {
+    let client = setup().await;
+    let storage = StorageServer::start(StorageOptions::default());
+    let mut first = start_provisioner(&storage, &[]);
+    let mut second = start_provisioner(&storage, &[]);
+
+    let (leader_is_first, _) = wait_until("exactly one leader", WAIT, || async {
+        match (is_leader(&first).await?, is_leader(&second).await?) {
+            (true, false) => Some((true, ())),
+            (false, true) => Some((false, ())),
+            _ => None,
+        }
+    })
+    .await;
+
+    let ns = unique_name("leader");
+    ensure_namespace(&client, &ns).await;
+    push(
+        &format!("{ns}/app:v1"),
+        &[("a.yaml", config_map("one", None, "1"))],
+    )
+    .await;
+    let before = unique_name("before");
+    create_bundle(
+        &client,
+        &before,
+        spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns)),
+    )
+    .await;
+    wait_bundle(&client, &before, "Ready under the first leader", is_ready).await;
+
+    // The leader dies without releasing the Lease: the standby takes over once it expires.
+    let standby = if leader_is_first {
+        first.kill();
+        &second
+    } else {
+        second.kill();
+        &first
+    };
+    wait_until("the standby to lead", WAIT, || async {
+        is_leader(standby).await?.then_some(())
+    })
+    .await;
+    let after = unique_name("after");
+    create_bundle(
+        &client,
+        &after,
+        spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns)),
+    )
+    .await;
+    // Both bundles name the same ConfigMap: the second conflicts, which proves the new leader
+    // reconciled it (and that the first one's objects were kept).
+    wait_bundle(
+        &client,
+        &after,
+        "reconciled by the new leader",
+        reason_is(
+            gantry_api::conditions::types::INSTALLED,
+            gantry_api::conditions::reasons::CONFLICT,
+        ),
+    )
+    .await;
+}

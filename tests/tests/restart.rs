@@ -1,0 +1,105 @@
+//! A provisioner killed in the middle of a large apply converges when restarted. A binary of
+//! its own: this provisioner must be the only one.
+
+mod common;
+
+use common::*;
+use gantry_api::{ApprovalPolicy, Bundle};
+use gantry_tests::{
+    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, registry,
+    unique_name, wait_until,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams};
+
+fn start_provisioner(storage: &StorageServer, args: &[&str]) -> Provisioner {
+    Provisioner::start(ProvisionerOptions {
+        kubeconfig: control_plane().kubeconfig().to_path_buf(),
+        storage_url: storage.url().to_string(),
+        storage_token: None,
+        namespace: NAMESPACE.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+    })
+}
+
+async fn setup() -> kube::Client {
+    let client = control_plane().client().await;
+    ensure_namespace(&client, NAMESPACE).await;
+    apply_class(
+        &client,
+        "plain",
+        class_spec(ApprovalPolicy::Automatic),
+        true,
+    )
+    .await;
+    client
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_large_apply_converges() {
+    let client = setup().await;
+    let storage = StorageServer::start(StorageOptions::default());
+    let ns = unique_name("restart");
+    ensure_namespace(&client, &ns).await;
+    const OBJECTS: usize = 400;
+    let documents: String = (0..OBJECTS)
+        .map(|i| format!("{}---\n", config_map(&format!("cm-{i:04}"), None, "x")))
+        .collect();
+    push(&format!("{ns}/big:v1"), &[("objects.yaml", documents)]).await;
+
+    // One object at a time, so the kill lands in the middle of the apply.
+    let mut provisioner = start_provisioner(
+        &storage,
+        &["--apply-concurrency=1", "--leader-election=false"],
+    );
+    let name = unique_name("big");
+    create_bundle(
+        &client,
+        &name,
+        spec(&format!("{}/{ns}/big:v1", registry().host()), Some(&ns)),
+    )
+    .await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let partial = wait_until("the apply to be under way", WAIT, || {
+        let config_maps = config_maps.clone();
+        async move {
+            let n = config_maps
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .len();
+            // kube-root-ca.crt is not created here (no controller-manager runs).
+            (n >= 20 && n < OBJECTS).then_some(n)
+        }
+    })
+    .await;
+    provisioner.kill();
+    let after_kill = config_maps
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    assert!(
+        after_kill < OBJECTS,
+        "killed mid-apply ({partial} then {after_kill} of {OBJECTS})"
+    );
+
+    let _restarted = start_provisioner(&storage, &["--leader-election=false"]);
+    let bundle = wait_bundle(&client, &name, "Ready after the restart", is_ready).await;
+    let inventory = bundle.status.unwrap().inventory;
+    assert_eq!(inventory.len(), OBJECTS);
+    let mut names: Vec<&str> = inventory.iter().map(|e| e.name.as_str()).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), OBJECTS, "no duplicates in the inventory");
+    let live = config_maps
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(live.len(), OBJECTS, "every object exists once");
+    let bundles: Api<Bundle> = Api::all(client);
+    assert!(bundles.get(&name).await.is_ok());
+}

@@ -215,7 +215,7 @@ impl Authorizer {
             let reason = status
                 .reason
                 .filter(|r| !r.is_empty())
-                .unwrap_or_else(|| format!("{username} may not {verb} {path}"));
+                .unwrap_or_else(|| "no RBAC rule allows it".into());
             Ok(Decision::Forbidden {
                 user: username,
                 reason,

@@ -573,7 +573,8 @@ impl Store {
             let file_type = entry.file_type().map_err(io_err(&path))?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name == QUARANTINE_DIR {
+            // ext4 volumes have lost+found at their root; it is no concern of ours.
+            if name == QUARANTINE_DIR || name == "lost+found" {
                 continue;
             }
             if name.starts_with(TRASH_PREFIX) && file_type.is_dir() {

@@ -685,6 +685,59 @@ mod tests {
         futures::stream::iter(data.chunks(3).map(|c| Ok(Bytes::from_static(c))))
     }
 
+    #[test]
+    fn recover_cleans_up_and_quarantines() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let good = digest_of(b"good");
+        let bad = digest_of(b"bad");
+        fs::create_dir_all(root.join("demo")).unwrap();
+        fs::write(root.join("demo").join(good.file_name()), b"good").unwrap();
+        fs::write(root.join("demo").join(bad.file_name()), b"not bad").unwrap();
+        fs::write(
+            root.join("demo").join(format!("{TEMP_PREFIX}{good}-1")),
+            b"go",
+        )
+        .unwrap();
+        fs::write(root.join("demo").join("notes.txt"), b"?").unwrap();
+        fs::create_dir_all(root.join(format!("{TRASH_PREFIX}old-1"))).unwrap();
+        fs::write(root.join(format!("{TRASH_PREFIX}old-1")).join("x"), b"x").unwrap();
+        fs::create_dir_all(root.join("lost+found")).unwrap();
+        fs::create_dir_all(root.join("Not_A_Bundle")).unwrap();
+
+        let store = Store::open(root).unwrap();
+        let report = store.recover().unwrap();
+        assert_eq!(report.verified, 1);
+        assert_eq!(report.stored_bytes, 4);
+        assert_eq!(report.removed_temp.len(), 1);
+        assert_eq!(report.removed_trash.len(), 1);
+        assert_eq!(report.quarantined.len(), 1);
+        let (from, to) = &report.quarantined[0];
+        assert_eq!(from, &store.root().join("demo").join(bad.file_name()));
+        assert!(to.starts_with(store.root().join(QUARANTINE_DIR).join("demo")));
+        assert_eq!(fs::read(to).unwrap(), b"not bad");
+        let mut ignored: Vec<_> = report
+            .ignored
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        ignored.sort();
+        assert_eq!(ignored, vec!["Not_A_Bundle", "notes.txt"]);
+        assert_eq!(store.stored_tarballs_gauge().get(), 1);
+        assert_eq!(store.stored_bytes_gauge().get(), 4);
+        let b = BundleName::parse("demo").unwrap();
+        assert_eq!(
+            store.list(&b).unwrap(),
+            vec![TarballInfo {
+                digest: good.to_string(),
+                size: 4
+            }]
+        );
+        // A second start finds nothing left to repair.
+        let again = store.recover().unwrap();
+        assert!(again.removed_temp.is_empty() && again.quarantined.is_empty());
+    }
+
     #[tokio::test]
     async fn cache_is_bounded_and_invalidated_by_deletion() {
         let dir = tempfile::tempdir().unwrap();

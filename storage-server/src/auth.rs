@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -12,11 +13,44 @@ use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 
 /// Upper bound on cached entries per cache; reaching it drops expired ones first.
 const MAX_CACHE_ENTRIES: usize = 10_000;
+
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error("reading kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no in-cluster configuration or kubeconfig found (use --kubeconfig): {0}")]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("building the Kubernetes client: {0}")]
+    Build(#[source] kube::Error),
+}
+
+/// A client for the reviews: from `kubeconfig`, else in-cluster or `$KUBECONFIG`.
+pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, ClientError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let err = |source| ClientError::Kubeconfig {
+                path: path.to_owned(),
+                source,
+            };
+            let kc = Kubeconfig::read_from(path).map_err(err)?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(err)?
+        }
+        None => kube::Config::infer().await.map_err(ClientError::Infer)?,
+    };
+    kube::Client::try_from(config).map_err(ClientError::Build)
+}
 
 #[derive(Debug, Error)]
 pub enum AuthError {

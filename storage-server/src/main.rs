@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use gantry_storage::{AuthConfig, Config, Server, TlsFiles};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -54,22 +53,6 @@ struct Args {
     cache_bytes: u64,
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
-}
-
-async fn kube_client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no in-cluster configuration or kubeconfig found (use --kubeconfig)")?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
 }
 
 async fn shutdown_signal() {
@@ -117,7 +100,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         AuthConfig::Disabled
     } else {
         AuthConfig::Kubernetes {
-            client: kube_client(args.kubeconfig.as_ref()).await?,
+            client: gantry_storage::auth::kube_client(args.kubeconfig.as_deref()).await?,
             cache_ttl: Duration::from_secs(args.auth_cache_ttl),
             audiences: args.token_audiences,
         }

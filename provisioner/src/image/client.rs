@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 
 use super::auth::{DockerConfig, normalize_registry};
 use super::error::ImageError;
+pub use super::reference::parse_reference;
 
 /// How to reach registries.
 #[derive(Debug, Clone, Default)]
@@ -227,17 +228,6 @@ pub fn pinned(reference: &Reference, digest: &str) -> String {
         reference.repository(),
         digest
     )
-}
-
-/// Parses an image reference (`[registry/]repository[:tag][@digest]`).
-pub fn parse_reference(reference: &str) -> Result<Reference, ImageError> {
-    reference
-        .trim()
-        .parse::<Reference>()
-        .map_err(|e| ImageError::InvalidReference {
-            reference: reference.to_string(),
-            reason: e.to_string(),
-        })
 }
 
 /// The message of an error and of its sources, for errors whose top line says too little

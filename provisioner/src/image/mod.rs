@@ -14,6 +14,7 @@ pub mod paths;
 pub mod platform;
 pub mod pull;
 pub mod push;
+pub mod reference;
 
 pub use auth::{Credential, DockerConfig};
 pub use canonical::{CanonicalDigest, read_canonical, write_canonical, write_canonical_file};

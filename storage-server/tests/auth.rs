@@ -9,9 +9,11 @@ use std::time::Duration;
 use common::*;
 use gantry_tests::{control_plane, unique_name, wait_until};
 use http::{Method, StatusCode};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
@@ -207,4 +209,57 @@ async fn tokens_and_rbac_decide_access() {
             .await;
         assert!(n.unwrap_or(0.0) >= 1.0, "{decision}: {n:?}");
     }
+}
+
+#[tokio::test]
+async fn token_audience_is_enforced() {
+    let cp = control_plane();
+    let admin = cp.client().await;
+    let ns = unique_name("storage-aud");
+    // Creates the ServiceAccount; its token carries the API server's own audience.
+    let default_audience = cp.service_account_token(&ns, "reader").await;
+    grant(&admin, &ns, "reader", &["get"]).await;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec!["gantry-storage".into()],
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let for_storage = Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+        .create_token_request("reader", &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest with audience gantry-storage")
+        .status
+        .expect("TokenRequest status")
+        .token;
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = content(100, 41);
+    std::fs::create_dir_all(dir.path().join("aud")).unwrap();
+    std::fs::write(
+        dir.path()
+            .join("aud")
+            .join(format!("{}.tar.gz", sha256_hex(&data))),
+        &data,
+    )
+    .unwrap();
+    let kubeconfig = cp.kubeconfig().to_str().unwrap().to_owned();
+    let server = Server::start_with(
+        dir.path(),
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--token-audience",
+            "gantry-storage",
+        ],
+    );
+    server.wait_ready().await;
+    let path = tarball_path("aud", &data);
+    let r = call(&server, Method::GET, &path, Some(&for_storage), &[]).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(&r.body[..], &data[..]);
+    let r = call(&server, Method::GET, &path, Some(&default_audience), &[]).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.text());
 }

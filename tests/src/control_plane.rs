@@ -230,7 +230,17 @@ impl ControlPlane {
     /// A token for ServiceAccount `namespace/name` (TokenRequest, valid one hour), creating the
     /// namespace and the ServiceAccount when missing.
     pub async fn service_account_token(&self, namespace: &str, name: &str) -> String {
-        self.try_service_account_token(namespace, name)
+        self.service_account_token_for(namespace, name, &[]).await
+    }
+
+    /// Like [`Self::service_account_token`], for the given audiences (none: the API server's).
+    pub async fn service_account_token_for(
+        &self,
+        namespace: &str,
+        name: &str,
+        audiences: &[&str],
+    ) -> String {
+        self.try_service_account_token(namespace, name, audiences)
             .await
             .unwrap_or_else(|e| panic!("issuing a token for {namespace}/{name}: {e}"))
     }
@@ -239,6 +249,7 @@ impl ControlPlane {
         &self,
         namespace: &str,
         name: &str,
+        audiences: &[&str],
     ) -> Result<String, HarnessError> {
         let client = self.try_client().await?;
         let apply = PatchParams::apply("gantry-tests");
@@ -264,6 +275,7 @@ impl ControlPlane {
         let request = TokenRequest {
             spec: TokenRequestSpec {
                 expiration_seconds: Some(3600),
+                audiences: audiences.iter().map(|a| a.to_string()).collect(),
                 ..TokenRequestSpec::default()
             },
             ..TokenRequest::default()

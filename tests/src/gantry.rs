@@ -60,6 +60,8 @@ pub struct StorageServer {
 pub struct StorageOptions {
     /// Check bearer tokens against this kubeconfig's API server; without it, `--insecure-no-auth`.
     pub kubeconfig: Option<PathBuf>,
+    /// Further flags (`--token-audience=...`).
+    pub args: Vec<String>,
 }
 
 impl StorageServer {
@@ -87,6 +89,7 @@ impl StorageServer {
                 command.arg("--insecure-no-auth");
             }
         }
+        command.args(&options.args);
         let log = dir.join("storage.log");
         let mut process = spawn_daemon(&lifetime, command, &log)?;
         wait_for_port("gantry-storage", port, &mut process, &log, START_TIMEOUT)?;

@@ -78,12 +78,15 @@ fn main() -> anyhow::Result<()> {
     // kube and tokio-rustls both use rustls; pin the provider before either runs.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(MAX_BLOCKING_THREADS)
         .build()
-        .context("starting the async runtime")?
-        .block_on(run(args))
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(run(args));
+    // A start-up check of a large volume may still be hashing: do not wait for it.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {

@@ -246,8 +246,10 @@ impl RegistryClient {
         if layers.is_empty() {
             return Err(ImageError::MissingManifests);
         }
-        let declared: i64 = layers.iter().map(|l| l.size.max(0)).sum();
-        if declared as u64 > limits.max_compressed_bytes {
+        let declared = layers
+            .iter()
+            .fold(0u64, |sum, l| sum.saturating_add(l.size.max(0) as u64));
+        if declared > limits.max_compressed_bytes {
             return Err(limits.exceeded(
                 LimitKind::CompressedBytes,
                 format!("{} (declared layer sizes: {declared})", image_ref.whole()),

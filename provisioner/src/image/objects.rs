@@ -46,6 +46,17 @@ pub struct BundleObject {
     pub object: serde_json::Value,
 }
 
+impl BundleObject {
+    /// The object as a `kube` dynamic object (for server-side apply).
+    pub fn to_dynamic(&self) -> Result<kube::api::DynamicObject, ImageError> {
+        serde_json::from_value(self.object.clone()).map_err(|e| ImageError::InvalidObject {
+            file: self.file.clone(),
+            document: self.document,
+            reason: e.to_string(),
+        })
+    }
+}
+
 fn group_of(api_version: &str) -> &str {
     api_version.split_once('/').map_or("", |(group, _)| group)
 }
@@ -752,6 +763,11 @@ rules: []
             assert_eq!(object.object["metadata"]["name"], summary.name.as_str());
         }
         assert_eq!(objects[2].object["spec"]["replicas"], 2);
+        let dynamic = objects[0].to_dynamic().unwrap();
+        assert_eq!(dynamic.metadata.name.as_deref(), Some("a"));
+        assert_eq!(dynamic.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(dynamic.types.unwrap().kind, "ConfigMap");
+        assert_eq!(dynamic.data["data"]["key"], "value");
     }
 
     #[test]

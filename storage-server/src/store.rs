@@ -36,6 +36,9 @@ pub const QUARANTINE_DIR: &str = ".quarantine";
 /// Tarballs up to this size are read whole, and are what the memory cache keeps.
 pub const SMALL_TARBALL: u64 = 64 * 1024;
 
+/// An upload that sends nothing for this long is aborted.
+pub const BODY_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 const WRITE_BUFFER: usize = 256 * 1024;
 const HASH_BUFFER: usize = 256 * 1024;
 
@@ -410,7 +413,20 @@ impl Store {
         let mut writer = BufWriter::with_capacity(WRITE_BUFFER, tokio::fs::File::from_std(file));
         let mut hasher = Sha256::new();
         let mut size = 0u64;
-        while let Some(chunk) = body.next().await {
+        loop {
+            // A stalled upload would otherwise hold the bundle's lock (and block its
+            // deletion) for as long as the client keeps the connection open.
+            let next = tokio::time::timeout(BODY_IDLE_TIMEOUT, body.next())
+                .await
+                .map_err(|_| {
+                    StoreError::Body(format!(
+                        "no data for {} seconds",
+                        BODY_IDLE_TIMEOUT.as_secs()
+                    ))
+                })?;
+            let Some(chunk) = next else {
+                break;
+            };
             let chunk = chunk.map_err(|e| StoreError::Body(e.to_string()))?;
             size += chunk.len() as u64;
             if size > limit {

@@ -39,12 +39,19 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
     dir.join(name)
 }
 
-/// `target/debug` (or wherever this test binary was built).
+/// `target/debug` (or wherever this binary was built): test binaries live in its `deps/`,
+/// other binaries in it directly.
 fn target_dir() -> PathBuf {
-    // The test binary lives in <target>/debug/deps/.
     std::env::current_exe()
         .ok()
-        .and_then(|exe| exe.parent()?.parent().map(Path::to_path_buf))
+        .and_then(|exe| {
+            let dir = exe.parent()?;
+            Some(if dir.file_name().is_some_and(|n| n == "deps") {
+                dir.parent()?.to_path_buf()
+            } else {
+                dir.to_path_buf()
+            })
+        })
         .unwrap_or_else(|| crate::workspace_root().join("target/debug"))
 }
 
@@ -52,7 +59,8 @@ fn target_dir() -> PathBuf {
 pub struct StorageServer {
     url: String,
     root: PathBuf,
-    process: Child,
+    /// `None` when detached: the process outlives this value.
+    process: Option<Child>,
 }
 
 /// How to start a storage server.
@@ -66,12 +74,13 @@ pub struct StorageOptions {
 
 impl StorageServer {
     pub fn start(options: StorageOptions) -> Self {
-        Self::try_start(options).unwrap_or_else(|e| panic!("starting gantry-storage: {e}"))
+        Self::start_with(options, &Lifetime::TestBinary)
+            .unwrap_or_else(|e| panic!("starting gantry-storage: {e}"))
     }
 
-    fn try_start(options: StorageOptions) -> Result<Self, HarnessError> {
-        let lifetime = Lifetime::TestBinary;
-        let dir = state_dir(&lifetime, "storage")?;
+    /// Starts a storage server that lives as long as `lifetime` says.
+    pub fn start_with(options: StorageOptions, lifetime: &Lifetime) -> Result<Self, HarnessError> {
+        let dir = state_dir(lifetime, "storage")?;
         let root = dir.join("root");
         std::fs::create_dir_all(&root).context(|| format!("creating {}", root.display()))?;
         let port = free_port()?;
@@ -91,12 +100,12 @@ impl StorageServer {
         }
         command.args(&options.args);
         let log = dir.join("storage.log");
-        let mut process = spawn_daemon(&lifetime, command, &log)?;
+        let mut process = spawn_daemon(lifetime, command, &log)?;
         wait_for_port("gantry-storage", port, &mut process, &log, START_TIMEOUT)?;
         Ok(Self {
             url: format!("http://127.0.0.1:{port}"),
             root,
-            process,
+            process: attached(lifetime, process),
         })
     }
 
@@ -113,14 +122,25 @@ impl StorageServer {
 
 impl Drop for StorageServer {
     fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
+        if let Some(mut process) = self.process.take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+    }
+}
+
+/// Keeps the handle of a process that ends with this value; lets a detached one go.
+fn attached(lifetime: &Lifetime, process: Child) -> Option<Child> {
+    match lifetime {
+        Lifetime::TestBinary => Some(process),
+        Lifetime::Detached(_) => None,
     }
 }
 
 /// A running `gantry-provisioner`. Dropping it kills the process.
 pub struct Provisioner {
-    process: Child,
+    /// `None` when detached: the process outlives this value.
+    process: Option<Child>,
     metrics_url: String,
     log: PathBuf,
 }
@@ -139,12 +159,16 @@ pub struct ProvisionerOptions {
 
 impl Provisioner {
     pub fn start(options: ProvisionerOptions) -> Self {
-        Self::try_start(options).unwrap_or_else(|e| panic!("starting gantry-provisioner: {e}"))
+        Self::start_with(options, &Lifetime::TestBinary)
+            .unwrap_or_else(|e| panic!("starting gantry-provisioner: {e}"))
     }
 
-    fn try_start(options: ProvisionerOptions) -> Result<Self, HarnessError> {
-        let lifetime = Lifetime::TestBinary;
-        let dir = state_dir(&lifetime, "provisioner")?;
+    /// Starts a provisioner that lives as long as `lifetime` says.
+    pub fn start_with(
+        options: ProvisionerOptions,
+        lifetime: &Lifetime,
+    ) -> Result<Self, HarnessError> {
+        let dir = state_dir(lifetime, "provisioner")?;
         let port = free_port()?;
         let mut command = Command::new(binary("gantry-provisioner", "gantry-provisioner"));
         command
@@ -165,7 +189,7 @@ impl Provisioner {
             command.env("GANTRY_STORAGE_TOKEN", token);
         }
         let log = dir.join("provisioner.log");
-        let mut process = spawn_daemon(&lifetime, command, &log)?;
+        let mut process = spawn_daemon(lifetime, command, &log)?;
         wait_for_port(
             "gantry-provisioner",
             port,
@@ -174,7 +198,7 @@ impl Provisioner {
             START_TIMEOUT,
         )?;
         Ok(Self {
-            process,
+            process: attached(lifetime, process),
             metrics_url: format!("http://127.0.0.1:{port}"),
             log,
         })
@@ -190,15 +214,19 @@ impl Provisioner {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Whether the process still runs.
+    /// Whether the process still runs (false for a detached one).
     pub fn running(&mut self) -> bool {
-        matches!(self.process.try_wait(), Ok(None))
+        self.process
+            .as_mut()
+            .is_some_and(|p| matches!(p.try_wait(), Ok(None)))
     }
 
     /// Stops the process at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
+        if let Some(mut process) = self.process.take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
     }
 }
 

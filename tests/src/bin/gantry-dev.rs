@@ -1,5 +1,6 @@
-//! A local Gantry environment for trying it out: a real kube-apiserver + etcd and a registry on
-//! loopback, running in the background until `gantry-dev down`.
+//! A local Gantry environment for trying it out: a real kube-apiserver + etcd, a registry, the
+//! storage server and the provisioner, all on loopback, running in the background until
+//! `gantry-dev down`.
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -7,7 +8,15 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use gantry_tests::{ControlPlane, Lifetime, Registry, RegistryOptions, stop_detached};
+use gantry_tests::{
+    ControlPlane, Lifetime, Provisioner, ProvisionerOptions, Registry, RegistryOptions,
+    StorageOptions, StorageServer, stop_detached,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, Patch, PatchParams};
+
+/// The namespace of the provisioner (pull secrets, its Lease), as the manifests name it.
+const NAMESPACE: &str = "gantry-system";
 
 #[derive(Parser)]
 #[command(about = "Start or stop a local Gantry environment on loopback")]
@@ -21,7 +30,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start the control plane and the registry (does nothing if they already run).
+    /// Start the control plane, the registry, the storage server and the provisioner.
     Up,
     /// Stop everything and remove the state directory.
     Down,
@@ -62,10 +71,31 @@ async fn up(state: &Path) -> anyhow::Result<()> {
         let plane = ControlPlane::start(&lifetime).await?;
         eprintln!("starting docker-registry");
         let registry = Registry::start_with(RegistryOptions::default(), &lifetime)?;
-        Ok::<_, gantry_tests::HarnessError>((plane, registry))
+        eprintln!("starting gantry-storage");
+        let storage = StorageServer::start_with(StorageOptions::default(), &lifetime)?;
+        let client = plane.client().await;
+        let namespace: Namespace =
+            serde_json::from_value(serde_json::json!({ "metadata": { "name": NAMESPACE } }))
+                .map_err(|e| gantry_tests::HarnessError::Other(e.to_string()))?;
+        Api::<Namespace>::all(client)
+            .patch(NAMESPACE, &PatchParams::apply("gantry-dev"), &Patch::Apply(&namespace))
+            .await
+            .map_err(|e| gantry_tests::HarnessError::Other(format!("creating {NAMESPACE}: {e}")))?;
+        eprintln!("starting gantry-provisioner");
+        let provisioner = Provisioner::start_with(
+            ProvisionerOptions {
+                kubeconfig: plane.kubeconfig().to_path_buf(),
+                storage_url: storage.url().to_string(),
+                storage_token: None,
+                namespace: NAMESPACE.into(),
+                args: vec!["--resolve-interval=10s".into()],
+            },
+            &lifetime,
+        )?;
+        Ok::<_, gantry_tests::HarnessError>((plane, registry, storage, provisioner))
     }
     .await;
-    let (plane, registry) = match started {
+    let (plane, registry, storage, provisioner) = match started {
         Ok(parts) => parts,
         Err(e) => {
             // Leave nothing half-started behind.
@@ -79,14 +109,18 @@ async fn up(state: &Path) -> anyhow::Result<()> {
     std::fs::write(
         &env_file,
         format!(
-            "export KUBECONFIG={}\nexport GANTRY_REGISTRY={}\n",
+            "export KUBECONFIG={}\nexport GANTRY_REGISTRY={}\nexport GANTRY_STORAGE_URL={}\nexport GANTRY_METRICS_URL={}\n",
             kubeconfig.display(),
-            registry.host()
+            registry.host(),
+            storage.url(),
+            provisioner.metrics_url()
         ),
     )
     .with_context(|| format!("writing {}", env_file.display()))?;
     println!("KUBECONFIG={}", kubeconfig.display());
     println!("GANTRY_REGISTRY={}", registry.host());
     println!("API_SERVER={}", plane.server_url());
+    println!("GANTRY_STORAGE_URL={}", storage.url());
+    println!("GANTRY_METRICS_URL={}", provisioner.metrics_url());
     Ok(())
 }

@@ -1,0 +1,209 @@
+//! Token exchange: a registry that answers with a bearer challenge gets the credentials of
+//! the docker config at its token endpoint, then the token. The registry here is a small
+//! stand-in on loopback (the harness's docker-registry speaks basic auth only) that serves
+//! one image and insists on the token for every request.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use axum::routing::get;
+use base64::Engine;
+use common::*;
+use gantry_provisioner::image::{Credential, DockerConfig, ImageError};
+
+const TOKEN: &str = "token-for-app";
+
+struct Fake {
+    host: String,
+    manifest: Vec<u8>,
+    blobs: Vec<(String, Vec<u8>)>,
+    token_requests: AtomicUsize,
+}
+
+fn challenge(fake: &Fake) -> Response {
+    Response::builder()
+        .status(StatusCode::UNAUTHORIZED)
+        .header(
+            header::WWW_AUTHENTICATE,
+            format!(
+                r#"Bearer realm="http://{}/token",service="fake-registry""#,
+                fake.host
+            ),
+        )
+        .body(Body::from(
+            r#"{"errors":[{"code":"UNAUTHORIZED","message":"token required"}]}"#,
+        ))
+        .unwrap()
+}
+
+fn has_token(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        == Some(&format!("Bearer {TOKEN}"))
+}
+
+async fn base(State(fake): State<Arc<Fake>>, headers: HeaderMap) -> Response {
+    if has_token(&headers) {
+        return Response::new(Body::from("{}"));
+    }
+    challenge(&fake)
+}
+
+async fn token(
+    State(fake): State<Arc<Fake>>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    fake.token_requests.fetch_add(1, Ordering::SeqCst);
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("robot:t0ken-pw")
+    );
+    let authorized = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        == Some(expected.as_str());
+    let scoped = query.get("scope").map(String::as_str) == Some("repository:app:pull")
+        && query.get("service").map(String::as_str) == Some("fake-registry");
+    if !(authorized && scoped) {
+        return Response::builder()
+            .status(StatusCode::UNAUTHORIZED)
+            .body(Body::from("bad credentials"))
+            .unwrap();
+    }
+    Response::new(Body::from(format!(r#"{{"token":"{TOKEN}"}}"#)))
+}
+
+async fn serve_manifest(
+    State(fake): State<Arc<Fake>>,
+    Path(_reference): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !has_token(&headers) {
+        return challenge(&fake);
+    }
+    Response::builder()
+        .header(
+            header::CONTENT_TYPE,
+            "application/vnd.oci.image.manifest.v1+json",
+        )
+        .header("Docker-Content-Digest", sha256(&fake.manifest))
+        .body(Body::from(fake.manifest.clone()))
+        .unwrap()
+}
+
+async fn serve_blob(
+    State(fake): State<Arc<Fake>>,
+    Path(digest): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !has_token(&headers) {
+        return challenge(&fake);
+    }
+    match fake.blobs.iter().find(|(d, _)| *d == digest) {
+        Some((_, data)) => Response::new(Body::from(data.clone())),
+        None => Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .body(Body::from(
+                r#"{"errors":[{"code":"BLOB_UNKNOWN","message":"?"}]}"#,
+            ))
+            .unwrap(),
+    }
+}
+
+/// Serves one image at `HOST/app:v1`; returns the host and the shared state.
+async fn serve() -> Arc<Fake> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let layer = Tar::default().file("manifests/a.yaml", CONFIGMAP).gzip();
+    let config =
+        br#"{"os":"linux","architecture":"amd64","rootfs":{"type":"layers","diff_ids":[]}}"#
+            .to_vec();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(&config), "size": config.len()},
+        "layers": [{"mediaType": GZIP_LAYER, "digest": sha256(&layer), "size": layer.len()}],
+    }))
+    .unwrap();
+    let fake = Arc::new(Fake {
+        host,
+        manifest,
+        blobs: vec![(sha256(&config), config), (sha256(&layer), layer)],
+        token_requests: AtomicUsize::new(0),
+    });
+    let app = Router::new()
+        .route("/v2/", get(base))
+        .route("/token", get(token))
+        .route("/v2/app/manifests/{reference}", get(serve_manifest))
+        .route("/v2/app/blobs/{digest}", get(serve_blob))
+        .with_state(fake.clone());
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    fake
+}
+
+#[tokio::test]
+async fn credentials_are_exchanged_for_a_bearer_token() {
+    let fake = serve().await;
+    let host = fake.host.clone();
+    let mut credentials = DockerConfig::default();
+    credentials.insert(
+        &host,
+        Credential {
+            username: "robot".into(),
+            password: "t0ken-pw".into(),
+        },
+    );
+    let bundle = client_with(credentials, None, &[&host])
+        .pull(&request(&format!("{host}/app:v1"), None))
+        .await
+        .unwrap();
+    assert_eq!(bundle.objects.len(), 1);
+    assert_eq!(bundle.image.digest, sha256(&fake.manifest));
+    assert!(fake.token_requests.load(Ordering::SeqCst) >= 1);
+}
+
+#[tokio::test]
+async fn a_refused_token_request_is_an_authentication_error() {
+    let fake = serve().await;
+    let host = fake.host.clone();
+    let mut credentials = DockerConfig::default();
+    credentials.insert(
+        &host,
+        Credential {
+            username: "robot".into(),
+            password: "wrong".into(),
+        },
+    );
+    let reference = format!("{host}/app:v1");
+    match client_with(credentials, None, &[&host])
+        .pull(&request(&reference, None))
+        .await
+    {
+        Err(ImageError::AuthRefused {
+            registry,
+            reference: r,
+            ..
+        }) => {
+            assert_eq!(registry, host);
+            assert_eq!(r, reference);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(fake.token_requests.load(Ordering::SeqCst) >= 1);
+    // Anonymous: no token, so the registry refuses the manifest.
+    match plain_client(&host).pull(&request(&reference, None)).await {
+        Err(ImageError::AuthRefused { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+}

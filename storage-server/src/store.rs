@@ -791,6 +791,24 @@ mod tests {
         assert_eq!(store.cached(&other, &d3), None);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn stalled_upload_is_aborted_and_cleaned_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let b = BundleName::parse("demo").unwrap();
+        let d = digest_of(b"never sent");
+        let stalled = futures::stream::iter([Ok::<_, io::Error>(Bytes::from_static(b"x"))])
+            .chain(futures::stream::pending());
+        let err = store.put(&b, &d, Box::pin(stalled), 100).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Body(m) if m.contains("no data for 60 seconds")),
+            "{err}"
+        );
+        assert_eq!(fs::read_dir(dir.path().join("demo")).unwrap().count(), 0);
+        // The lock was released: the bundle can be deleted.
+        assert_eq!(store.delete_bundle(&b).await.unwrap(), 0);
+    }
+
     #[tokio::test]
     async fn put_list_delete_and_gauges() {
         let dir = tempfile::tempdir().unwrap();

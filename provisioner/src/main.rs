@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
 use gantry_provisioner::controller::server::{self, Readiness};
-use gantry_provisioner::controller::{self, Metrics, Settings, StorageClient, Token};
+use gantry_provisioner::controller::{self, Controllers, Metrics, Settings, StorageClient, Token};
 use gantry_provisioner::image::Platform;
 use kube::runtime::events::Reporter;
 use kube_lease_manager::LeaseManagerBuilder;
@@ -189,13 +189,14 @@ async fn main() -> anyhow::Result<()> {
         readiness.set(true);
         metrics.leader.set(1);
         controller::run(
-            client,
-            settings,
-            storage,
-            metrics,
-            reporter,
-            flags.reconcile_concurrency,
-            || {},
+            Controllers {
+                client,
+                settings,
+                storage,
+                metrics,
+                reporter,
+                concurrency: flags.reconcile_concurrency,
+            },
             shutdown,
         )
         .await;
@@ -246,13 +247,14 @@ async fn main() -> anyhow::Result<()> {
     let (_, ()) = tokio::join!(
         watch_lease,
         controller::run(
-            client,
-            settings,
-            storage,
-            metrics.clone(),
-            reporter,
-            flags.reconcile_concurrency,
-            || {},
+            Controllers {
+                client,
+                settings,
+                storage,
+                metrics: metrics.clone(),
+                reporter,
+                concurrency: flags.reconcile_concurrency
+            },
             stopped
         )
     );

@@ -379,11 +379,11 @@ async fn pull_failures_retry_with_growing_delays() {
             "the message names the reference: {}",
             c.message
         );
-        if let Some((attempt, delay)) = parse_retry(&c.message) {
-            if attempts_seen.last() != Some(&attempt) {
-                attempts_seen.push(attempt);
-                delays.push(delay);
-            }
+        if let Some((attempt, delay)) = parse_retry(&c.message)
+            && attempts_seen.last() != Some(&attempt)
+        {
+            attempts_seen.push(attempt);
+            delays.push(delay);
         }
         attempts_seen.last().is_some_and(|a| *a >= 4)
     })

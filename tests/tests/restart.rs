@@ -70,7 +70,7 @@ async fn a_restart_in_the_middle_of_a_large_apply_converges() {
                 .items
                 .len();
             // kube-root-ca.crt is not created here (no controller-manager runs).
-            (n >= 20 && n < OBJECTS).then_some(n)
+            (20..OBJECTS).contains(&n).then_some(n)
         }
     })
     .await;

@@ -35,10 +35,10 @@ use crate::image::{EffectiveLimits, PullRequest, read_canonical};
 pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action> {
     let name = bundle.name_any();
     let fingerprint = fingerprint(&bundle, &ctx);
-    if bundle.metadata.deletion_timestamp.is_none() {
-        if let Some(wait) = ctx.backoff.pending(&name, fingerprint) {
-            return Ok(Action::requeue(wait));
-        }
+    if bundle.metadata.deletion_timestamp.is_none()
+        && let Some(wait) = ctx.backoff.pending(&name, fingerprint)
+    {
+        return Ok(Action::requeue(wait));
     }
     let started = Instant::now();
     let generation = bundle.metadata.generation;
@@ -581,15 +581,15 @@ async fn write_status(
         condition(&current.conditions, types::READY).map(|c| (c.status.clone(), c.reason.clone()));
     let after = condition(&desired.conditions, types::READY)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
-    if let Some((status, reason, message)) = after {
-        if before.as_ref() != Some(&(status.clone(), reason.clone())) {
-            let kind = if status == "True" || !is_failure(&reason) {
-                EventType::Normal
-            } else {
-                EventType::Warning
-            };
-            publish(ctx, bundle, kind, &reason, &message).await;
-        }
+    if let Some((status, reason, message)) = after
+        && before.as_ref() != Some(&(status.clone(), reason.clone()))
+    {
+        let kind = if status == "True" || !is_failure(&reason) {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        publish(ctx, bundle, kind, &reason, &message).await;
     }
     Ok(())
 }

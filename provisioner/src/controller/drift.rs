@@ -62,10 +62,10 @@ impl DriftWatches {
                         continue;
                     }
                 };
-                if let Some(bundle) = object.labels().get(BUNDLE_LABEL) {
-                    if sender.send(ObjectRef::new(bundle)).is_err() {
-                        return;
-                    }
+                if let Some(bundle) = object.labels().get(BUNDLE_LABEL)
+                    && sender.send(ObjectRef::new(bundle)).is_err()
+                {
+                    return;
                 }
             }
         });

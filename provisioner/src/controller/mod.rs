@@ -42,17 +42,30 @@ use backoff::Backoff;
 use discovery::KindCache;
 use drift::DriftWatches;
 
+/// What the controllers run with.
+pub struct Controllers {
+    pub client: Client,
+    pub settings: Settings,
+    pub storage: StorageClient,
+    pub metrics: Arc<Metrics>,
+    pub reporter: Reporter,
+    /// Bundles reconciled at once.
+    pub concurrency: u16,
+}
+
 /// Runs both controllers until `shutdown` completes.
 pub async fn run(
-    client: Client,
-    settings: Settings,
-    storage: StorageClient,
-    metrics: Arc<Metrics>,
-    reporter: Reporter,
-    concurrency: u16,
-    ready: impl FnOnce() + Send,
+    controllers: Controllers,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let Controllers {
+        client,
+        settings,
+        storage,
+        metrics,
+        reporter,
+        concurrency,
+    } = controllers;
     let classes_api: Api<ProvisionerClass> = Api::all(client.clone());
     let bundles_api: Api<Bundle> = Api::all(client.clone());
     let class_controller = Controller::new(classes_api.clone(), watcher::Config::default());
@@ -123,7 +136,6 @@ pub async fn run(
                 .await;
         }
     };
-    ready();
     tokio::join!(signal, classes, bundles);
 }
 

@@ -145,13 +145,11 @@ pub async fn plan(
 ) -> Result<Plan> {
     let mut crd_kinds: HashMap<GroupVersionKind, (Kind, String)> = HashMap::new();
     for object in objects {
-        if gvk_of(&object.object)
-            .is_some_and(|g| g.group == CRD_GROUP && g.kind == "CustomResourceDefinition")
-        {
-            if let Some(crd) = bundle_crd(&object.object) {
-                for (gvk, kind) in crd.kinds {
-                    crd_kinds.insert(gvk, (kind, crd.name.clone()));
-                }
+        let is_crd = gvk_of(&object.object)
+            .is_some_and(|g| g.group == CRD_GROUP && g.kind == "CustomResourceDefinition");
+        if is_crd && let Some(crd) = bundle_crd(&object.object) {
+            for (gvk, kind) in crd.kinds {
+                crd_kinds.insert(gvk, (kind, crd.name.clone()));
             }
         }
     }

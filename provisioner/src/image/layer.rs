@@ -156,7 +156,7 @@ pub struct LayerTree {
     next_id: u64,
     uncompressed: u64,
     limits: EffectiveLimits,
-    on_file: Option<std::sync::mpsc::Sender<(String, PathBuf)>>,
+    on_file: Option<std::sync::mpsc::Sender<(String, PathBuf, u64)>>,
 }
 
 impl LayerTree {
@@ -176,7 +176,7 @@ impl LayerTree {
     /// Announces every file written (its name and scratch path) on `sender`, so that it can be
     /// validated while later content is still streaming. A file may be replaced or removed
     /// afterwards: what counts is the tree [`LayerTree::finish`] returns.
-    pub fn notify_files(&mut self, sender: std::sync::mpsc::Sender<(String, PathBuf)>) {
+    pub fn notify_files(&mut self, sender: std::sync::mpsc::Sender<(String, PathBuf, u64)>) {
         self.on_file = Some(sender);
     }
 
@@ -344,7 +344,7 @@ impl LayerTree {
                     }
                     if let Some(sender) = &self.on_file {
                         // A receiver that is gone only means nobody validates early.
-                        let _ = sender.send((file_name.clone(), path.clone()));
+                        let _ = sender.send((file_name.clone(), path.clone(), size));
                     }
                     let stored = StoredFile {
                         path,

@@ -50,7 +50,7 @@ impl EffectiveLimits {
     pub const DEFAULT_MAX_COMPRESSED_BYTES: u64 = 256 << 20;
     pub const DEFAULT_MAX_UNCOMPRESSED_BYTES: u64 = 1 << 30;
     pub const DEFAULT_MAX_FILES: u64 = 4096;
-    pub const DEFAULT_MAX_FILE_BYTES: u64 = 16 << 20;
+    pub const DEFAULT_MAX_FILE_BYTES: u64 = 8 << 20;
     pub const DEFAULT_MAX_OBJECTS: u64 = 10_000;
 
     /// Applies defaults to the class's limits.

@@ -275,7 +275,7 @@ impl RegistryClient {
         let mut tree = LayerTree::new(scratch.path().to_path_buf(), limits);
         // Files are validated on a thread of their own while later bytes still stream in;
         // results only count for the files of the final tree, after every digest matched.
-        let (file_tx, file_rx) = std::sync::mpsc::channel::<(String, PathBuf)>();
+        let (file_tx, file_rx) = std::sync::mpsc::channel::<(String, PathBuf, u64)>();
         tree.notify_files(file_tx);
         let validator = Validator::start(file_rx, limits)?;
         let mut compressed = 0u64;
@@ -407,22 +407,59 @@ impl RegistryClient {
 
 type FileResults = HashMap<PathBuf, Result<Vec<ObjectSummary>, ImageError>>;
 
-/// Threads that validate files as the layers produce them. Each holds at most one file in
-/// memory; there are as many as the machine has cores (at most four).
+/// Bytes of files being parsed at once. Parsing takes a few times a file's size in memory, so
+/// files are parsed concurrently only while their sizes add up to this; a larger file is
+/// parsed alone.
+const PARSE_BUDGET: u64 = 4 << 20;
+
+/// A counting semaphore over bytes.
+struct ByteBudget {
+    available: std::sync::Mutex<u64>,
+    freed: std::sync::Condvar,
+}
+
+impl ByteBudget {
+    fn acquire(&self, bytes: u64) -> u64 {
+        let want = bytes.clamp(1, PARSE_BUDGET);
+        let mut available = self.available.lock().unwrap_or_else(|e| e.into_inner());
+        while *available < want {
+            available = self
+                .freed
+                .wait(available)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        *available -= want;
+        want
+    }
+
+    fn release(&self, bytes: u64) {
+        let mut available = self.available.lock().unwrap_or_else(|e| e.into_inner());
+        *available += bytes;
+        self.freed.notify_all();
+    }
+}
+
+/// Threads that validate files as the layers produce them: as many as the machine has cores
+/// (at most four), within [`PARSE_BUDGET`].
 struct Validator {
     threads: Vec<std::thread::JoinHandle<FileResults>>,
 }
 
 impl Validator {
     fn start(
-        files: std::sync::mpsc::Receiver<(String, PathBuf)>,
+        files: std::sync::mpsc::Receiver<(String, PathBuf, u64)>,
         limits: EffectiveLimits,
     ) -> Result<Self, ImageError> {
         let count = std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, 4));
         let files = std::sync::Arc::new(std::sync::Mutex::new(files));
+        let budget = Arc::new(ByteBudget {
+            available: std::sync::Mutex::new(PARSE_BUDGET),
+            freed: std::sync::Condvar::new(),
+        });
         let mut threads = Vec::new();
         for i in 0..count {
             let files = files.clone();
+            let budget = budget.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("gantry-validate-{i}"))
                 .spawn(move || {
@@ -432,8 +469,10 @@ impl Validator {
                             Ok(receiver) => receiver.recv(),
                             Err(_) => break,
                         };
-                        let Ok((name, path)) = next else { break };
+                        let Ok((name, path, size)) = next else { break };
+                        let held = budget.acquire(size);
                         let result = summarize_stored(&name, &path, &limits);
+                        budget.release(held);
                         results.insert(path, result);
                     }
                     results

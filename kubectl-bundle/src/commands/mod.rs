@@ -1,6 +1,7 @@
 //! Sub-commands. Each lives in its own module; shared code belongs in the libraries.
 
 mod image;
+mod review;
 
 use clap::{Parser, Subcommand};
 
@@ -22,11 +23,23 @@ pub enum Command {
     Push(image::PushArgs),
     /// Pull a bundle image, verify and validate it, and write its manifests to a directory.
     Pull(image::PullArgs),
+    /// List bundles with their class, phase, readiness, digest and approval.
+    List(review::ListArgs),
+    /// Show a bundle: conditions, digests, requested permissions, inventory, recent Events.
+    Status(review::StatusArgs),
+    /// Approve the digest a bundle resolves to, after showing what it will create.
+    Approve(review::ApproveArgs),
+    /// Deny the digest a bundle resolves to: nothing of it is installed.
+    Deny(review::DenyArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Push(args) => image::push(args).await,
         Command::Pull(args) => image::pull(args).await,
+        Command::List(args) => review::list(args).await,
+        Command::Status(args) => review::status(args).await,
+        Command::Approve(args) => review::approve(args).await,
+        Command::Deny(args) => review::deny(args).await,
     }
 }

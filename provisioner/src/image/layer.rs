@@ -277,87 +277,82 @@ impl LayerTree {
         context: &dyn Fn(&str) -> String,
         entry: &mut tar::Entry<'_, R>,
     ) -> Result<(), ImageError> {
-        {
-            let raw_path = entry.path_bytes().into_owned();
-            let shown = String::from_utf8_lossy(&raw_path).into_owned();
-            let kind = entry.header().entry_type();
-            match classify(&raw_path)? {
-                PathClass::Outside => {}
-                PathClass::ManifestsDir => {
-                    if !kind.is_dir() {
-                        return Err(ImageError::InvalidEntry {
-                            path: shown,
-                            reason: format!(
-                                "manifests must be a directory, found {}",
-                                describe(kind)
-                            ),
-                        });
-                    }
+        let raw_path = entry.path_bytes().into_owned();
+        let shown = String::from_utf8_lossy(&raw_path).into_owned();
+        let kind = entry.header().entry_type();
+        match classify(&raw_path)? {
+            PathClass::Outside => {}
+            PathClass::ManifestsDir => {
+                if !kind.is_dir() {
+                    return Err(ImageError::InvalidEntry {
+                        path: shown,
+                        reason: format!("manifests must be a directory, found {}", describe(kind)),
+                    });
+                }
+                self.dir_layer = Some(index);
+            }
+            PathClass::RemoveAll => {
+                self.files.retain(|_, f| f.layer >= index);
+                if self.dir_layer.is_some_and(|l| l < index) {
+                    self.dir_layer = None;
+                }
+                // Files of this layer keep their directory.
+                if !self.files.is_empty() {
                     self.dir_layer = Some(index);
                 }
-                PathClass::RemoveAll => {
-                    self.files.retain(|_, f| f.layer >= index);
-                    if self.dir_layer.is_some_and(|l| l < index) {
-                        self.dir_layer = None;
-                    }
-                    // Files of this layer keep their directory.
-                    if !self.files.is_empty() {
-                        self.dir_layer = Some(index);
-                    }
+            }
+            PathClass::Opaque => {
+                self.files.retain(|_, f| f.layer >= index);
+                self.dir_layer = Some(index);
+            }
+            PathClass::Whiteout(target) => {
+                if self.files.get(&target).is_some_and(|f| f.layer < index)
+                    && let Some(old) = self.files.remove(&target)
+                {
+                    remove_scratch(&old.path);
                 }
-                PathClass::Opaque => {
-                    self.files.retain(|_, f| f.layer >= index);
-                    self.dir_layer = Some(index);
-                }
-                PathClass::Whiteout(target) => {
-                    if self.files.get(&target).is_some_and(|f| f.layer < index)
-                        && let Some(old) = self.files.remove(&target)
-                    {
-                        remove_scratch(&old.path);
-                    }
-                }
-                PathClass::File(file_name) => {
-                    if !(kind.is_file() || kind == EntryType::Continuous) {
-                        let reason = if kind.is_dir() {
-                            "sub-directories are not allowed in manifests/ (files must be directly in it)".to_string()
-                        } else {
-                            format!("{} entries are not allowed", describe(kind))
-                        };
-                        return Err(ImageError::InvalidEntry {
-                            path: shown,
-                            reason,
-                        });
-                    }
-                    let size = entry.size();
-                    if size > self.limits.max_file_bytes {
-                        return Err(self.limits.exceeded(LimitKind::FileBytes, shown));
-                    }
-                    let path = self.scratch.join(format!("f{}", self.next_id));
-                    self.next_id += 1;
-                    let written = write_file(&path, entry)
-                        .map_err(|e| ImageError::from_io(context(&shown), e))?;
-                    if written != size {
-                        return Err(ImageError::InvalidEntry {
-                            path: shown,
-                            reason: format!("truncated: {written} of {size} bytes"),
-                        });
-                    }
-                    if let Some(sender) = &self.on_file {
-                        // A receiver that is gone only means nobody validates early.
-                        let _ = sender.send((file_name.clone(), path.clone(), size));
-                    }
-                    let stored = StoredFile {
-                        path,
-                        size,
-                        layer: index,
+            }
+            PathClass::File(file_name) => {
+                if !(kind.is_file() || kind == EntryType::Continuous) {
+                    let reason = if kind.is_dir() {
+                        "sub-directories are not allowed in manifests/ (files must be directly in it)".to_string()
+                    } else {
+                        format!("{} entries are not allowed", describe(kind))
                     };
-                    if let Some(old) = self.files.insert(file_name, stored) {
-                        remove_scratch(&old.path);
-                    }
-                    self.dir_layer = Some(index);
-                    if self.files.len() as u64 > self.limits.max_files {
-                        return Err(self.limits.exceeded(LimitKind::Files, shown));
-                    }
+                    return Err(ImageError::InvalidEntry {
+                        path: shown,
+                        reason,
+                    });
+                }
+                let size = entry.size();
+                if size > self.limits.max_file_bytes {
+                    return Err(self.limits.exceeded(LimitKind::FileBytes, shown));
+                }
+                let path = self.scratch.join(format!("f{}", self.next_id));
+                self.next_id += 1;
+                let written = write_file(&path, entry)
+                    .map_err(|e| ImageError::from_io(context(&shown), e))?;
+                if written != size {
+                    return Err(ImageError::InvalidEntry {
+                        path: shown,
+                        reason: format!("truncated: {written} of {size} bytes"),
+                    });
+                }
+                if let Some(sender) = &self.on_file {
+                    // A receiver that is gone only means nobody validates early.
+                    let _ = sender.send((file_name.clone(), path.clone(), size));
+                }
+                let stored = StoredFile {
+                    path,
+                    size,
+                    layer: index,
+                };
+                if let Some(old) = self.files.insert(file_name, stored) {
+                    remove_scratch(&old.path);
+                }
+                self.dir_layer = Some(index);
+                if self.files.len() as u64 > self.limits.max_files {
+                    return Err(self.limits.exceeded(LimitKind::Files, shown));
                 }
             }
         }

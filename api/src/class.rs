@@ -60,7 +60,11 @@ pub struct ProvisionerClassSpec {
     pub insecure_registries: Vec<String>,
 
     /// A secret in the provisioner's namespace whose `ca.crt` is trusted for registry TLS.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "registryCASecret"
+    )]
     #[schemars(length(min = 1, max = 253))]
     pub registry_ca_secret: Option<String>,
 

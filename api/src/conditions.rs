@@ -71,6 +71,8 @@ pub mod reasons {
     pub const CRD_NOT_ESTABLISHED: &str = "CRDNotEstablished";
 
     // Deletion.
-    /// The bundle's objects are being removed.
-    pub const UNINSTALLING: &str = "Uninstalling";
+    /// The bundle's objects and stored content were removed (an Event).
+    pub const UNINSTALLED: &str = "Uninstalled";
+    /// An object of the bundle could not be removed; the message names it.
+    pub const UNINSTALL_FAILED: &str = "UninstallFailed";
 }

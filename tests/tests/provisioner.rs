@@ -182,7 +182,13 @@ async fn a_moved_tag_rolls_out_and_prunes() {
     let first = push(
         &repo,
         &[
-            ("a.yaml", config_map("kept", None, "v1")),
+            (
+                "a.yaml",
+                format!(
+                    "{}  extra: \"only-in-v1\"\n",
+                    config_map("kept", None, "v1")
+                ),
+            ),
             ("b.yaml", config_map("dropped", None, "v1")),
         ],
     )
@@ -231,6 +237,13 @@ async fn a_moved_tag_rolls_out_and_prunes() {
         config_map_data(&client, &ns, "dropped").await,
         None,
         "pruned"
+    );
+    // A field the new content no longer has is removed, not left behind.
+    let kept: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let kept = kept.get("kept").await.unwrap().data.unwrap_or_default();
+    assert!(
+        !kept.contains_key("extra"),
+        "dropped field removed: {kept:?}"
     );
 }
 

@@ -30,6 +30,9 @@ pub struct ApplySettings {
     pub concurrency: usize,
     /// How long to wait for a CRD of the bundle to be established.
     pub crd_timeout: Duration,
+    /// Write every object, even those live as desired (new content: server-side apply then
+    /// also removes fields the content no longer has).
+    pub write_all: bool,
 }
 
 pub(crate) fn api_for(client: &Client, object: &PlannedObject) -> Api<DynamicObject> {
@@ -92,7 +95,13 @@ pub async fn apply(
         let writes: Vec<_> = wave
             .iter()
             .zip(lives)
-            .map(|(object, live)| apply_one(client, object, live.as_ref()))
+            .map(|(object, live)| {
+                apply_one(
+                    client,
+                    object,
+                    live.as_ref().filter(|_| !settings.write_all),
+                )
+            })
             .collect();
         let results: Vec<bool> = stream::iter(writes)
             .buffered(concurrency)

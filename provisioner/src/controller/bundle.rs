@@ -109,6 +109,9 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action>
         status.observed_generation = generation;
     }
     summarize(&mut status, generation);
+    if bundle.metadata.deletion_timestamp.is_some() {
+        status.phase = Some(BundlePhase::Deleting);
+    }
     write_status(&bundle, &ctx, &current, &status).await?;
     Ok(action)
 }
@@ -177,6 +180,8 @@ async fn install(bundle: &Bundle, ctx: &Context, status: &mut BundleStatus) -> R
     })?;
     ensure_finalizer(bundle, ctx).await?;
     let limits = EffectiveLimits::from_api(class.spec.limits.as_ref());
+
+    let content_before = status.content_digest.clone();
 
     // 2. Resolve the reference to a digest.
     let image = bundle.spec.image.as_str();
@@ -285,10 +290,15 @@ async fn install(bundle: &Bundle, ctx: &Context, status: &mut BundleStatus) -> R
 
     // 5. Approval, bound to the resolved digest.
     if !approved(bundle, &class, &resolved_image, status, ctx, digest_changed).await {
-        return Ok(Step::Done(Action::await_change()));
+        // A tag may still move while a person decides: come back to resolve it again.
+        return Ok(Step::Done(Action::requeue(next_visit(bundle, ctx))));
     }
 
-    // 6. Apply.
+    // 6. Apply. Objects live as desired are skipped only when this exact content (and spec) was
+    // installed before: a new content or spec is written in full, so fields it dropped go away.
+    let installed_before = condition(&status.conditions, types::INSTALLED)
+        .is_some_and(|c| c.status == "True" && c.observed_generation == generation);
+    let write_all = !installed_before || content_before != status.content_digest;
     check_install_namespace(bundle, ctx, &plan).await?;
     let outcome = apply(
         &ctx.client,
@@ -297,6 +307,7 @@ async fn install(bundle: &Bundle, ctx: &Context, status: &mut BundleStatus) -> R
         ApplySettings {
             concurrency: ctx.settings.apply_concurrency,
             crd_timeout: ctx.settings.crd_timeout,
+            write_all,
         },
     )
     .await?;
@@ -497,7 +508,6 @@ async fn uninstall(bundle: &Bundle, ctx: &Context, status: &mut BundleStatus) ->
         return Ok(Step::Gone);
     }
     let name = bundle.name_any();
-    status.phase = Some(BundlePhase::Deleting);
     for entry in status.inventory.clone().iter().rev() {
         match remove(&ctx.client, &ctx.kinds, entry, &name).await {
             Ok(Removal::Deleted) => {
@@ -531,7 +541,7 @@ async fn uninstall(bundle: &Bundle, ctx: &Context, status: &mut BundleStatus) ->
         ctx,
         bundle,
         EventType::Normal,
-        reasons::UNINSTALLING,
+        reasons::UNINSTALLED,
         "objects and stored content removed",
     )
     .await;

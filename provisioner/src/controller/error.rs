@@ -98,26 +98,13 @@ impl Error {
             Error::CrdNotEstablished { .. } => reasons::CRD_NOT_ESTABLISHED,
             Error::Apply { .. } | Error::Kube(_) => reasons::APPLY_FAILED,
             Error::Prune { .. } => reasons::PRUNE_FAILED,
-            Error::Uninstall { .. } => reasons::UNINSTALLING,
+            Error::Uninstall { .. } => reasons::UNINSTALL_FAILED,
         }
     }
 
     /// The label of the failure in metrics (the reason: a small, fixed set).
     pub fn metric_label(&self) -> &'static str {
         self.reason()
-    }
-
-    /// Whether waiting cannot help until something changes (the bundle, its class, a secret,
-    /// the image). Such failures are still retried, with the same backoff, since the cause may
-    /// be outside the bundle (a tag pushed later, a namespace created later).
-    pub fn is_input_error(&self) -> bool {
-        matches!(
-            self,
-            Error::InvalidBundle { .. }
-                | Error::DigestRequired { .. }
-                | Error::NamespaceRequired(_)
-                | Error::InvalidClass { .. }
-        )
     }
 
     /// Classifies an image error: content problems are `InvalidBundle`, the rest `PullFailed`.

@@ -11,7 +11,8 @@ use axum::routing::get;
 
 use super::metrics::Metrics;
 
-/// Whether the process is ready (its caches synced, whether or not it leads).
+/// Whether the process is ready to serve: set once the Kubernetes client and the endpoints are
+/// up, whether or not this replica leads (a standby is ready to take over).
 #[derive(Default)]
 pub struct Readiness(AtomicBool);
 

@@ -240,9 +240,11 @@ pub(crate) fn summarize_stored(
     path: &std::path::Path,
     limits: &EffectiveLimits,
 ) -> Result<Vec<ObjectSummary>, ImageError> {
-    let mut buffer = Vec::new();
     let file = std::fs::File::open(path)
         .map_err(|e| ImageError::from_io(format!("manifests/{name}"), e))?;
+    // Sized up front: growing the buffer while reading would copy the file several times.
+    let size = file.metadata().map_or(0, |m| m.len());
+    let mut buffer = Vec::with_capacity(size.min(limits.max_file_bytes) as usize + 1);
     file.take(limits.max_file_bytes.saturating_add(1))
         .read_to_end(&mut buffer)
         .map_err(|e| ImageError::from_io(format!("manifests/{name}"), e))?;

@@ -2,7 +2,6 @@
 //! the real `gantry-provisioner` binary.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
@@ -11,10 +10,7 @@ use gantry_api::{
     ProvisionerClassSpec, UNINSTALL_FINALIZER,
 };
 use gantry_provisioner::image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
-use gantry_tests::{
-    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, registry,
-    unique_name, wait_until,
-};
+use gantry_tests::{control_plane, registry, unique_name, wait_until};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -23,68 +19,6 @@ use serde_json::json;
 mod common;
 
 use common::*;
-
-const DEFAULT_CLASS: &str = "plain";
-
-struct Gantry {
-    storage: StorageServer,
-    provisioner: Provisioner,
-}
-
-/// The provisioner's count of status writes, from its metrics.
-async fn status_writes() -> u64 {
-    let text = reqwest::get(format!("{}/metrics", gantry().provisioner.metrics_url()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("gantry_provisioner_status_writes_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("the status_writes metric")
-}
-
-/// One storage server and one provisioner for every test of this binary, with the default
-/// class `plain` (Automatic, plain HTTP to the test registry).
-fn gantry() -> &'static Gantry {
-    static GANTRY: OnceLock<Gantry> = OnceLock::new();
-    GANTRY.get_or_init(|| {
-        let plane = control_plane();
-        std::thread::spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async {
-                    let client = control_plane().client().await;
-                    ensure_namespace(&client, NAMESPACE).await;
-                    let mut class = class_spec(ApprovalPolicy::Automatic);
-                    class.require_digest = false;
-                    apply_class(&client, DEFAULT_CLASS, class, true).await;
-                })
-        })
-        .join()
-        .unwrap();
-        let storage = StorageServer::start(StorageOptions::default());
-        let provisioner = Provisioner::start(ProvisionerOptions {
-            kubeconfig: plane.kubeconfig().to_path_buf(),
-            storage_url: storage.url().to_string(),
-            storage_token: None,
-            namespace: NAMESPACE.into(),
-            args: vec![
-                "--resolve-interval=1s".into(),
-                "--resync-interval=30s".into(),
-                "--backoff-base=200ms".into(),
-                "--backoff-cap=5s".into(),
-            ],
-        });
-        Gantry {
-            storage,
-            provisioner,
-        }
-    })
-}
 
 #[tokio::test]
 async fn a_bundle_installs_and_reports_its_digest() {

@@ -10,13 +10,18 @@ use gantry_api::{
     ProvisionerClass, ProvisionerClassSpec,
 };
 use gantry_provisioner::image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
-use gantry_tests::registry;
+use gantry_tests::{
+    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, registry,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use std::sync::OnceLock;
 
 pub const NAMESPACE: &str = "gantry-system";
+/// The default class created by [`gantry`].
+pub const DEFAULT_CLASS: &str = "plain";
 pub const WAIT: Duration = Duration::from_secs(60);
 
 pub fn class_spec(approval: ApprovalPolicy) -> ProvisionerClassSpec {
@@ -178,4 +183,65 @@ pub async fn config_map_data(client: &Client, namespace: &str, name: &str) -> Op
         .await
         .unwrap()
         .and_then(|cm| cm.data?.get("value").cloned())
+}
+
+/// One storage server and one provisioner per test binary.
+pub struct Gantry {
+    pub storage: StorageServer,
+    pub provisioner: Provisioner,
+}
+
+/// The provisioner's count of status writes, from its metrics.
+pub async fn status_writes() -> u64 {
+    let text = reqwest::get(format!("{}/metrics", gantry().provisioner.metrics_url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("gantry_provisioner_status_writes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the status_writes metric")
+}
+
+/// One storage server and one provisioner for every test of this binary, with the default
+/// class `plain` (Automatic, plain HTTP to the test registry).
+pub fn gantry() -> &'static Gantry {
+    static GANTRY: OnceLock<Gantry> = OnceLock::new();
+    GANTRY.get_or_init(|| {
+        let plane = control_plane();
+        std::thread::spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    let client = control_plane().client().await;
+                    ensure_namespace(&client, NAMESPACE).await;
+                    let mut class = class_spec(ApprovalPolicy::Automatic);
+                    class.require_digest = false;
+                    apply_class(&client, DEFAULT_CLASS, class, true).await;
+                })
+        })
+        .join()
+        .unwrap();
+        let storage = StorageServer::start(StorageOptions::default());
+        let provisioner = Provisioner::start(ProvisionerOptions {
+            kubeconfig: plane.kubeconfig().to_path_buf(),
+            storage_url: storage.url().to_string(),
+            storage_token: None,
+            namespace: NAMESPACE.into(),
+            args: vec![
+                "--resolve-interval=1s".into(),
+                "--resync-interval=30s".into(),
+                "--backoff-base=200ms".into(),
+                "--backoff-cap=5s".into(),
+            ],
+        });
+        Gantry {
+            storage,
+            provisioner,
+        }
+    })
 }

@@ -36,6 +36,10 @@ done
 """
 
 
+def listing(directory):
+    return sorted((entry.name, entry.stat().st_size) for entry in os.scandir(directory))
+
+
 def main():
     plugin, host, work, runs, names = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]
     print(f"{'bundle':<10}{'gantry (s)':>12}{'skopeo+tar (s)':>16}{'ratio':>8}{'gantry peak RSS':>18}")
@@ -43,15 +47,21 @@ def main():
         image = f"{host}/bench/{name}:v1"
         gantry, baseline, rss = [], [], []
         for run in range(runs):
-            out = os.path.join(work, f"{name}-gantry-{run}")
-            elapsed, peak = measure([plugin, "pull", image, "-o", out, "--plain-http"])
+            ours = os.path.join(work, f"{name}-gantry-{run}")
+            elapsed, peak = measure([plugin, "pull", image, "-o", ours, "--plain-http"])
             gantry.append(elapsed)
             rss.append(peak)
-            shutil.rmtree(out)
-            out = os.path.join(work, f"{name}-skopeo-{run}")
-            elapsed, _ = measure(["bash", "-c", BASELINE, "baseline", image, out])
+            theirs = os.path.join(work, f"{name}-skopeo-{run}")
+            elapsed, _ = measure(["bash", "-c", BASELINE, "baseline", image, theirs])
             baseline.append(elapsed)
-            shutil.rmtree(out)
+            if run == 0:
+                # Both produced the same manifests/.
+                a = listing(os.path.join(ours, "manifests"))
+                b = listing(os.path.join(theirs, "root", "manifests"))
+                if a != b:
+                    sys.exit(f"{name}: gantry and skopeo+tar disagree on manifests/")
+            shutil.rmtree(ours)
+            shutil.rmtree(theirs)
         g, b = statistics.median(gantry), statistics.median(baseline)
         print(f"{name:<10}{g:>12.3f}{b:>16.3f}{g / b:>8.2f}{max(rss) / 1024:>15.1f} MiB")
     print(f"(medians of {runs} runs each, alternating; ratio = gantry / skopeo+tar, lower is faster)")

@@ -81,6 +81,8 @@ fn yaml_options(limits: &EffectiveLimits) -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
     options.with_snippet = false;
+    // Comments are not kept: the parser need not collect them.
+    options.emit_comments = false;
     options
 }
 

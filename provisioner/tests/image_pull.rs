@@ -846,3 +846,67 @@ async fn the_canonical_tarball_depends_only_on_content() {
         .unwrap();
     assert_ne!(pushed3.layer_digest, d1.digest);
 }
+
+#[tokio::test]
+async fn docker_schema2_manifest_lists_are_pulled() {
+    let host = registry().host();
+    let client = plain_client(host);
+    let dir = bundle_dir(BUNDLE);
+    let repo = unique_name("oci");
+    let pushed = client
+        .push_dir(
+            dir.path(),
+            &format!("{host}/{repo}:v1"),
+            &[
+                "linux/amd64".parse().unwrap(),
+                "linux/arm64".parse().unwrap(),
+            ],
+            &limits(),
+        )
+        .await
+        .unwrap();
+    // skopeo rewrites the image with Docker media types (manifest list, schema 2 manifests,
+    // `rootfs.diff.tar.gzip` layers).
+    let docker = unique_name("docker");
+    run(Command::new("skopeo").args([
+        "copy",
+        "--all",
+        "--format",
+        "v2s2",
+        "--src-tls-verify=false",
+        "--dest-tls-verify=false",
+        &format!("docker://{host}/{repo}:v1"),
+        &format!("docker://{host}/{docker}:v1"),
+    ]));
+    let raw = run(Command::new("skopeo").args([
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{host}/{docker}:v1"),
+    ]));
+    let list: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(
+        list["mediaType"],
+        "application/vnd.docker.distribution.manifest.list.v2+json"
+    );
+    let bundle = client
+        .pull(&request(
+            &format!("{host}/{docker}:v1"),
+            Some("linux/arm64"),
+        ))
+        .await
+        .unwrap();
+    assert!(bundle.image.from_index);
+    assert_eq!(bundle.image.digest, sha256(&raw));
+    assert_eq!(bundle.image.platform.to_string(), "linux/arm64");
+    assert_eq!(
+        names(&bundle.objects),
+        vec!["Namespace/demo", "ConfigMap/a", "ConfigMap/b"]
+    );
+    // The files are the same, so is the canonical tarball.
+    let mut tarball = Vec::new();
+    assert_eq!(
+        bundle.write_canonical(&mut tarball).unwrap().digest,
+        pushed.layer_digest
+    );
+}

@@ -141,6 +141,7 @@ fn attached(lifetime: &Lifetime, process: Child) -> Option<Child> {
 pub struct Provisioner {
     /// `None` when detached: the process outlives this value.
     process: Option<Child>,
+    pid: u32,
     metrics_url: String,
     log: PathBuf,
 }
@@ -198,6 +199,7 @@ impl Provisioner {
             START_TIMEOUT,
         )?;
         Ok(Self {
+            pid: process.id(),
             process: attached(lifetime, process),
             metrics_url: format!("http://127.0.0.1:{port}"),
             log,
@@ -207,6 +209,11 @@ impl Provisioner {
     /// `http://127.0.0.1:PORT` serving /metrics, /healthz and /readyz.
     pub fn metrics_url(&self) -> &str {
         &self.metrics_url
+    }
+
+    /// The process ID.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// The process's log (stderr and stdout).

@@ -31,7 +31,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Start the control plane, the registry, the storage server and the provisioner.
-    Up,
+    Up {
+        /// A flag for the provisioner (repeatable), e.g. --provisioner-arg=--apply-concurrency=32.
+        #[arg(long = "provisioner-arg", allow_hyphen_values = true)]
+        provisioner_args: Vec<String>,
+    },
     /// Stop everything and remove the state directory.
     Down,
 }
@@ -42,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
     let state = std::path::absolute(&cli.state_dir)
         .with_context(|| format!("resolving {}", cli.state_dir.display()))?;
     match cli.command {
-        Command::Up => up(&state).await,
+        Command::Up { provisioner_args } => up(&state, provisioner_args).await,
         Command::Down => {
             let stopped = stop_detached(&state, Duration::from_secs(10))
                 .with_context(|| format!("stopping the environment in {}", state.display()))?;
@@ -55,7 +59,7 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn up(state: &Path) -> anyhow::Result<()> {
+async fn up(state: &Path, provisioner_args: Vec<String>) -> anyhow::Result<()> {
     let env_file = state.join("env");
     if env_file.exists() {
         bail!(
@@ -88,7 +92,9 @@ async fn up(state: &Path) -> anyhow::Result<()> {
                 storage_url: storage.url().to_string(),
                 storage_token: None,
                 namespace: NAMESPACE.into(),
-                args: vec!["--resolve-interval=10s".into()],
+                args: std::iter::once("--resolve-interval=10s".to_string())
+                    .chain(provisioner_args)
+                    .collect(),
             },
             &lifetime,
         )?;
@@ -109,11 +115,12 @@ async fn up(state: &Path) -> anyhow::Result<()> {
     std::fs::write(
         &env_file,
         format!(
-            "export KUBECONFIG={}\nexport GANTRY_REGISTRY={}\nexport GANTRY_STORAGE_URL={}\nexport GANTRY_METRICS_URL={}\n",
+            "export KUBECONFIG={}\nexport GANTRY_REGISTRY={}\nexport GANTRY_STORAGE_URL={}\nexport GANTRY_METRICS_URL={}\nexport GANTRY_PROVISIONER_PID={}\n",
             kubeconfig.display(),
             registry.host(),
             storage.url(),
-            provisioner.metrics_url()
+            provisioner.metrics_url(),
+            provisioner.pid()
         ),
     )
     .with_context(|| format!("writing {}", env_file.display()))?;

@@ -79,6 +79,15 @@ pub struct StatusArgs {
     cluster: ClusterArgs,
     /// The bundle.
     name: String,
+    /// Print the bundle's status as JSON or YAML instead of the summary.
+    #[arg(short = 'o', long = "output", value_enum)]
+    output: Option<StatusOutput>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum StatusOutput {
+    Json,
+    Yaml,
 }
 
 #[derive(Args, Debug)]
@@ -295,6 +304,17 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading bundle {}", args.name))?
         .with_context(|| format!("bundle {} not found", args.name))?;
     let status = bundle.status.clone().unwrap_or_default();
+    match args.output {
+        Some(StatusOutput::Json) => {
+            println!("{}", serde_json::to_string_pretty(&status)?);
+            return Ok(());
+        }
+        Some(StatusOutput::Yaml) => {
+            print!("{}", serde_saphyr::to_string(&status)?);
+            return Ok(());
+        }
+        None => {}
+    }
     println!("Name:       {}", bundle.name_any());
     println!("Image:      {}", bundle.spec.image);
     println!(

@@ -910,3 +910,38 @@ async fn docker_schema2_manifest_lists_are_pulled() {
         pushed.layer_digest
     );
 }
+
+#[tokio::test]
+async fn the_object_limit_applies_across_files() {
+    let host = registry().host();
+    let repo = unique_name("objects");
+    let two = |prefix: &str| {
+        format!(
+            "{}---\n{}",
+            CONFIGMAP.replace("name: cm", &format!("name: {prefix}1")),
+            CONFIGMAP.replace("name: cm", &format!("name: {prefix}2"))
+        )
+    };
+    let layer = Tar::default()
+        .file("manifests/a.yaml", &two("a"))
+        .file("manifests/b.yaml", &two("b"))
+        .file("manifests/c.yaml", &two("c"))
+        .gzip();
+    push_layers(host, &repo, &[(GZIP_LAYER, layer)]).await;
+    let client = plain_client(host);
+    let mut req = request(&format!("{host}/{repo}:v1"), None);
+    req.limits = EffectiveLimits {
+        max_objects: 5,
+        ..EffectiveLimits::default()
+    };
+    match client.pull(&req).await {
+        Err(ImageError::LimitExceeded {
+            limit: LimitKind::Objects,
+            value: 5,
+            culprit,
+        }) => assert_eq!(culprit, "c.yaml, document 1"),
+        other => panic!("{other:?}"),
+    }
+    req.limits.max_objects = 6;
+    assert_eq!(client.pull(&req).await.unwrap().objects.len(), 6);
+}

@@ -146,6 +146,9 @@ pub fn summarize_file(
         } else {
             out.push(doc.into_summary(file, document, None).map_err(invalid)?);
         }
+        if out.len() as u64 > limits.max_objects {
+            return Err(limits.exceeded(LimitKind::Objects, format!("{file}, document {document}")));
+        }
     }
     Ok(out)
 }

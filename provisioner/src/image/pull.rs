@@ -456,10 +456,14 @@ impl Validator {
             available: std::sync::Mutex::new(PARSE_BUDGET),
             freed: std::sync::Condvar::new(),
         });
+        // Objects held in results: past the limit, files are left for the final pass, which
+        // stops at the limit, so that memory stays bounded whatever the layers hold.
+        let held = Arc::new(AtomicU64::new(0));
         let mut threads = Vec::new();
         for i in 0..count {
             let files = files.clone();
             let budget = budget.clone();
+            let held = held.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("gantry-validate-{i}"))
                 .spawn(move || {
@@ -470,9 +474,15 @@ impl Validator {
                             Err(_) => break,
                         };
                         let Ok((name, path, size)) = next else { break };
-                        let held = budget.acquire(size);
+                        if held.load(Ordering::Relaxed) > limits.max_objects {
+                            continue;
+                        }
+                        let bytes = budget.acquire(size);
                         let result = summarize_stored(&name, &path, &limits);
-                        budget.release(held);
+                        budget.release(bytes);
+                        if let Ok(objects) = &result {
+                            held.fetch_add(objects.len() as u64, Ordering::Relaxed);
+                        }
                         results.insert(path, result);
                     }
                     results

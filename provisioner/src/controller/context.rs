@@ -67,4 +67,6 @@ pub struct Context {
     pub drift: DriftWatches,
     /// When each bundle's tag was last resolved, and for which image.
     pub resolved: Mutex<HashMap<String, (String, Instant)>>,
+    /// When each bundle was last installed or checked in full, and what it looked like then.
+    pub checked: Mutex<HashMap<String, (u64, Instant)>>,
 }

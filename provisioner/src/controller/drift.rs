@@ -2,7 +2,7 @@
 //! bundle reconcile at once.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use gantry_api::{BUNDLE_LABEL, Bundle};
@@ -18,6 +18,8 @@ use tokio::sync::mpsc;
 pub struct DriftWatches {
     started: Mutex<HashSet<(String, String, String)>>,
     sender: mpsc::UnboundedSender<ObjectRef<Bundle>>,
+    /// Bundles one of whose objects changed since their last full check.
+    dirty: Arc<Mutex<HashSet<String>>>,
 }
 
 impl DriftWatches {
@@ -28,6 +30,7 @@ impl DriftWatches {
             Self {
                 started: Mutex::new(HashSet::new()),
                 sender,
+                dirty: Arc::new(Mutex::new(HashSet::new())),
             },
             receiver,
         )
@@ -48,6 +51,7 @@ impl DriftWatches {
         }
         let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
         let sender = self.sender.clone();
+        let dirty = self.dirty.clone();
         let kind = resource.kind.clone();
         tokio::spawn(async move {
             let config = watcher::Config::default().labels(BUNDLE_LABEL);
@@ -62,12 +66,25 @@ impl DriftWatches {
                         continue;
                     }
                 };
-                if let Some(bundle) = object.labels().get(BUNDLE_LABEL)
-                    && sender.send(ObjectRef::new(bundle)).is_err()
-                {
-                    return;
+                if let Some(bundle) = object.labels().get(BUNDLE_LABEL) {
+                    if let Ok(mut dirty) = dirty.lock() {
+                        dirty.insert(bundle.clone());
+                    }
+                    if sender.send(ObjectRef::new(bundle)).is_err() {
+                        return;
+                    }
                 }
             }
         });
+    }
+}
+
+impl DriftWatches {
+    /// Whether an object of `bundle` changed since the last call; clears the mark.
+    pub fn take_dirty(&self, bundle: &str) -> bool {
+        self.dirty
+            .lock()
+            .map(|mut dirty| dirty.remove(bundle))
+            .unwrap_or(true)
     }
 }

@@ -85,6 +85,7 @@ pub async fn run(
         recorder: Recorder::new(client, reporter),
         drift,
         resolved: Mutex::new(HashMap::new()),
+        checked: Mutex::new(HashMap::new()),
     });
 
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);

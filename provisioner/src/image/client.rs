@@ -179,7 +179,7 @@ impl RegistryClient {
         }
         let mut stream = self
             .client
-            .pull_blob_stream(reference, descriptor)
+            .pull_blob_stream(reference, &registry_only(descriptor))
             .await
             .map_err(|e| map_error(reference, e))?;
         let mut data = Vec::new();
@@ -202,6 +202,15 @@ impl RegistryClient {
             });
         }
         Ok(data)
+    }
+}
+
+/// The descriptor without its `urls`: blobs come from the image's registry only, never from
+/// other hosts a manifest names (which the client would otherwise try when the registry fails).
+pub(crate) fn registry_only(descriptor: &OciDescriptor) -> OciDescriptor {
+    OciDescriptor {
+        urls: None,
+        ..descriptor.clone()
     }
 }
 

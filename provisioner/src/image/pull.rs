@@ -17,7 +17,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use super::canonical::{CanonicalDigest, write_canonical, write_canonical_file};
-use super::client::{RegistryClient, map_error, map_stream_error, parse_reference, pinned};
+use super::client::{
+    RegistryClient, map_error, map_stream_error, parse_reference, pinned, registry_only,
+};
 use super::error::ImageError;
 use super::layer::{BundleFiles, LayerTree};
 use super::limits::{EffectiveLimits, LimitKind};

@@ -119,19 +119,30 @@ async fn serve_blob(
     }
 }
 
-/// Serves one image at `HOST/app:v1`; returns the host and the shared state.
-async fn serve() -> Arc<Fake> {
+/// Serves one image at `HOST/app:v1` (`foreign` adds a layer that only other hosts have).
+async fn serve_image(foreign: Option<&str>) -> Arc<Fake> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let host = listener.local_addr().unwrap().to_string();
     let layer = Tar::default().file("manifests/a.yaml", CONFIGMAP).gzip();
     let config =
         br#"{"os":"linux","architecture":"amd64","rootfs":{"type":"layers","diff_ids":[]}}"#
             .to_vec();
+    let mut layers = vec![
+        serde_json::json!({"mediaType": GZIP_LAYER, "digest": sha256(&layer), "size": layer.len()}),
+    ];
+    if let Some(url) = foreign {
+        layers.push(serde_json::json!({
+            "mediaType": GZIP_LAYER,
+            "digest": sha256(b"elsewhere"),
+            "size": 9,
+            "urls": [url],
+        }));
+    }
     let manifest = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(&config), "size": config.len()},
-        "layers": [{"mediaType": GZIP_LAYER, "digest": sha256(&layer), "size": layer.len()}],
+        "layers": layers,
     }))
     .unwrap();
     let fake = Arc::new(Fake {
@@ -150,6 +161,46 @@ async fn serve() -> Arc<Fake> {
         axum::serve(listener, app).await.unwrap();
     });
     fake
+}
+
+async fn serve() -> Arc<Fake> {
+    serve_image(None).await
+}
+
+fn robot(host: &str) -> DockerConfig {
+    let mut credentials = DockerConfig::default();
+    credentials.insert(
+        host,
+        Credential {
+            username: "robot".into(),
+            password: "t0ken-pw".into(),
+        },
+    );
+    credentials
+}
+
+#[tokio::test]
+async fn layers_are_never_fetched_from_the_urls_a_manifest_names() {
+    // A host that would serve the missing layer, and counts who asks.
+    let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/blob", elsewhere.local_addr().unwrap());
+    let contacted = Arc::new(AtomicUsize::new(0));
+    let counter = contacted.clone();
+    tokio::spawn(async move {
+        while let Ok((_socket, _)) = elsewhere.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let fake = serve_image(Some(&url)).await;
+    let host = fake.host.clone();
+    match client_with(robot(&host), None, &[&host])
+        .pull(&request(&format!("{host}/app:v1"), None))
+        .await
+    {
+        Err(ImageError::NotFound { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(contacted.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]

@@ -343,7 +343,7 @@ impl RegistryClient {
         let what = format!("layer {} of {}", layer.digest, reference.whole());
         let mut stream = self
             .client
-            .pull_blob_stream(reference, layer)
+            .pull_blob_stream(reference, &registry_only(layer))
             .await
             .map_err(|e| map_error(reference, e))?;
         let (tx, rx) = mpsc::channel::<Bytes>(16);

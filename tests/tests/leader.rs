@@ -4,21 +4,7 @@
 mod common;
 
 use common::*;
-use gantry_api::ApprovalPolicy;
-use gantry_tests::{
-    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, registry,
-    unique_name, wait_until,
-};
-
-fn start_provisioner(storage: &StorageServer, args: &[&str]) -> Provisioner {
-    Provisioner::start(ProvisionerOptions {
-        kubeconfig: control_plane().kubeconfig().to_path_buf(),
-        storage_url: storage.url().to_string(),
-        storage_token: None,
-        namespace: NAMESPACE.into(),
-        args: args.iter().map(|a| a.to_string()).collect(),
-    })
-}
+use gantry_tests::{Provisioner, StorageOptions, StorageServer, registry, unique_name, wait_until};
 
 async fn is_leader(provisioner: &Provisioner) -> Option<bool> {
     let text = reqwest::get(format!("{}/metrics", provisioner.metrics_url()))
@@ -31,19 +17,6 @@ async fn is_leader(provisioner: &Provisioner) -> Option<bool> {
         .lines()
         .find_map(|l| l.strip_prefix("gantry_provisioner_leader "))?;
     Some(value.trim() == "1")
-}
-
-async fn setup() -> kube::Client {
-    let client = control_plane().client().await;
-    ensure_namespace(&client, NAMESPACE).await;
-    apply_class(
-        &client,
-        "plain",
-        class_spec(ApprovalPolicy::Automatic),
-        true,
-    )
-    .await;
-    client
 }
 
 #[tokio::test]

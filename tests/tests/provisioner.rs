@@ -366,19 +366,14 @@ async fn pull_failures_retry_with_growing_delays() {
     let mut s = spec(&format!("127.0.0.1:{port}/app:v1"), Some("default"));
     s.provisioner_class_name = Some(class);
     create_bundle(&client, &unreachable, s).await;
-    let bundle = wait_bundle(
+    wait_failure(
         &client,
         &unreachable,
-        "PullFailed",
-        reason_is(types::UNPACKED, reasons::PULL_FAILED),
+        types::UNPACKED,
+        reasons::PULL_FAILED,
+        &format!("127.0.0.1:{port}"),
     )
     .await;
-    assert!(
-        condition(&bundle, types::UNPACKED)
-            .unwrap()
-            .message
-            .contains(&format!("127.0.0.1:{port}"))
-    );
 }
 
 /// `(attempt, delay seconds)` from "... (attempt N, next retry in X.Ys)".
@@ -579,36 +574,26 @@ async fn install_namespace_defaulting_absence_and_late_namespace() {
     // No namespace on the object and none set on the bundle: the objects are named.
     let without = unique_name("no-ns");
     create_bundle(&client, &without, spec(&image, None)).await;
-    let bundle = wait_bundle(
+    wait_failure(
         &client,
         &without,
-        "NamespaceRequired",
-        reason_is(types::INSTALLED, reasons::NAMESPACE_REQUIRED),
+        types::INSTALLED,
+        reasons::NAMESPACE_REQUIRED,
+        "ConfigMap c (a.yaml",
     )
     .await;
-    assert!(
-        condition(&bundle, types::INSTALLED)
-            .unwrap()
-            .message
-            .contains("ConfigMap c (a.yaml")
-    );
 
     // An install namespace that does not exist yet: wait, then install once it appears.
     let later = unique_name("later");
     create_bundle(&client, &later, spec(&image, Some(&ns))).await;
-    let bundle = wait_bundle(
+    wait_failure(
         &client,
         &later,
-        "NamespaceNotFound",
-        reason_is(types::INSTALLED, reasons::NAMESPACE_NOT_FOUND),
+        types::INSTALLED,
+        reasons::NAMESPACE_NOT_FOUND,
+        &ns,
     )
     .await;
-    assert!(
-        condition(&bundle, types::INSTALLED)
-            .unwrap()
-            .message
-            .contains(&ns)
-    );
     ensure_namespace(&client, &ns).await;
     wait_bundle(&client, &later, "Ready once the namespace exists", is_ready).await;
     assert_eq!(
@@ -737,19 +722,14 @@ async fn require_digest_rejects_a_tag() {
     let mut s = spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns));
     s.provisioner_class_name = Some(class.clone());
     create_bundle(&client, &tagged, s).await;
-    let bundle = wait_bundle(
+    wait_failure(
         &client,
         &tagged,
-        "DigestRequired",
-        reason_is(types::UNPACKED, reasons::DIGEST_REQUIRED),
+        types::UNPACKED,
+        reasons::DIGEST_REQUIRED,
+        ":v1",
     )
     .await;
-    assert!(
-        condition(&bundle, types::UNPACKED)
-            .unwrap()
-            .message
-            .contains(":v1")
-    );
 
     let by_digest = unique_name("by-digest");
     let mut s = spec(&pinned, Some(&ns));

@@ -4,36 +4,10 @@
 mod common;
 
 use common::*;
-use gantry_api::{ApprovalPolicy, Bundle};
-use gantry_tests::{
-    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, registry,
-    unique_name, wait_until,
-};
+use gantry_api::Bundle;
+use gantry_tests::{StorageOptions, StorageServer, registry, unique_name, wait_until};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
-
-fn start_provisioner(storage: &StorageServer, args: &[&str]) -> Provisioner {
-    Provisioner::start(ProvisionerOptions {
-        kubeconfig: control_plane().kubeconfig().to_path_buf(),
-        storage_url: storage.url().to_string(),
-        storage_token: None,
-        namespace: NAMESPACE.into(),
-        args: args.iter().map(|a| a.to_string()).collect(),
-    })
-}
-
-async fn setup() -> kube::Client {
-    let client = control_plane().client().await;
-    ensure_namespace(&client, NAMESPACE).await;
-    apply_class(
-        &client,
-        "plain",
-        class_spec(ApprovalPolicy::Automatic),
-        true,
-    )
-    .await;
-    client
-}
 
 #[tokio::test]
 async fn a_restart_in_the_middle_of_a_large_apply_converges() {

@@ -166,6 +166,24 @@ pub async fn wait_bundle(
     }
 }
 
+/// Waits until condition `type_` is False with `reason`, and checks that its message mentions
+/// `mention` (the thing at fault).
+pub async fn wait_failure(
+    client: &Client,
+    name: &str,
+    type_: &'static str,
+    reason: &'static str,
+    mention: &str,
+) -> Bundle {
+    let bundle = wait_bundle(client, name, reason, reason_is(type_, reason)).await;
+    let message = &condition(&bundle, type_).expect("the condition").message;
+    assert!(
+        message.contains(mention),
+        "the {reason} message names {mention:?}: {message}"
+    );
+    bundle
+}
+
 pub fn is_ready(bundle: &Bundle) -> bool {
     condition(bundle, types::READY)
         .is_some_and(|c| c.status == "True" && c.observed_generation == bundle.metadata.generation)
@@ -244,4 +262,29 @@ pub fn gantry() -> &'static Gantry {
             provisioner,
         }
     })
+}
+
+/// A provisioner of its own (for binaries where it must be the only one).
+pub fn start_provisioner(storage: &StorageServer, args: &[&str]) -> Provisioner {
+    Provisioner::start(ProvisionerOptions {
+        kubeconfig: control_plane().kubeconfig().to_path_buf(),
+        storage_url: storage.url().to_string(),
+        storage_token: None,
+        namespace: NAMESPACE.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+    })
+}
+
+/// The namespace and default class a provisioner of its own needs.
+pub async fn setup() -> kube::Client {
+    let client = control_plane().client().await;
+    ensure_namespace(&client, NAMESPACE).await;
+    apply_class(
+        &client,
+        "plain",
+        class_spec(ApprovalPolicy::Automatic),
+        true,
+    )
+    .await;
+    client
 }

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Apply speed: a bundle of 1,000 objects (ConfigMaps, Secrets, Services, Deployments, a CRD and
+# its custom resources), from creating the Bundle to Ready, against `kubectl apply -f DIR` and
+# `kubectl apply --server-side -f DIR` on the same API server in the same run. Each tool gets
+# its own namespace and CRD group, so none finds the others' objects.
+#
+#   bash bench/apply/run.sh            # OBJECTS=1000 by default
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# shellcheck disable=SC1091
+source bench/lib.sh
+
+OBJECTS="${OBJECTS:-1000}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"; bench_down' EXIT
+
+# generate DIR NAMESPACE GROUP: a bundle of about $OBJECTS objects in DIR/manifests.
+generate() {
+  local dir="$1/manifests" ns="$2" group="$3" per=$(( (OBJECTS - 2) / 5 ))
+  mkdir -p "$dir"
+  printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n' "$ns" > "$dir/00-namespace.yaml"
+  cat > "$dir/01-crd.yaml" <<CRD
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.$group
+spec:
+  group: $group
+  scope: Namespaced
+  names: {kind: Widget, plural: widgets, singular: widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
+CRD
+  python3 - "$dir" "$ns" "$group" "$per" <<'PY'
+import sys
+d, ns, group, per = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def write(name, docs):
+    with open(f"{d}/{name}", "w") as f:
+        f.write("---\n".join(docs))
+write("10-configmaps.yaml", [f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config-{i}\n  namespace: {ns}\ndata:\n  key: value-{i}\n  other: \"{i * 7}\"\n" for i in range(per)])
+write("20-secrets.yaml", [f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: secret-{i}\n  namespace: {ns}\nstringData:\n  password: pass-{i}\n" for i in range(per)])
+write("30-services.yaml", [f"apiVersion: v1\nkind: Service\nmetadata:\n  name: svc-{i}\n  namespace: {ns}\nspec:\n  selector:\n    app: app-{i}\n  ports:\n  - port: 80\n    targetPort: 8080\n" for i in range(per)])
+write("40-deployments.yaml", [f"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app-{i}\n  namespace: {ns}\nspec:\n  replicas: 1\n  selector:\n    matchLabels:\n      app: app-{i}\n  template:\n    metadata:\n      labels:\n        app: app-{i}\n    spec:\n      containers:\n      - name: app\n        image: registry.example/app:{i}\n        ports:\n        - containerPort: 8080\n" for i in range(per)])
+write("50-widgets.yaml", [f"apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: widget-{i}\n  namespace: {ns}\nspec:\n  size: {i}\n" for i in range(per)])
+PY
+}
+
+count() { cat "$1"/manifests/*.yaml | grep -c '^kind:'; }
+
+bench_up "$work/env"
+run_id="$(date +%s)"
+
+generate "$work/csa" "csa-$run_id" "csa$run_id.bench.example"
+generate "$work/ssa" "ssa-$run_id" "ssa$run_id.bench.example"
+generate "$work/gantry" "gantry-$run_id" "gantry$run_id.bench.example"
+objects="$(count "$work/gantry")"
+echo "==> $objects objects per run"
+
+echo "==> kubectl apply -f DIR (client-side)"
+start="$(now)"
+kubectl apply -f "$work/csa/manifests" >/dev/null
+csa="$(python3 -c "print($(now) - $start)")"
+
+echo "==> kubectl apply --server-side -f DIR"
+start="$(now)"
+kubectl apply --server-side -f "$work/ssa/manifests" >/dev/null
+ssa="$(python3 -c "print($(now) - $start)")"
+
+echo "==> Gantry: push the image (not timed), create the Bundle, wait for Ready"
+kubectl-bundle push "$work/gantry" "$GANTRY_REGISTRY/bench/apply:$run_id" --plain-http >/dev/null
+start="$(now)"
+kubectl apply -f - >/dev/null <<BUNDLE
+apiVersion: gantry.dev/v1alpha1
+kind: Bundle
+metadata:
+  name: bench-apply-$run_id
+spec:
+  image: $GANTRY_REGISTRY/bench/apply:$run_id
+BUNDLE
+wait_ready "bench-apply-$run_id" 600
+gantry="$(python3 -c "print($(now) - $start)")"
+installed="$(kubectl get bundle "bench-apply-$run_id" -o jsonpath='{.status.inventory}' | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
+[[ "$installed" == "$objects" ]] || { echo "Gantry installed $installed objects, expected $objects" >&2; exit 1; }
+
+printf '\n%-34s %10s %10s\n' "tool ($objects objects)" "seconds" "speed-up"
+printf '%-34s %10.2f %10s\n' "kubectl apply (client-side)" "$csa" "$(ratio "$csa" "$gantry")x"
+printf '%-34s %10.2f %10s\n' "kubectl apply --server-side" "$ssa" "$(ratio "$ssa" "$gantry")x"
+printf '%-34s %10.2f %10s\n' "Gantry (Bundle created -> Ready)" "$gantry" "1.00x"
+printf '\nGantry vs client-side kubectl: %sx faster (target 5x); vs server-side kubectl: %sx (target 2x)\n' \
+  "$(ratio "$csa" "$gantry")" "$(ratio "$ssa" "$gantry")"
+printf 'provisioner peak RSS: %s MiB\n' "$(peak_rss_mib "$GANTRY_PROVISIONER_PID")"

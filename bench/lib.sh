@@ -1,0 +1,49 @@
+# Shared by the benchmarks: builds release binaries, starts a local environment (real
+# kube-apiserver + etcd, registry, storage server, provisioner on 127.0.0.1) and stops it.
+# Source it from a benchmark script after `cd` to the repository root.
+
+bench_state=""
+
+bench_up() {
+  # Usage: bench_up STATE_DIR [provisioner flags...]
+  bench_state="$1"
+  shift
+  for program in go docker-registry kubectl; do
+    command -v "$program" >/dev/null || { echo "missing $program: run 'bash .ci/run' once" >&2; exit 1; }
+  done
+  GANTRY_CONTROL_PLANE_DIR="$(bash tools/control-plane/build.sh)"
+  export GANTRY_CONTROL_PLANE_DIR
+  echo "==> cargo build --release (Gantry's binaries)" >&2
+  cargo build --release --quiet --workspace --bins
+  export GANTRY_BINARIES_BUILT=1
+  export PATH="$PWD/target/release:$PATH"
+  target/release/gantry-dev --state-dir "$bench_state" down >/dev/null 2>&1 || true
+  local args=()
+  for flag in "$@"; do args+=("--provisioner-arg=$flag"); done
+  target/release/gantry-dev --state-dir "$bench_state" up "${args[@]}" >/dev/null
+  trap bench_down EXIT
+  # shellcheck disable=SC1090,SC1091
+  source "$bench_state/env"
+  kubectl apply --server-side -f manifests/00-namespace.yaml -f manifests/20-classes.yaml >/dev/null
+  kubectl patch provisionerclass plain --type merge \
+    -p "{\"spec\":{\"insecureRegistries\":[\"$GANTRY_REGISTRY\"]}}" >/dev/null
+}
+
+bench_down() {
+  [[ -n "$bench_state" ]] && target/release/gantry-dev --state-dir "$bench_state" down >/dev/null 2>&1 || true
+}
+
+# Seconds since the epoch, with nanoseconds.
+now() { date +%s.%N; }
+
+# Waits until bundle $1 is Ready (deadline $2 seconds).
+wait_ready() {
+  kubectl wait --for=condition=Ready "bundle/$1" --timeout="${2:-600}s" >/dev/null
+}
+
+# Peak resident memory of a process, in MiB.
+peak_rss_mib() {
+  awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"
+}
+
+ratio() { python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print(f'{a / b:.2f}')" "$1" "$2"; }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures::StreamExt;
+use oci_client::client::BlobResponse;
 use oci_client::manifest::{ImageIndexEntry, OciDescriptor};
 use oci_client::{Reference, RegistryOperation};
 use serde::Deserialize;
@@ -341,11 +342,16 @@ impl RegistryClient {
         let limits = &request.limits;
         let stats = request.stats.as_deref();
         let what = format!("layer {} of {}", layer.digest, reference.whole());
-        let mut stream = self
+        // Asked as the range "from byte 0" so that the client does not hash the blob a second
+        // time (it verifies whole responses only); the digest is checked below either way.
+        let mut stream = match self
             .client
-            .pull_blob_stream(reference, &registry_only(layer))
+            .pull_blob_stream_partial(reference, &registry_only(layer), 0, None)
             .await
-            .map_err(|e| map_error(reference, e))?;
+            .map_err(|e| map_error(reference, e))?
+        {
+            BlobResponse::Full(stream) | BlobResponse::Partial(stream) => stream,
+        };
         let (tx, rx) = mpsc::channel::<Bytes>(16);
         let name = layer.digest.clone();
         let worker = tokio::task::spawn_blocking(move || {

@@ -10,7 +10,8 @@ import time
 
 
 def measure(argv, **kwargs):
-    """Wall time and peak RSS (KiB) of one command, which must succeed."""
+    """Wall time, CPU time (user + system, children included) and peak RSS (KiB) of one
+    command, which must succeed."""
     start = time.perf_counter()
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kwargs)
     _, status, usage = os.wait4(process.pid, 0)
@@ -20,7 +21,7 @@ def measure(argv, **kwargs):
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         sys.exit(f"{argv} failed: {stderr}")
-    return elapsed, usage.ru_maxrss
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
 
 
 # skopeo copies the platform image to a directory, then tar extracts its layers in order
@@ -42,18 +43,21 @@ def listing(directory):
 
 def main():
     plugin, host, work, runs, names = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]
-    print(f"{'bundle':<10}{'gantry (s)':>12}{'skopeo+tar (s)':>16}{'ratio':>8}{'gantry peak RSS':>18}")
+    print(f"{'bundle':<10}{'gantry (s)':>12}{'skopeo+tar (s)':>16}{'ratio':>8}{'gantry peak RSS':>18}"
+          f"{'CPU gantry (s)':>16}{'CPU skopeo+tar (s)':>20}")
     for name in names:
         image = f"{host}/bench/{name}:v1"
-        gantry, baseline, rss = [], [], []
+        gantry, baseline, rss, gantry_cpu, baseline_cpu = [], [], [], [], []
         for run in range(runs):
             ours = os.path.join(work, f"{name}-gantry-{run}")
-            elapsed, peak = measure([plugin, "pull", image, "-o", ours, "--plain-http"])
+            elapsed, cpu, peak = measure([plugin, "pull", image, "-o", ours, "--plain-http"])
             gantry.append(elapsed)
+            gantry_cpu.append(cpu)
             rss.append(peak)
             theirs = os.path.join(work, f"{name}-skopeo-{run}")
-            elapsed, _ = measure(["bash", "-c", BASELINE, "baseline", image, theirs])
+            elapsed, cpu, _ = measure(["bash", "-c", BASELINE, "baseline", image, theirs])
             baseline.append(elapsed)
+            baseline_cpu.append(cpu)
             if run == 0:
                 # Both produced the same manifests/.
                 a = listing(os.path.join(ours, "manifests"))
@@ -63,8 +67,10 @@ def main():
             shutil.rmtree(ours)
             shutil.rmtree(theirs)
         g, b = statistics.median(gantry), statistics.median(baseline)
-        print(f"{name:<10}{g:>12.3f}{b:>16.3f}{g / b:>8.2f}{max(rss) / 1024:>15.1f} MiB")
-    print(f"(medians of {runs} runs each, alternating; ratio = gantry / skopeo+tar, lower is faster)")
+        print(f"{name:<10}{g:>12.3f}{b:>16.3f}{g / b:>8.2f}{max(rss) / 1024:>15.1f} MiB"
+              f"{statistics.median(gantry_cpu):>16.3f}{statistics.median(baseline_cpu):>20.3f}")
+    print(f"(medians of {runs} runs each, alternating; ratio = gantry / skopeo+tar wall time, lower is"
+          " faster; CPU times tell how much a busy machine stretches each side)")
 
 
 if __name__ == "__main__":

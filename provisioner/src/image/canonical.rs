@@ -346,6 +346,23 @@ mod tests {
     }
 
     #[test]
+    fn long_file_names_round_trip() {
+        let long = format!("{}.yaml", "n".repeat(150));
+        let dir = bundle_dir(&[(&long, A)]);
+        let (bytes, digest) = canonical(dir.path());
+        let objects = read_canonical(
+            &bytes[..],
+            Some(&digest.digest),
+            &EffectiveLimits::default(),
+        )
+        .unwrap();
+        assert_eq!(objects.len(), 2);
+        assert_eq!(objects[0].file, long);
+        // And the same bytes again.
+        assert_eq!(canonical(dir.path()).0, bytes);
+    }
+
+    #[test]
     fn read_back_checks_the_digest() {
         let dir = bundle_dir(&[("a.yaml", A)]);
         let (bytes, _) = canonical(dir.path());

@@ -23,6 +23,9 @@ const TOKEN: &str = "token-for-app";
 struct Fake {
     host: String,
     manifest: Vec<u8>,
+    /// Serve an endless manifest instead, counting the bytes handed out.
+    endless: bool,
+    served: Arc<AtomicUsize>,
     blobs: Vec<(String, Vec<u8>)>,
     token_requests: AtomicUsize,
 }
@@ -90,6 +93,14 @@ async fn serve_manifest(
     if !has_token(&headers) {
         return challenge(&fake);
     }
+    if fake.endless {
+        let served = fake.served.clone();
+        let chunks = futures::stream::repeat_with(move || {
+            served.fetch_add(64 << 10, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; 64 << 10]))
+        });
+        return Response::new(Body::from_stream(chunks));
+    }
     Response::builder()
         .header(
             header::CONTENT_TYPE,
@@ -121,6 +132,10 @@ async fn serve_blob(
 
 /// Serves one image at `HOST/app:v1` (`foreign` adds a layer that only other hosts have).
 async fn serve_image(foreign: Option<&str>) -> Arc<Fake> {
+    serve_with(foreign, false).await
+}
+
+async fn serve_with(foreign: Option<&str>, endless: bool) -> Arc<Fake> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let host = listener.local_addr().unwrap().to_string();
     let layer = Tar::default().file("manifests/a.yaml", CONFIGMAP).gzip();
@@ -148,6 +163,8 @@ async fn serve_image(foreign: Option<&str>) -> Arc<Fake> {
     let fake = Arc::new(Fake {
         host,
         manifest,
+        endless,
+        served: Arc::new(AtomicUsize::new(0)),
         blobs: vec![(sha256(&config), config), (sha256(&layer), layer)],
         token_requests: AtomicUsize::new(0),
     });
@@ -257,4 +274,22 @@ async fn a_refused_token_request_is_an_authentication_error() {
         Err(ImageError::AuthRefused { .. }) => {}
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn an_endless_manifest_is_cut_off() {
+    let fake = serve_with(None, true).await;
+    let host = fake.host.clone();
+    match client_with(robot(&host), None, &[&host])
+        .pull(&request(&format!("{host}/app:v1"), None))
+        .await
+    {
+        Err(ImageError::InvalidManifest { reason, .. }) => {
+            assert!(reason.contains("larger than"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Read up to the limit, plus what sits in buffers: nowhere near all of it.
+    let served = fake.served.load(Ordering::SeqCst);
+    assert!(served < 64 << 20, "served {served} bytes");
 }

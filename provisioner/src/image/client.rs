@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use base64::Engine;
 use futures::StreamExt;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
@@ -14,6 +15,9 @@ use sha2::{Digest, Sha256};
 use super::auth::{DockerConfig, normalize_registry};
 use super::error::ImageError;
 pub use super::reference::parse_reference;
+
+/// Manifests and indexes larger than this are refused (registries cap them at 4 MiB).
+pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 
 /// How to reach registries.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +36,9 @@ pub struct RegistryOptions {
 pub struct RegistryClient {
     pub(crate) client: Client,
     credentials: DockerConfig,
+    /// For manifests, whose size `oci-client` does not bound: same TLS settings.
+    http: reqwest::Client,
+    insecure: Vec<String>,
 }
 
 /// Splits a PEM bundle into its certificates (reqwest reads one certificate per call).
@@ -72,13 +79,26 @@ impl RegistryClient {
         for pem in &options.ca_pem {
             extra_root_certificates.extend(split_pem(pem)?);
         }
-        let insecure = options
+        let insecure: Vec<String> = options
             .insecure_registries
             .iter()
             .map(|r| normalize_registry(r))
             .collect();
+        let mut roots = Vec::new();
+        for certificate in &extra_root_certificates {
+            roots.push(
+                reqwest::Certificate::from_pem(&certificate.data)
+                    .map_err(|e| ImageError::Config(format!("invalid CA certificate: {e}")))?,
+            );
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .read_timeout(Duration::from_secs(300))
+            .tls_certs_merge(roots)
+            .build()
+            .map_err(|e| ImageError::Config(format!("cannot build the registry client: {e}")))?;
         let config = ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(insecure),
+            protocol: ClientProtocol::HttpsExcept(insecure.clone()),
             extra_root_certificates,
             platform_resolver: None,
             connect_timeout: Some(Duration::from_secs(30)),
@@ -90,6 +110,8 @@ impl RegistryClient {
         Ok(RegistryClient {
             client,
             credentials: options.credentials,
+            http,
+            insecure,
         })
     }
 
@@ -111,6 +133,28 @@ impl RegistryClient {
             .map_err(|e| map_error(reference, e))
     }
 
+    /// Authenticates for pulling and returns the `Authorization` header for requests made
+    /// outside `oci-client` (a bearer token, else basic credentials when there are some).
+    pub(crate) async fn authorization(
+        &self,
+        reference: &Reference,
+    ) -> Result<Option<String>, ImageError> {
+        let auth = self.auth_for(reference);
+        let token = self
+            .client
+            .auth(reference, &auth, RegistryOperation::Pull)
+            .await
+            .map_err(|e| map_error(reference, e))?;
+        Ok(match (token, auth) {
+            (Some(token), _) => Some(format!("Bearer {token}")),
+            (None, RegistryAuth::Basic(user, password)) => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+            )),
+            (None, _) => None,
+        })
+    }
+
     /// The digest a reference designates: the reference's own digest, else the registry's
     /// answer to a HEAD (or GET) of the manifest.
     pub async fn resolve(&self, reference: &str) -> Result<ResolvedReference, ImageError> {
@@ -121,36 +165,126 @@ impl RegistryClient {
                 reference: parsed,
             });
         }
-        self.authenticate(&parsed, RegistryOperation::Pull).await?;
-        let digest = self
-            .client
-            .fetch_manifest_digest(&parsed, &self.auth_for(&parsed))
-            .await
-            .map_err(|e| map_error(&parsed, e))?;
+        let authorization = self.authorization(&parsed).await?;
+        let response = self
+            .manifest_request(&parsed, reqwest::Method::HEAD, authorization.as_deref())
+            .await?;
+        let header = response
+            .headers()
+            .get("Docker-Content-Digest")
+            .and_then(|v| v.to_str().ok())
+            .filter(|d| d.starts_with("sha256:"))
+            .map(str::to_string);
+        let digest = match header {
+            Some(digest) => digest,
+            None => {
+                self.fetch_manifest(&parsed, authorization.as_deref())
+                    .await?
+                    .1
+            }
+        };
         Ok(ResolvedReference {
             digest,
             reference: parsed,
         })
     }
 
-    /// Fetches a manifest (or index) and checks its digest: `sha256` of the body, which must
-    /// equal the reference's digest when it has one.
+    fn manifest_url(&self, reference: &Reference) -> String {
+        let registry = reference.resolve_registry();
+        let scheme = if self.insecure.iter().any(|r| r == registry) {
+            "http"
+        } else {
+            "https"
+        };
+        let target = reference.digest().or(reference.tag()).unwrap_or("latest");
+        format!(
+            "{scheme}://{registry}/v2/{}/manifests/{target}",
+            reference.repository()
+        )
+    }
+
+    /// Sends a manifest request and maps failure statuses to errors.
+    async fn manifest_request(
+        &self,
+        reference: &Reference,
+        method: reqwest::Method,
+        authorization: Option<&str>,
+    ) -> Result<reqwest::Response, ImageError> {
+        const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
+        let url = self.manifest_url(reference);
+        let mut request = self
+            .http
+            .request(method, &url)
+            .header(reqwest::header::ACCEPT, ACCEPT);
+        if let Some(authorization) = authorization {
+            request = request.header(reqwest::header::AUTHORIZATION, authorization);
+        }
+        let response = request.send().await.map_err(|e| ImageError::Registry {
+            reference: reference.whole(),
+            detail: chain(&e),
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let detail = format!("HTTP {status} for {url}");
+        Err(match status.as_u16() {
+            401 | 403 => ImageError::AuthRefused {
+                reference: reference.whole(),
+                registry: reference.registry().to_string(),
+                detail,
+            },
+            404 => ImageError::NotFound {
+                reference: reference.whole(),
+                detail,
+            },
+            _ => ImageError::Registry {
+                reference: reference.whole(),
+                detail,
+            },
+        })
+    }
+
+    /// Fetches a manifest (or index), at most [`MAX_MANIFEST_BYTES`], and checks its digest:
+    /// `sha256` of the body, which must equal the reference's digest when it has one (and the
+    /// registry's `Docker-Content-Digest` when it sends one).
     pub(crate) async fn fetch_manifest(
         &self,
         reference: &Reference,
+        authorization: Option<&str>,
     ) -> Result<(bytes::Bytes, String), ImageError> {
-        const ACCEPT: &[&str] = &[
-            oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE,
-            oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE,
-            oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
-            oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
-        ];
-        let (body, _) = self
-            .client
-            .pull_manifest_raw(reference, &self.auth_for(reference), ACCEPT)
-            .await
-            .map_err(|e| map_error(reference, e))?;
+        let mut response = self
+            .manifest_request(reference, reqwest::Method::GET, authorization)
+            .await?;
+        let header = response
+            .headers()
+            .get("Docker-Content-Digest")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| ImageError::Registry {
+            reference: reference.whole(),
+            detail: format!("reading the manifest: {}", chain(&e)),
+        })? {
+            body.extend_from_slice(&chunk);
+            if body.len() as u64 > MAX_MANIFEST_BYTES {
+                return Err(ImageError::InvalidManifest {
+                    reference: reference.whole(),
+                    reason: format!("larger than {MAX_MANIFEST_BYTES} bytes"),
+                });
+            }
+        }
+        let body = bytes::Bytes::from(body);
         let actual = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
+        if let Some(header) = header.filter(|h| h.starts_with("sha256:"))
+            && header != actual
+        {
+            return Err(ImageError::DigestMismatch {
+                what: format!("manifest of {reference} (as the registry names it)"),
+                expected: header,
+                actual,
+            });
+        }
         if let Some(expected) = reference.digest()
             && expected != actual
         {

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures::StreamExt;
+use oci_client::Reference;
 use oci_client::client::BlobResponse;
 use oci_client::manifest::{ImageIndexEntry, OciDescriptor};
-use oci_client::{Reference, RegistryOperation};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
@@ -204,10 +204,11 @@ impl RegistryClient {
         let reference = parse_reference(&request.reference)?;
         let wanted = request.platform.clone().unwrap_or_else(Platform::current);
         let limits = request.limits;
-        self.authenticate(&reference, RegistryOperation::Pull)
-            .await?;
+        let authorization = self.authorization(&reference).await?;
 
-        let (body, top_digest) = self.fetch_manifest(&reference).await?;
+        let (body, top_digest) = self
+            .fetch_manifest(&reference, authorization.as_deref())
+            .await?;
         // Everything below is fetched by digest, so a tag moving meanwhile changes nothing.
         let top = reference.clone_with_digest(top_digest.clone());
         let manifest = parse_manifest(&top, &body)?;
@@ -215,7 +216,9 @@ impl RegistryClient {
             let entries = manifest.manifests.unwrap_or_default();
             let (entry, platform) = select(&entries, &wanted, &reference.whole())?;
             let image_ref = reference.clone_with_digest(entry.digest.clone());
-            let (body, digest) = self.fetch_manifest(&image_ref).await?;
+            let (body, digest) = self
+                .fetch_manifest(&image_ref, authorization.as_deref())
+                .await?;
             let manifest = parse_manifest(&image_ref, &body)?;
             if is_index(&manifest) {
                 return Err(ImageError::InvalidManifest {

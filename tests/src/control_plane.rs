@@ -121,7 +121,7 @@ impl ControlPlane {
             // With a loopback advertise address the endpoint reconciler must stay off.
             .arg("--endpoint-reconciler-type=none")
             // Service IPs are only allocated, never routed: no kube-proxy runs here.
-            .arg("--service-cluster-ip-range=127.16.0.0/24")
+            .arg("--service-cluster-ip-range=127.16.0.0/16")
             .arg("--allow-privileged=true")
             .arg("--authorization-mode=RBAC")
             .arg("--disable-admission-plugins=ServiceAccount")

@@ -99,6 +99,39 @@ async fn a_bundle_installs_and_reports_its_digest() {
         format!("sha256:{}", hex::encode(sha2::Sha256::digest(&body)))
     );
 
+    // Events record the transitions, the work in progress included.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    let reasons_seen = wait_until("Events of the bundle", WAIT, || {
+        let events = events.clone();
+        let name = name.clone();
+        async move {
+            let list = events.list(&Default::default()).await.ok()?;
+            let seen: Vec<String> = list
+                .items
+                .iter()
+                .filter(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
+                })
+                .filter_map(|e| e.reason.clone())
+                .collect();
+            seen.iter()
+                .any(|r| r == reasons::INSTALL_SUCCEEDED)
+                .then_some(seen)
+        }
+    })
+    .await;
+    for reason in [
+        reasons::UNPACKING,
+        reasons::INSTALLING,
+        reasons::INSTALL_SUCCEEDED,
+    ] {
+        assert!(
+            reasons_seen.iter().any(|r| r == reason),
+            "an Event {reason}: {reasons_seen:?}"
+        );
+    }
+
     // Requested permissions count what was installed.
     let permissions = status.requested_permissions.expect("requestedPermissions");
     assert_eq!(permissions.cluster_scoped[0].kind, "Namespace");

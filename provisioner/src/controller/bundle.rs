@@ -42,13 +42,14 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action>
     }
     let started = Instant::now();
     let generation = bundle.metadata.generation;
-    let current = bundle.status.clone().unwrap_or_default();
+    // What the API server holds: intermediate progress writes update it.
+    let mut current = bundle.status.clone().unwrap_or_default();
     let mut status = current.clone();
 
     let outcome = if bundle.metadata.deletion_timestamp.is_some() {
         uninstall(&bundle, &ctx, &mut status).await
     } else {
-        install(&bundle, &ctx, &mut status).await
+        install(&bundle, &ctx, &mut status, &mut current).await
     };
     let action = match outcome {
         Ok(Step::Untouched) => {
@@ -164,7 +165,28 @@ fn fingerprint(bundle: &Bundle, ctx: &Context) -> u64 {
     hasher.finish()
 }
 
-async fn install(bundle: &Bundle, ctx: &Context, status: &mut BundleStatus) -> Result<Step> {
+/// Shows work in progress (`Unpacking`, `Installing`) before a long step: writes the status as it
+/// stands, summarised, and remembers it as what the API server holds.
+async fn show_progress(
+    bundle: &Bundle,
+    ctx: &Context,
+    status: &BundleStatus,
+    written: &mut BundleStatus,
+) -> Result<()> {
+    let mut shown = status.clone();
+    shown.observed_generation = bundle.metadata.generation;
+    summarize(&mut shown, bundle.metadata.generation);
+    write_status(bundle, ctx, written, &shown).await?;
+    *written = shown;
+    Ok(())
+}
+
+async fn install(
+    bundle: &Bundle,
+    ctx: &Context,
+    status: &mut BundleStatus,
+    written: &mut BundleStatus,
+) -> Result<Step> {
     let name = bundle.name_any();
     let generation = bundle.metadata.generation;
 
@@ -246,6 +268,15 @@ async fn install(bundle: &Bundle, ctx: &Context, status: &mut BundleStatus) -> R
             })?
         }
         None => {
+            set_condition(
+                &mut status.conditions,
+                types::UNPACKED,
+                false,
+                reasons::UNPACKING,
+                format!("pulling {resolved_image}"),
+                generation,
+            );
+            show_progress(bundle, ctx, status, written).await?;
             let mut request = PullRequest::new(resolved_image.clone());
             request.platform = Some(match &class.spec.platform {
                 Some(platform) => platform.parse().map_err(|e| Error::InvalidClass {
@@ -314,6 +345,17 @@ async fn install(bundle: &Bundle, ctx: &Context, status: &mut BundleStatus) -> R
         .is_some_and(|c| c.status == "True" && c.observed_generation == generation);
     let write_all = !installed_before || content_before != status.content_digest;
     check_install_namespace(bundle, ctx, &plan).await?;
+    if write_all {
+        set_condition(
+            &mut status.conditions,
+            types::INSTALLED,
+            false,
+            reasons::INSTALLING,
+            format!("applying {} objects", plan.objects.len()),
+            generation,
+        );
+        show_progress(bundle, ctx, status, written).await?;
+    }
     let outcome = apply(
         &ctx.client,
         &plan,

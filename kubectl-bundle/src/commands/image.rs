@@ -21,6 +21,9 @@ pub struct RegistryArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  kubectl bundle push ./my-app registry.example.com/team/my-app:v1\n  kubectl bundle push ./my-app localhost:5000/my-app:v1 --plain-http --platform linux/amd64 --platform linux/arm64"
+)]
 pub struct PushArgs {
     /// Bundle directory: it holds `manifests/`.
     pub dir: PathBuf,
@@ -35,6 +38,9 @@ pub struct PushArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  kubectl bundle pull registry.example.com/team/my-app:v1 -o ./my-app\n  kubectl bundle pull localhost:5000/my-app@sha256:... -o ./check --plain-http"
+)]
 pub struct PullArgs {
     /// Image to pull: a tag or digest reference.
     pub image: String,

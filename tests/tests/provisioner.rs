@@ -205,6 +205,28 @@ async fn a_moved_tag_rolls_out_and_prunes() {
         None,
         "pruned"
     );
+    // Only the installed content stays stored.
+    let bundle: Bundle = Api::<Bundle>::all(client.clone()).get(&name).await.unwrap();
+    let current = bundle.status.unwrap().content_digest.unwrap();
+    let listing: serde_json::Value =
+        reqwest::get(format!("{}/bundles/{name}", gantry().storage.url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    let stored: Vec<&str> = listing["tarballs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["digest"].as_str())
+        .collect();
+    assert_eq!(
+        stored,
+        [current.trim_start_matches("sha256:")],
+        "older content removed"
+    );
+
     // A field the new content no longer has is removed, not left behind.
     let kept: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let kept = kept.get("kept").await.unwrap().data.unwrap_or_default();

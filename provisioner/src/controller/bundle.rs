@@ -408,7 +408,28 @@ async fn install(
     {
         checked.insert(name.clone(), (check, Instant::now()));
     }
+    if content_before != status.content_digest {
+        remove_older_content(ctx, &name, status.content_digest.as_deref()).await;
+    }
     Ok(Step::Done(Action::requeue(next_visit(bundle, ctx))))
+}
+
+/// Once new content is installed, the tarballs of earlier content are of no use: remove them.
+/// A failure here only costs space, so it is logged, not reported on the bundle.
+async fn remove_older_content(ctx: &Context, bundle: &str, current: Option<&str>) {
+    let current = current.map(|d| d.trim_start_matches("sha256:"));
+    let stored = match ctx.storage.list(bundle).await {
+        Ok(stored) => stored,
+        Err(error) => {
+            tracing::warn!(%bundle, %error, "listing stored content failed; older tarballs stay");
+            return;
+        }
+    };
+    for hex in stored.iter().filter(|hex| Some(hex.as_str()) != current) {
+        if let Err(error) = ctx.storage.delete(bundle, hex).await {
+            tracing::warn!(%bundle, digest = %hex, %error, "removing older content failed");
+        }
+    }
 }
 
 /// What an installed bundle looked like: `None` unless it is installed at its generation with

@@ -134,6 +134,49 @@ impl StorageClient {
         Ok(body)
     }
 
+    /// The hex digests stored for a bundle (none when nothing is stored).
+    pub async fn list(&self, bundle: &str) -> Result<Vec<String>> {
+        #[derive(serde::Deserialize)]
+        struct Listing {
+            tarballs: Vec<Tarball>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Tarball {
+            digest: String,
+        }
+        let url = format!("{}/bundles/{bundle}", self.base);
+        let response = self
+            .request(reqwest::Method::GET, &url)?
+            .send()
+            .await
+            .map_err(|e| Error::Storage(format!("GET {url}: {e}")))?;
+        match response.status() {
+            reqwest::StatusCode::NOT_FOUND => Ok(Vec::new()),
+            s if s.is_success() => {
+                let listing: Listing = response
+                    .json()
+                    .await
+                    .map_err(|e| Error::Storage(format!("GET {url}: {e}")))?;
+                Ok(listing.tarballs.into_iter().map(|t| t.digest).collect())
+            }
+            s => Err(Error::Storage(format!("GET {url}: {s}"))),
+        }
+    }
+
+    /// Deletes one tarball (already gone is fine).
+    pub async fn delete(&self, bundle: &str, hex: &str) -> Result<()> {
+        let url = self.content_url(bundle, hex);
+        let response = self
+            .request(reqwest::Method::DELETE, &url)?
+            .send()
+            .await
+            .map_err(|e| Error::Storage(format!("DELETE {url}: {e}")))?;
+        match response.status() {
+            s if s.is_success() || s == reqwest::StatusCode::NOT_FOUND => Ok(()),
+            s => Err(Error::Storage(format!("DELETE {url}: {s}"))),
+        }
+    }
+
     /// Deletes everything stored for a bundle (nothing stored is fine).
     pub async fn delete_bundle(&self, bundle: &str) -> Result<()> {
         let url = format!("{}/bundles/{bundle}", self.base);

@@ -63,14 +63,18 @@ impl StorageClient {
         })
     }
 
+    /// Sends a request without a body; transport errors name the method and URL.
+    async fn send(&self, method: reqwest::Method, url: &str) -> Result<reqwest::Response> {
+        self.request(method.clone(), url)?
+            .send()
+            .await
+            .map_err(|e| Error::Storage(format!("{method} {url}: {e}")))
+    }
+
     /// Whether the tarball is stored.
     pub async fn exists(&self, bundle: &str, hex: &str) -> Result<bool> {
         let url = self.content_url(bundle, hex);
-        let response = self
-            .request(reqwest::Method::HEAD, &url)?
-            .send()
-            .await
-            .map_err(|e| Error::Storage(format!("HEAD {url}: {e}")))?;
+        let response = self.send(reqwest::Method::HEAD, &url).await?;
         match response.status() {
             s if s.is_success() => Ok(true),
             reqwest::StatusCode::NOT_FOUND => Ok(false),
@@ -112,11 +116,7 @@ impl StorageClient {
     pub async fn download(&self, bundle: &str, hex: &str, max_bytes: u64) -> Result<Vec<u8>> {
         use futures::StreamExt;
         let url = self.content_url(bundle, hex);
-        let response = self
-            .request(reqwest::Method::GET, &url)?
-            .send()
-            .await
-            .map_err(|e| Error::Storage(format!("GET {url}: {e}")))?;
+        let response = self.send(reqwest::Method::GET, &url).await?;
         if !response.status().is_success() {
             return Err(Error::Storage(format!("GET {url}: {}", response.status())));
         }
@@ -145,11 +145,7 @@ impl StorageClient {
             digest: String,
         }
         let url = format!("{}/bundles/{bundle}", self.base);
-        let response = self
-            .request(reqwest::Method::GET, &url)?
-            .send()
-            .await
-            .map_err(|e| Error::Storage(format!("GET {url}: {e}")))?;
+        let response = self.send(reqwest::Method::GET, &url).await?;
         match response.status() {
             reqwest::StatusCode::NOT_FOUND => Ok(Vec::new()),
             s if s.is_success() => {
@@ -166,11 +162,7 @@ impl StorageClient {
     /// Deletes one tarball (already gone is fine).
     pub async fn delete(&self, bundle: &str, hex: &str) -> Result<()> {
         let url = self.content_url(bundle, hex);
-        let response = self
-            .request(reqwest::Method::DELETE, &url)?
-            .send()
-            .await
-            .map_err(|e| Error::Storage(format!("DELETE {url}: {e}")))?;
+        let response = self.send(reqwest::Method::DELETE, &url).await?;
         match response.status() {
             s if s.is_success() || s == reqwest::StatusCode::NOT_FOUND => Ok(()),
             s => Err(Error::Storage(format!("DELETE {url}: {s}"))),
@@ -180,11 +172,7 @@ impl StorageClient {
     /// Deletes everything stored for a bundle (nothing stored is fine).
     pub async fn delete_bundle(&self, bundle: &str) -> Result<()> {
         let url = format!("{}/bundles/{bundle}", self.base);
-        let response = self
-            .request(reqwest::Method::DELETE, &url)?
-            .send()
-            .await
-            .map_err(|e| Error::Storage(format!("DELETE {url}: {e}")))?;
+        let response = self.send(reqwest::Method::DELETE, &url).await?;
         match response.status() {
             s if s.is_success() || s == reqwest::StatusCode::NOT_FOUND => Ok(()),
             s => Err(Error::Storage(format!("DELETE {url}: {s}"))),

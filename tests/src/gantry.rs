@@ -143,7 +143,6 @@ pub struct Provisioner {
     process: Option<Child>,
     pid: u32,
     metrics_url: String,
-    log: PathBuf,
 }
 
 /// How to start a provisioner.
@@ -202,7 +201,6 @@ impl Provisioner {
             pid: process.id(),
             process: attached(lifetime, process),
             metrics_url: format!("http://127.0.0.1:{port}"),
-            log,
         })
     }
 
@@ -214,18 +212,6 @@ impl Provisioner {
     /// The process ID.
     pub fn pid(&self) -> u32 {
         self.pid
-    }
-
-    /// The process's log (stderr and stdout).
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Whether the process still runs (false for a detached one).
-    pub fn running(&mut self) -> bool {
-        self.process
-            .as_mut()
-            .is_some_and(|p| matches!(p.try_wait(), Ok(None)))
     }
 
     /// Stops the process at once (SIGKILL), as a crash would.

@@ -6,8 +6,8 @@ mod common;
 use std::process::Output;
 
 use common::*;
+use gantry_api::BundlePhase;
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{ApprovalPolicy, BundlePhase};
 use gantry_tests::{binary, control_plane, registry, unique_name};
 
 /// `kubectl bundle ARGS` with the plugin's directory first on PATH.
@@ -43,21 +43,17 @@ fn kubeconfig() -> String {
 async fn approve_and_deny_through_kubectl() {
     gantry();
     let client = control_plane().client().await;
-    let class = unique_name("reviewed");
-    apply_class(&client, &class, class_spec(ApprovalPolicy::Manual), false).await;
-    let ns = unique_name("plugin");
-    ensure_namespace(&client, &ns).await;
-    let repo = format!("{ns}/app:v1");
-    let first = push(&repo, &[("a.yaml", config_map("cm", None, "v1"))]).await;
-    let first_digest = first.rsplit_once('@').unwrap().1.to_string();
-    let name = unique_name("plugin");
-    let mut s = spec(&format!("{}/{repo}", registry().host()), Some(&ns));
-    s.provisioner_class_name = Some(class);
-    create_bundle(&client, &name, s).await;
-    wait_bundle(&client, &name, "AwaitingApproval", |b| {
-        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
+    let UnderReview {
+        name,
+        namespace: ns,
+        repository: repo,
+        pinned: first,
+        ..
+    } = under_review(&client, "plugin", |_| {
+        vec![("a.yaml", config_map("cm", None, "v1"))]
     })
     .await;
+    let first_digest = first.rsplit_once('@').unwrap().1.to_string();
     let kc = kubeconfig();
 
     // kubectl finds the plugin; list shows the pending approval.

@@ -679,17 +679,12 @@ async fn drift_is_corrected() {
     api.patch("watched", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    wait_until(
+    wait_config_map(
+        &client,
+        &ns,
+        "watched",
+        "desired",
         "the changed field to be restored",
-        Duration::from_secs(20),
-        || {
-            let client = client.clone();
-            let ns = ns.clone();
-            async move {
-                (config_map_data(&client, &ns, "watched").await.as_deref() == Some("desired"))
-                    .then_some(())
-            }
-        },
     )
     .await;
 
@@ -697,17 +692,12 @@ async fn drift_is_corrected() {
     api.delete("watched", &DeleteParams::default())
         .await
         .unwrap();
-    wait_until(
+    wait_config_map(
+        &client,
+        &ns,
+        "watched",
+        "desired",
         "the deleted object to be restored",
-        Duration::from_secs(20),
-        || {
-            let client = client.clone();
-            let ns = ns.clone();
-            async move {
-                (config_map_data(&client, &ns, "watched").await.as_deref() == Some("desired"))
-                    .then_some(())
-            }
-        },
     )
     .await;
 }
@@ -954,22 +944,18 @@ fn digest_of(pinned: &str) -> &str {
 async fn manual_approval_is_bound_to_the_digest() {
     gantry();
     let client = control_plane().client().await;
-    let class = unique_name("reviewed");
-    apply_class(&client, &class, class_spec(ApprovalPolicy::Manual), false).await;
-    let ns = unique_name("approve");
-    ensure_namespace(&client, &ns).await;
-    let repo = format!("{ns}/app:v1");
-    let first = push(&repo, &[("a.yaml", config_map("gated", None, "v1"))]).await;
-    let name = unique_name("approve");
-    let mut s = spec(&format!("{}/{repo}", registry().host()), Some(&ns));
-    s.provisioner_class_name = Some(class.clone());
-    create_bundle(&client, &name, s).await;
-
-    // Unpacked, reviewed content in status, nothing applied.
-    let waiting = wait_bundle(&client, &name, "AwaitingApproval", |b| {
-        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
+    let UnderReview {
+        name,
+        namespace: ns,
+        repository: repo,
+        pinned: first,
+        bundle: waiting,
+    } = under_review(&client, "approve", |_| {
+        vec![("a.yaml", config_map("gated", None, "v1"))]
     })
     .await;
+
+    // Unpacked, reviewed content in status, nothing applied.
     let approved = condition(&waiting, types::APPROVED).unwrap();
     assert_eq!(
         (approved.status.as_str(), approved.reason.as_str()),
@@ -1082,18 +1068,13 @@ async fn manual_approval_is_bound_to_the_digest() {
 async fn the_controller_never_rewrites_the_approval() {
     gantry();
     let client = control_plane().client().await;
-    let class = unique_name("keep-approval");
-    apply_class(&client, &class, class_spec(ApprovalPolicy::Manual), false).await;
-    let ns = unique_name("keep");
-    ensure_namespace(&client, &ns).await;
-    let repo = format!("{ns}/app:v1");
-    let image = push(&repo, &[("a.yaml", config_map("kept", Some(&ns), "v1"))]).await;
-    let name = unique_name("keep");
-    let mut s = spec(&format!("{}/{repo}", registry().host()), Some(&ns));
-    s.provisioner_class_name = Some(class);
-    create_bundle(&client, &name, s).await;
-    wait_bundle(&client, &name, "AwaitingApproval", |b| {
-        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
+    let UnderReview {
+        name,
+        namespace: ns,
+        pinned: image,
+        ..
+    } = under_review(&client, "keep", |ns| {
+        vec![("a.yaml", config_map("kept", Some(ns), "v1"))]
     })
     .await;
     decide(&client, &name, "Approved", digest_of(&image), "ok").await;

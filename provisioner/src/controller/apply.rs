@@ -11,6 +11,7 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
 
+use super::discovery::Kind;
 use super::error::{Error, Result};
 use super::plan::{Plan, PlannedObject};
 
@@ -35,11 +36,12 @@ pub struct ApplySettings {
     pub write_all: bool,
 }
 
-pub(crate) fn api_for(client: &Client, object: &PlannedObject) -> Api<DynamicObject> {
-    match (&object.namespace, object.namespaced) {
-        (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &object.resource),
-        _ => Api::all_with(client.clone(), &object.resource),
+fn api_for(client: &Client, object: &PlannedObject) -> Api<DynamicObject> {
+    Kind {
+        resource: object.resource.clone(),
+        namespaced: object.namespaced,
     }
+    .api(client, object.namespace.as_deref())
 }
 
 /// Applies `plan` for bundle `bundle`. Every object is read first: an object managed by another

@@ -213,11 +213,13 @@ async fn install(
             image: image.to_string(),
         });
     }
-    let registry = registry_client(ctx, &class, bundle).await?;
+    // The registry client (secrets read, TLS set up) is made only when the registry is asked.
+    let mut registry = None;
     let resolved_image = match reusable_resolution(bundle, ctx, status) {
         Some(resolved) => resolved,
         None => {
-            let resolved = registry
+            let client = registry_client(ctx, &class, bundle).await?;
+            let resolved = client
                 .resolve(image)
                 .await
                 .map_err(|e| Error::from_image(image, e))?
@@ -225,6 +227,7 @@ async fn install(
             if let Ok(mut map) = ctx.resolved.lock() {
                 map.insert(name.clone(), (image.to_string(), Instant::now()));
             }
+            registry = Some(client);
             resolved
         }
     };
@@ -287,6 +290,10 @@ async fn install(
             });
             request.limits = limits;
             request.scratch_parent = ctx.settings.scratch_dir.clone();
+            let registry = match registry.take() {
+                Some(client) => client,
+                None => registry_client(ctx, &class, bundle).await?,
+            };
             let pulled = registry
                 .pull(&request)
                 .await

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use kube::Client;
+use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{Scope, pinned_kind};
 
@@ -12,6 +13,16 @@ use kube::discovery::{Scope, pinned_kind};
 pub struct Kind {
     pub resource: ApiResource,
     pub namespaced: bool,
+}
+
+impl Kind {
+    /// The API of this kind's objects in `namespace` (ignored for cluster-scoped kinds).
+    pub fn api(&self, client: &Client, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace.filter(|_| self.namespaced) {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &self.resource),
+            None => Api::all_with(client.clone(), &self.resource),
+        }
+    }
 }
 
 /// Cache of kinds the API server serves.

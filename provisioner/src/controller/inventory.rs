@@ -1,7 +1,7 @@
 //! Removing objects a bundle no longer has (prune) or that it had (uninstall).
 
 use gantry_api::{BUNDLE_LABEL, InventoryEntry, PRUNE_ANNOTATION, PRUNE_DISABLED};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -35,10 +35,7 @@ pub async fn remove(
         Ok(None) => return Ok(Removal::Skipped),
         Err(e) => return Err((object, api_message(&e))),
     };
-    let api: Api<DynamicObject> = match (&entry.namespace, kind.namespaced) {
-        (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &kind.resource),
-        _ => Api::all_with(client.clone(), &kind.resource),
-    };
+    let api = kind.api(client, entry.namespace.as_deref());
     let live = match api.get_opt(&entry.name).await {
         Ok(Some(live)) => live,
         Ok(None) => return Ok(Removal::Skipped),

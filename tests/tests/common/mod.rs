@@ -288,3 +288,60 @@ pub async fn setup() -> kube::Client {
     .await;
     client
 }
+
+/// Waits until ConfigMap `namespace/name` holds `value` again.
+pub async fn wait_config_map(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    value: &str,
+    what: &str,
+) {
+    gantry_tests::wait_until(what, Duration::from_secs(20), || async {
+        (config_map_data(client, namespace, name).await.as_deref() == Some(value)).then_some(())
+    })
+    .await;
+}
+
+/// A bundle under review: its name, its namespace, its image repository and tag, the pinned
+/// reference that was pushed, and the bundle as it awaits approval.
+pub struct UnderReview {
+    pub name: String,
+    pub namespace: String,
+    pub repository: String,
+    pub pinned: String,
+    pub bundle: Bundle,
+}
+
+/// Creates a `Manual` class, a namespace, an image of `files(namespace)` and a bundle of it,
+/// and waits until the bundle awaits approval.
+pub async fn under_review(
+    client: &Client,
+    prefix: &str,
+    files: impl FnOnce(&str) -> Vec<(&'static str, String)>,
+) -> UnderReview {
+    let class = gantry_tests::unique_name(&format!("{prefix}-class"));
+    apply_class(client, &class, class_spec(ApprovalPolicy::Manual), false).await;
+    let namespace = gantry_tests::unique_name(prefix);
+    ensure_namespace(client, &namespace).await;
+    let repository = format!("{namespace}/app:v1");
+    let pinned = push(&repository, &files(&namespace)).await;
+    let name = gantry_tests::unique_name(prefix);
+    let mut bundle_spec = spec(
+        &format!("{}/{repository}", registry().host()),
+        Some(&namespace),
+    );
+    bundle_spec.provisioner_class_name = Some(class);
+    create_bundle(client, &name, bundle_spec).await;
+    let bundle = wait_bundle(client, &name, "AwaitingApproval", |b| {
+        b.status.as_ref().and_then(|s| s.phase) == Some(gantry_api::BundlePhase::AwaitingApproval)
+    })
+    .await;
+    UnderReview {
+        name,
+        namespace,
+        repository,
+        pinned,
+        bundle,
+    }
+}

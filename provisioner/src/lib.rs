@@ -1,4 +1,3 @@
 #![forbid(unsafe_code)]
 
 pub mod controller;
-pub mod image;

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
+use gantry_image::Platform;
 use gantry_provisioner::controller::server::{self, Readiness};
 use gantry_provisioner::controller::{self, Controllers, Metrics, Settings, StorageClient, Token};
-use gantry_provisioner::image::Platform;
 use kube::runtime::events::Reporter;
 use kube_lease_manager::LeaseManagerBuilder;
 

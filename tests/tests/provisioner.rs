@@ -9,7 +9,7 @@ use gantry_api::{
     ApprovalPolicy, BUNDLE_LABEL, Bundle, BundlePhase, PLAIN_PROVISIONER, ProvisionerClass,
     ProvisionerClassSpec, UNINSTALL_FINALIZER,
 };
-use gantry_provisioner::image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
+use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
 use gantry_tests::{control_plane, registry, unique_name, wait_until};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -799,10 +799,10 @@ async fn a_private_registry_through_a_pull_secret() {
         dir.path(),
         &[("a.yaml", config_map("secret-config", None, "private"))],
     );
-    let mut credentials = gantry_provisioner::image::DockerConfig::default();
+    let mut credentials = gantry_image::DockerConfig::default();
     credentials.insert(
         private.host(),
-        gantry_provisioner::image::Credential {
+        gantry_image::Credential {
             username: "puller".into(),
             password: "pull-pass".into(),
         },

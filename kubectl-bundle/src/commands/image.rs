@@ -1,10 +1,10 @@
-//! `push` and `pull`: the authoring side, built on `gantry_provisioner::image`.
+//! `push` and `pull`: the authoring side, built on `gantry_image`.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use gantry_provisioner::image::{
+use gantry_image::{
     DockerConfig, EffectiveLimits, Platform, PullRequest, RegistryClient, RegistryOptions,
     parse_reference,
 };

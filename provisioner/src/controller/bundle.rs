@@ -27,7 +27,7 @@ use super::permissions::requested_permissions;
 use super::plan::{Plan, plan};
 use super::source::{digest_of, is_digest_reference, registry_client};
 use super::status::{condition, differs, set_condition, summarize};
-use crate::image::{EffectiveLimits, PullRequest, read_canonical};
+use gantry_image::{EffectiveLimits, PullRequest, read_canonical};
 
 /// Entry point for kube-runtime: runs the steps, records the outcome in status, and decides
 /// when to come back. Failures are handled here (backoff per bundle), so this returns `Err`

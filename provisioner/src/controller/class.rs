@@ -6,7 +6,7 @@ use gantry_api::{Bundle, DEFAULT_CLASS_ANNOTATION, PLAIN_PROVISIONER, Provisione
 use kube::ResourceExt;
 
 use super::error::Error;
-use crate::image::Platform;
+use gantry_image::Platform;
 
 /// The outcome of looking up a bundle's class.
 #[derive(Debug)]

@@ -15,7 +15,7 @@ use super::discovery::KindCache;
 use super::drift::DriftWatches;
 use super::metrics::Metrics;
 use super::storage::StorageClient;
-use crate::image::Platform;
+use gantry_image::Platform;
 
 /// Settings of the controller (from flags).
 #[derive(Clone, Debug)]

@@ -3,7 +3,7 @@
 
 use gantry_api::conditions::{reasons, types};
 
-use crate::image::ImageError;
+use gantry_image::ImageError;
 
 /// Why a reconcile did not finish.
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::discovery::{Kind, KindCache};
 use super::error::{Error, Result};
-use crate::image::BundleObject;
+use gantry_image::BundleObject;
 
 const CRD_GROUP: &str = "apiextensions.k8s.io";
 

@@ -7,7 +7,7 @@ use kube::api::Api;
 
 use super::context::Context;
 use super::error::{Error, Result};
-use crate::image::{DockerConfig, RegistryClient, RegistryOptions};
+use gantry_image::{DockerConfig, RegistryClient, RegistryOptions};
 
 const DOCKER_CONFIG_JSON: &str = ".dockerconfigjson";
 const CA_KEY: &str = "ca.crt";

@@ -25,7 +25,6 @@ pub enum Token {
 impl StorageClient {
     /// `base` is the server's URL (`http://127.0.0.1:8080`); `ca_pem` adds a trusted CA.
     pub fn new(base: &str, token: Token, ca_pem: Option<&[u8]>) -> Result<Self> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(600));

@@ -9,7 +9,7 @@ use gantry_api::{
     ApprovalPolicy, Bundle, BundleSpec, DEFAULT_CLASS_ANNOTATION, PLAIN_PROVISIONER,
     ProvisionerClass, ProvisionerClassSpec,
 };
-use gantry_provisioner::image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
+use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
 use gantry_tests::{
     Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, registry,
 };

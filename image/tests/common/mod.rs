@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use gantry_provisioner::image::{
+use gantry_image::{
     DockerConfig, EffectiveLimits, Platform, PullRequest, RegistryClient, RegistryOptions,
 };
 use oci_client::client::{ClientConfig, ClientProtocol};

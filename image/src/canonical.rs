@@ -237,7 +237,7 @@ pub fn read_canonical<R: Read>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::layer::BundleFiles;
+    use crate::layer::BundleFiles;
 
     fn bundle_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -375,7 +375,7 @@ mod tests {
 
     #[test]
     fn read_back_refuses_unsorted_or_foreign_entries() {
-        let tar = crate::image::layer::tests::TarBuilder::default()
+        let tar = crate::layer::tests::TarBuilder::default()
             .file("manifests/b.yaml", A)
             .file("manifests/a.yaml", A)
             .gzip();
@@ -383,7 +383,7 @@ mod tests {
             read_canonical(&tar[..], None, &EffectiveLimits::default()),
             Err(ImageError::InvalidEntry { path, .. }) if path == "manifests/a.yaml"
         ));
-        let tar = crate::image::layer::tests::TarBuilder::default()
+        let tar = crate::layer::tests::TarBuilder::default()
             .file("etc/passwd", "x")
             .gzip();
         assert!(matches!(

@@ -72,9 +72,6 @@ fn split_pem(pem: &[u8]) -> Result<Vec<Certificate>, ImageError> {
 
 impl RegistryClient {
     pub fn new(options: RegistryOptions) -> Result<Self, ImageError> {
-        // reqwest is built without a default crypto provider: make sure one is installed
-        // (another part of the process may have installed one already, which is fine).
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut extra_root_certificates = Vec::new();
         for pem in &options.ca_pem {
             extra_root_certificates.extend(split_pem(pem)?);

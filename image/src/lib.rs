@@ -1,3 +1,5 @@
+#![forbid(unsafe_code)]
+
 //! The image side of Gantry: pulling `plain+v0` bundle images from OCI registries (tag or
 //! digest, multi-platform indexes, docker config credentials, TLS with extra CAs), streaming
 //! and verifying their layers under limits, validating the manifests they hold, writing the

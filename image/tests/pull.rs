@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use common::*;
-use gantry_provisioner::image::{
+use gantry_image::{
     Credential, DockerConfig, EffectiveLimits, ImageError, LimitKind, Platform, PullStats,
     read_canonical,
 };
@@ -27,7 +27,7 @@ const BUNDLE: &[(&str, &str)] = &[
     ),
 ];
 
-fn names(objects: &[gantry_provisioner::image::ObjectSummary]) -> Vec<String> {
+fn names(objects: &[gantry_image::ObjectSummary]) -> Vec<String> {
     objects
         .iter()
         .map(|o| format!("{}/{}", o.kind, o.name))
@@ -501,7 +501,7 @@ async fn a_blob_tampered_with_in_storage_is_a_digest_mismatch() {
 }
 
 fn expect_invalid_entry(
-    result: Result<gantry_provisioner::image::PulledBundle, ImageError>,
+    result: Result<gantry_image::PulledBundle, ImageError>,
     path: &str,
     needle: &str,
 ) {

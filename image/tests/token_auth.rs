@@ -16,7 +16,7 @@ use axum::response::Response;
 use axum::routing::get;
 use base64::Engine;
 use common::*;
-use gantry_provisioner::image::{Credential, DockerConfig, ImageError};
+use gantry_image::{Credential, DockerConfig, ImageError};
 
 const TOKEN: &str = "token-for-app";
 

@@ -224,9 +224,7 @@ async fn install(
                 .await
                 .map_err(|e| Error::from_image(image, e))?
                 .pinned();
-            if let Ok(mut map) = ctx.resolved.lock() {
-                map.insert(name.clone(), (image.to_string(), Instant::now()));
-            }
+            ctx.resolved.record(&name, image.to_string());
             registry = Some(client);
             resolved
         }
@@ -237,11 +235,9 @@ async fn install(
     let check = installed_fingerprint(bundle, &class, &resolved_image, status);
     if let Some(check) = check
         && !ctx.drift.take_dirty(&name)
-        && ctx.checked.lock().is_ok_and(|checked| {
-            checked.get(&name).is_some_and(|(fingerprint, at)| {
-                *fingerprint == check && at.elapsed() < ctx.settings.resync_interval
-            })
-        })
+        && ctx
+            .checked
+            .is_fresh(&name, &check, ctx.settings.resync_interval)
     {
         return Ok(Step::Done(Action::requeue(next_visit(bundle, ctx))));
     }
@@ -410,10 +406,8 @@ async fn install(
         format!("{} objects installed", plan.objects.len()),
         generation,
     );
-    if let Some(check) = installed_fingerprint(bundle, &class, &resolved_image, status)
-        && let Ok(mut checked) = ctx.checked.lock()
-    {
-        checked.insert(name.clone(), (check, Instant::now()));
+    if let Some(check) = installed_fingerprint(bundle, &class, &resolved_image, status) {
+        ctx.checked.record(&name, check);
     }
     if content_before != status.content_digest {
         remove_older_content(ctx, &name, status.content_digest.as_deref()).await;
@@ -474,9 +468,12 @@ fn reusable_resolution(bundle: &Bundle, ctx: &Context, status: &BundleStatus) ->
     if status.observed_generation != bundle.metadata.generation {
         return None;
     }
-    let map = ctx.resolved.lock().ok()?;
-    let (image, at) = map.get(&bundle.name_any())?;
-    (*image == bundle.spec.image && at.elapsed() < ctx.settings.resolve_interval)
+    ctx.resolved
+        .is_fresh(
+            &bundle.name_any(),
+            &bundle.spec.image,
+            ctx.settings.resolve_interval,
+        )
         .then_some(previous)
 }
 
@@ -651,12 +648,8 @@ async fn uninstall(bundle: &Bundle, ctx: &Context, status: &mut BundleStatus) ->
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
-    if let Ok(mut map) = ctx.resolved.lock() {
-        map.remove(&name);
-    }
-    if let Ok(mut checked) = ctx.checked.lock() {
-        checked.remove(&name);
-    }
+    ctx.resolved.forget(&name);
+    ctx.checked.forget(&name);
     publish(
         ctx,
         bundle,

@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod backoff;
 pub mod bundle;
+pub mod caches;
 pub mod class;
 pub mod classes;
 pub mod context;
@@ -19,9 +20,8 @@ pub mod source;
 pub mod status;
 pub mod storage;
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -84,8 +84,8 @@ pub async fn run(
         metrics,
         recorder: Recorder::new(client, reporter),
         drift,
-        resolved: Mutex::new(HashMap::new()),
-        checked: Mutex::new(HashMap::new()),
+        resolved: Default::default(),
+        checked: Default::default(),
     });
 
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);

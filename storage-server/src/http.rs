@@ -14,18 +14,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
+use gantry_api::storage::{BUNDLES_PREFIX, BundleName, Digest, Listing, PutResponse, Target};
 use http::header::{
     ACCEPT_RANGES, ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG,
     IF_NONE_MATCH, IF_RANGE, RANGE, WWW_AUTHENTICATE,
 };
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
-use serde::Serialize;
 
 use crate::auth::{Authorizer, Decision};
 use crate::metrics::{AuthLabels, CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics, RequestLabels};
-use crate::names::{BUNDLES_PREFIX, BundleName, Digest, Target};
 use crate::range::{RangeOutcome, parse_range};
-use crate::store::{PutOutcome, SMALL_TARBALL, Store, StoreError, TarballInfo};
+use crate::store::{PutOutcome, SMALL_TARBALL, Store, StoreError};
 
 /// Chunk size when streaming a large body.
 const STREAM_CHUNK: u64 = 128 * 1024;
@@ -395,12 +394,6 @@ fn stream_file(file: File, start: u64, len: u64, metrics: Arc<Metrics>) -> Body 
     Body::from_stream(stream)
 }
 
-#[derive(Serialize)]
-struct Listing {
-    bundle: String,
-    tarballs: Vec<TarballInfo>,
-}
-
 async fn list(s: Arc<AppState>, bundle: BundleName, head: bool) -> Response {
     let store = s.store.clone();
     let name = bundle.clone();
@@ -426,13 +419,6 @@ async fn list(s: Arc<AppState>, bundle: BundleName, head: bool) -> Response {
         .header(CONTENT_LENGTH, len)
         .body(body)
         .unwrap_or_default()
-}
-
-#[derive(Serialize)]
-struct Stored {
-    digest: String,
-    size: u64,
-    created: bool,
 }
 
 async fn put(s: Arc<AppState>, bundle: BundleName, digest: Digest, req: Request) -> Response {
@@ -464,7 +450,7 @@ async fn put(s: Arc<AppState>, bundle: BundleName, digest: Digest, req: Request)
             } else {
                 StatusCode::OK
             };
-            let json = serde_json::to_vec(&Stored {
+            let json = serde_json::to_vec(&PutResponse {
                 digest: digest.to_string(),
                 size,
                 created,

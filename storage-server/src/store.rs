@@ -18,13 +18,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use gantry_api::storage::{BundleName, Digest, StoredTarball};
 use prometheus_client::metrics::gauge::Gauge;
-use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 use tokio::io::{AsyncWriteExt, BufWriter};
-
-use crate::names::{BundleName, Digest};
 
 /// Prefix of temporary upload files inside a bundle directory.
 pub const TEMP_PREFIX: &str = ".tmp-";
@@ -123,12 +121,6 @@ pub fn hash_file(file: &mut File) -> io::Result<(String, u64)> {
         size += n as u64;
     }
     Ok((hex::encode(hasher.finalize()), size))
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TarballInfo {
-    pub digest: String,
-    pub size: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -502,7 +494,7 @@ impl Store {
 
     /// Lists the tarballs of a bundle, sorted by digest; empty when nothing is stored.
     /// Blocking: call it from a blocking thread.
-    pub fn list(&self, bundle: &BundleName) -> Result<Vec<TarballInfo>, StoreError> {
+    pub fn list(&self, bundle: &BundleName) -> Result<Vec<StoredTarball>, StoreError> {
         let dir = self.bundle_dir(bundle);
         if !is_real_dir(&dir)? {
             return Ok(Vec::new());
@@ -666,7 +658,7 @@ impl Store {
     }
 }
 
-fn list_dir(dir: &Path) -> Result<Vec<TarballInfo>, StoreError> {
+fn list_dir(dir: &Path) -> Result<Vec<StoredTarball>, StoreError> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).map_err(io_err(dir))? {
         let entry = entry.map_err(io_err(dir))?;
@@ -680,7 +672,7 @@ fn list_dir(dir: &Path) -> Result<Vec<TarballInfo>, StoreError> {
             continue;
         };
         let size = entry.metadata().map_err(io_err(&path))?.len();
-        out.push(TarballInfo {
+        out.push(StoredTarball {
             digest: digest.to_string(),
             size,
         });
@@ -744,7 +736,7 @@ mod tests {
         let b = BundleName::parse("demo").unwrap();
         assert_eq!(
             store.list(&b).unwrap(),
-            vec![TarballInfo {
+            vec![StoredTarball {
                 digest: good.to_string(),
                 size: 4
             }]
@@ -829,7 +821,7 @@ mod tests {
         assert_eq!(store.stored_bytes_gauge().get(), 11);
         assert_eq!(
             store.list(&b).unwrap(),
-            vec![TarballInfo {
+            vec![StoredTarball {
                 digest: d.to_string(),
                 size: 11
             }]

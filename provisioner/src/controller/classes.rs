@@ -3,16 +3,13 @@
 use std::sync::Arc;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{FIELD_MANAGER, PLAIN_PROVISIONER, ProvisionerClass, ProvisionerClassStatus};
-use kube::api::{Api, Patch, PatchParams};
+use gantry_api::{PLAIN_PROVISIONER, ProvisionerClass};
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::class::validate;
 use super::context::Context;
 use super::error::Result;
-use super::status::set_condition;
+use super::status::{set_condition, write_class_status};
 
 pub async fn reconcile(class: Arc<ProvisionerClass>, ctx: Arc<Context>) -> Result<Action> {
     if class.spec.provisioner != PLAIN_PROVISIONER {
@@ -40,41 +37,6 @@ pub async fn reconcile(class: Arc<ProvisionerClass>, ctx: Arc<Context>) -> Resul
         ),
     }
     status.observed_generation = generation;
-    if !same(&current, &status) {
-        let patch = json!({
-            "apiVersion": ProvisionerClass::api_version(&()),
-            "kind": ProvisionerClass::kind(&()),
-            "metadata": { "name": class.name_any() },
-            "status": status,
-        });
-        let classes: Api<ProvisionerClass> = Api::all(ctx.client.clone());
-        classes
-            .patch_status(
-                &class.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
-    }
+    write_class_status(&class, &ctx, &current, &status).await?;
     Ok(Action::await_change())
-}
-
-fn same(a: &ProvisionerClassStatus, b: &ProvisionerClassStatus) -> bool {
-    let key = |s: &ProvisionerClassStatus| {
-        (
-            s.observed_generation,
-            s.conditions
-                .iter()
-                .map(|c| {
-                    (
-                        c.type_.clone(),
-                        c.status.clone(),
-                        c.reason.clone(),
-                        c.message.clone(),
-                    )
-                })
-                .collect::<Vec<_>>(),
-        )
-    };
-    key(a) == key(b)
 }

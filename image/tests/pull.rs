@@ -91,6 +91,17 @@ async fn single_platform_image_by_tag_and_by_digest() {
         .unwrap();
         assert_eq!(objects.len(), 3);
         assert_eq!(objects[1].object["metadata"]["name"], "a");
+        // Writing it off the runtime yields the same tarball and the same objects at once.
+        let written = bundle.write_canonical_tarball().await.unwrap();
+        assert_eq!(written.digest, canonical);
+        assert_eq!(
+            std::fs::read(&written.path).unwrap(),
+            std::fs::read(&path).unwrap()
+        );
+        let values = |objects: &[gantry_image::BundleObject]| {
+            objects.iter().map(|o| o.object.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(values(&written.objects), values(&objects));
     }
 }
 

@@ -71,7 +71,8 @@ async fn stored_content(pass: &Pass<'_>, resolved_image: &str) -> Result<Option<
     }
 }
 
-/// Reads stored content back, checking its digest and the limits again.
+/// Reads stored content back, checking its digest and the limits again. Decompressing and
+/// parsing run on a blocking thread, off the async runtime.
 async fn read_stored(
     pass: &Pass<'_>,
     content_digest: &str,
@@ -84,7 +85,12 @@ async fn read_stored(
         .storage
         .download(name, hex, limits.max_compressed_bytes)
         .await?;
-    read_canonical(&body[..], Some(content_digest), limits).map_err(|e| {
+    let (digest, limits) = (content_digest.to_string(), *limits);
+    let read =
+        tokio::task::spawn_blocking(move || read_canonical(&body[..], Some(&digest), &limits))
+            .await
+            .map_err(|e| Error::Storage(format!("reading stored content: {e}")))?;
+    read.map_err(|e| {
         Error::Storage(format!(
             "stored content {content_digest} of bundle {name}: {e}"
         ))
@@ -127,24 +133,18 @@ async fn pull_and_store(
         .await
         .map_err(|e| Error::from_image(image, e))?;
     ctx.metrics.bytes_pulled.inc_by(pulled.compressed_bytes);
-    let (path, canonical) = pulled
-        .canonical_tarball()
+    // The tarball is written once; its objects come with it, not from reading it back.
+    let canonical = pulled
+        .write_canonical_tarball()
+        .await
         .map_err(|e| Error::from_image(image, e))?;
     ctx.storage
-        .upload(&pass.name, canonical.hex(), &path)
+        .upload(&pass.name, canonical.digest.hex(), &canonical.path)
         .await?;
-    let file = std::fs::File::open(&path)
-        .map_err(|e| Error::Storage(format!("reading {}: {e}", path.display())))?;
-    let objects = read_canonical(
-        std::io::BufReader::new(file),
-        Some(&canonical.digest),
-        &limits,
-    )
-    .map_err(|e| Error::from_image(image, e))?;
     let status = &mut pass.status;
     status.manifest_digest = Some(pulled.image.manifest_digest.clone());
     status.platform = Some(pulled.image.platform.to_string());
-    status.content_url = Some(ctx.storage.content_url(&pass.name, canonical.hex()));
-    status.content_digest = Some(canonical.digest.clone());
-    Ok(objects)
+    status.content_url = Some(ctx.storage.content_url(&pass.name, canonical.digest.hex()));
+    status.content_digest = Some(canonical.digest.digest.clone());
+    Ok(canonical.objects)
 }

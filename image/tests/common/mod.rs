@@ -70,7 +70,7 @@ pub const CONFIGMAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name:
 
 /// A plain `oci-client` for `host` over plain HTTP, to push hand-made images.
 fn raw_client(host: &str) -> Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    init_crypto();
     Client::new(ClientConfig {
         protocol: ClientProtocol::HttpsExcept(vec![host.to_string()]),
         ..Default::default()
@@ -173,7 +173,13 @@ pub async fn push_layers(host: &str, repository: &str, layers: &[(&str, Vec<u8>)
 }
 
 /// A client for the shared plain-HTTP registry.
+/// rustls needs its provider installed before any client is built, whichever test runs first.
+fn init_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 pub fn plain_client(host: &str) -> RegistryClient {
+    init_crypto();
     RegistryClient::new(RegistryOptions {
         insecure_registries: vec![host.to_string()],
         ..Default::default()
@@ -186,6 +192,7 @@ pub fn client_with(
     ca: Option<&str>,
     insecure: &[&str],
 ) -> RegistryClient {
+    init_crypto();
     RegistryClient::new(RegistryOptions {
         credentials,
         insecure_registries: insecure.iter().map(|s| s.to_string()).collect(),

@@ -14,7 +14,9 @@ use gantry_image::{
     Credential, DockerConfig, EffectiveLimits, ImageError, LimitKind, Platform, PullStats,
     read_canonical,
 };
-use gantry_tests::{Registry, RegistryOptions, registry, unique_name};
+use gantry_tests::{
+    Registry, RegistryOptions, bundle_dir, read_dir_files, registry, run_ok, unique_name,
+};
 
 const BUNDLE: &[(&str, &str)] = &[
     (
@@ -35,15 +37,7 @@ fn names(objects: &[gantry_image::ObjectSummary]) -> Vec<String> {
 }
 
 fn run(command: &mut Command) -> Vec<u8> {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("running {command:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{command:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output.stdout
+    run_ok(command).stdout
 }
 
 #[tokio::test]

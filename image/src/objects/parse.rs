@@ -33,18 +33,17 @@ pub fn parse_file(
     limits: &EffectiveLimits,
 ) -> Result<Vec<BundleObject>, ImageError> {
     let docs: Vec<Value> = rules::documents(file, content, limits)?;
-    let mut out = Vec::new();
-    for (document, doc) in docs.into_iter().enumerate() {
-        rules::flatten_document(file, document, doc, &mut out, |object, item, _| {
-            BundleObject {
-                file: file.to_string(),
-                document,
-                item,
-                object,
-            }
-        })?;
-    }
-    Ok(out)
+    rules::flatten_file(
+        file,
+        docs,
+        |object, place, _| BundleObject {
+            file: file.to_string(),
+            document: place.document,
+            item: place.item,
+            object,
+        },
+        |_, _| Ok(()),
+    )
 }
 
 fn field(value: Option<&Value>) -> Field<'_> {

@@ -110,38 +110,57 @@ fn identify(fields: Option<Fields<'_>>) -> Result<Identity, String> {
     })
 }
 
-/// Flattens document number `document` of `file` into objects: a `v1 List` gives its items,
-/// any other document itself. `emit` turns each accepted object (with its index in `items`
-/// for a List) into what the caller keeps.
-pub(crate) fn flatten_document<D: Document, T>(
+/// Where an object was found: its document's index in the file, and its index in `items` when
+/// the document is a `v1 List`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place {
+    pub document: usize,
+    pub item: Option<usize>,
+}
+
+/// Flattens the documents of `file` into objects: a `v1 List` gives its items, any other
+/// document itself. `emit` turns each accepted object into what the caller keeps;
+/// `after_document` sees the objects so far once each document is done.
+pub(crate) fn flatten_file<D: Document, T>(
     file: &str,
-    document: usize,
-    doc: D,
-    out: &mut Vec<T>,
-    mut emit: impl FnMut(D, Option<usize>, Identity) -> T,
-) -> Result<(), ImageError> {
-    let invalid = |reason: String| ImageError::InvalidObject {
-        file: file.to_string(),
-        document,
-        reason,
-    };
-    match doc.fields() {
-        Some(fields) if fields.is_list() => {
-            if fields.items == ItemsShape::Other {
-                return Err(invalid(ITEMS_NOT_A_SEQUENCE.into()));
+    docs: Vec<D>,
+    mut emit: impl FnMut(D, Place, Identity) -> T,
+    mut after_document: impl FnMut(&[T], usize) -> Result<(), ImageError>,
+) -> Result<Vec<T>, ImageError> {
+    let mut out = Vec::new();
+    for (document, doc) in docs.into_iter().enumerate() {
+        let invalid = |reason: String| ImageError::InvalidObject {
+            file: file.to_string(),
+            document,
+            reason,
+        };
+        match doc.fields() {
+            Some(fields) if fields.is_list() => {
+                if fields.items == ItemsShape::Other {
+                    return Err(invalid(ITEMS_NOT_A_SEQUENCE.into()));
+                }
+                for (i, item) in doc.into_items().into_iter().enumerate() {
+                    let identity =
+                        identify(item.fields()).map_err(|r| invalid(format!("items[{i}]: {r}")))?;
+                    let place = Place {
+                        document,
+                        item: Some(i),
+                    };
+                    out.push(emit(item, place, identity));
+                }
             }
-            for (i, item) in doc.into_items().into_iter().enumerate() {
-                let identity =
-                    identify(item.fields()).map_err(|r| invalid(format!("items[{i}]: {r}")))?;
-                out.push(emit(item, Some(i), identity));
+            fields => {
+                let identity = identify(fields).map_err(invalid)?;
+                let place = Place {
+                    document,
+                    item: None,
+                };
+                out.push(emit(doc, place, identity));
             }
         }
-        fields => {
-            let identity = identify(fields).map_err(invalid)?;
-            out.push(emit(doc, None, identity));
-        }
+        after_document(&out, document)?;
     }
-    Ok(())
+    Ok(out)
 }
 
 /// The API group of an `apiVersion` (empty for the core group).

@@ -39,25 +39,28 @@ pub fn summarize_file(
     limits: &EffectiveLimits,
 ) -> Result<Vec<ObjectSummary>, ImageError> {
     let docs: Vec<DocSummary> = rules::documents(file, content, limits)?;
-    let mut out = Vec::new();
-    for (document, doc) in docs.into_iter().enumerate() {
-        rules::flatten_document(file, document, doc, &mut out, |_, item, identity| {
-            ObjectSummary {
-                file: file.to_string(),
-                document,
-                item,
-                api_version: identity.api_version,
-                kind: identity.kind,
-                name: identity.name,
-                namespace: identity.namespace,
+    rules::flatten_file(
+        file,
+        docs,
+        |_, place, identity| ObjectSummary {
+            file: file.to_string(),
+            document: place.document,
+            item: place.item,
+            api_version: identity.api_version,
+            kind: identity.kind,
+            name: identity.name,
+            namespace: identity.namespace,
+        },
+        // Checked per document, so that the error names the document that went over.
+        |objects, document| {
+            if objects.len() as u64 > limits.max_objects {
+                return Err(
+                    limits.exceeded(LimitKind::Objects, format!("{file}, document {document}"))
+                );
             }
-        })?;
-        // Checked per document, so that a file of many small documents stops early.
-        if out.len() as u64 > limits.max_objects {
-            return Err(limits.exceeded(LimitKind::Objects, format!("{file}, document {document}")));
-        }
-    }
-    Ok(out)
+            Ok(())
+        },
+    )
 }
 
 /// Validates every file of a bundle: parsable, objects complete, no object twice, at least one

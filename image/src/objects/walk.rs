@@ -89,28 +89,45 @@ impl<'de> Deserialize<'de> for Skip {
 
 struct SkipVisitor;
 
-macro_rules! accept_scalars {
-    ($out:expr) => {
+/// The visits every walker answers alike: any scalar gives `$other`, null gives `$null`, and an
+/// `Option` or newtype wrapper is looked through.
+macro_rules! any_value {
+    ($de:lifetime, $ty:ty, other = $other:expr, null = $null:expr) => {
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any value")
+        }
         fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($out)
+            Ok($other)
         }
         fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($out)
+            Ok($other)
         }
         fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($out)
+            Ok($other)
         }
         fn visit_i128<E: de::Error>(self, _: i128) -> Result<Self::Value, E> {
-            Ok($out)
+            Ok($other)
         }
         fn visit_u128<E: de::Error>(self, _: u128) -> Result<Self::Value, E> {
-            Ok($out)
+            Ok($other)
         }
         fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($out)
+            Ok($other)
         }
         fn visit_bytes<E: de::Error>(self, _: &[u8]) -> Result<Self::Value, E> {
-            Ok($out)
+            Ok($other)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($null)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($null)
+        }
+        fn visit_some<D: Deserializer<$de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            <$ty>::deserialize(d)
+        }
+        fn visit_newtype_struct<D: Deserializer<$de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            <$ty>::deserialize(d)
         }
     };
 }
@@ -129,24 +146,9 @@ fn skip_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
 
 impl<'de> Visitor<'de> for SkipVisitor {
     type Value = Skip;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any value")
-    }
-    accept_scalars!(Skip);
+    any_value!('de, Skip, other = Skip, null = Skip);
     fn visit_str<E: de::Error>(self, _: &str) -> Result<Skip, E> {
         Ok(Skip)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Skip, D::Error> {
-        Skip::deserialize(d)
-    }
-    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Skip, D::Error> {
-        Skip::deserialize(d)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Skip, A::Error> {
         skip_seq(seq).map(|_| Skip)
@@ -183,30 +185,12 @@ impl<'de> Deserialize<'de> for StrField {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = StrField;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            accept_scalars!(StrField::Other);
+            any_value!('de, StrField, other = StrField::Other, null = StrField::Null);
             fn visit_str<E: de::Error>(self, v: &str) -> Result<StrField, E> {
                 Ok(StrField::Str(v.to_string()))
             }
             fn visit_string<E: de::Error>(self, v: String) -> Result<StrField, E> {
                 Ok(StrField::Str(v))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<StrField, E> {
-                Ok(StrField::Null)
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<StrField, E> {
-                Ok(StrField::Null)
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<StrField, D::Error> {
-                StrField::deserialize(d)
-            }
-            fn visit_newtype_struct<D: Deserializer<'de>>(
-                self,
-                d: D,
-            ) -> Result<StrField, D::Error> {
-                StrField::deserialize(d)
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<StrField, A::Error> {
                 skip_seq(seq).map(|_| StrField::Other)
@@ -224,30 +208,12 @@ impl<'de> Deserialize<'de> for MetaSummary {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = MetaSummary;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            accept_scalars!(MetaSummary::default());
+            any_value!('de, MetaSummary, other = MetaSummary::default(), null = MetaSummary {
+                null: true,
+                ..Default::default()
+            });
             fn visit_str<E: de::Error>(self, _: &str) -> Result<MetaSummary, E> {
                 Ok(MetaSummary::default())
-            }
-            fn visit_none<E: de::Error>(self) -> Result<MetaSummary, E> {
-                Ok(MetaSummary {
-                    null: true,
-                    ..Default::default()
-                })
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<MetaSummary, E> {
-                self.visit_none()
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<MetaSummary, D::Error> {
-                MetaSummary::deserialize(d)
-            }
-            fn visit_newtype_struct<D: Deserializer<'de>>(
-                self,
-                d: D,
-            ) -> Result<MetaSummary, D::Error> {
-                MetaSummary::deserialize(d)
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<MetaSummary, A::Error> {
                 skip_seq(seq).map(|_| MetaSummary::default())
@@ -285,24 +251,9 @@ impl<'de> Deserialize<'de> for Items {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Items;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            accept_scalars!(Items::Other);
+            any_value!('de, Items, other = Items::Other, null = Items::Null);
             fn visit_str<E: de::Error>(self, _: &str) -> Result<Items, E> {
                 Ok(Items::Other)
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Items, E> {
-                Ok(Items::Null)
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Items, E> {
-                Ok(Items::Null)
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Items, D::Error> {
-                Items::deserialize(d)
-            }
-            fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Items, D::Error> {
-                Items::deserialize(d)
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Items, A::Error> {
                 let mut items = Vec::new();
@@ -324,27 +275,9 @@ impl<'de> Deserialize<'de> for DocSummary {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = DocSummary;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            accept_scalars!(DocSummary::default());
+            any_value!('de, DocSummary, other = DocSummary::default(), null = DocSummary::default());
             fn visit_str<E: de::Error>(self, _: &str) -> Result<DocSummary, E> {
                 Ok(DocSummary::default())
-            }
-            fn visit_none<E: de::Error>(self) -> Result<DocSummary, E> {
-                Ok(DocSummary::default())
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<DocSummary, E> {
-                Ok(DocSummary::default())
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<DocSummary, D::Error> {
-                DocSummary::deserialize(d)
-            }
-            fn visit_newtype_struct<D: Deserializer<'de>>(
-                self,
-                d: D,
-            ) -> Result<DocSummary, D::Error> {
-                DocSummary::deserialize(d)
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<DocSummary, A::Error> {
                 skip_seq(seq).map(|_| DocSummary::default())

@@ -1,10 +1,10 @@
 //! Small file system steps the store is built from: errors that name the path, blocking work
 //! moved off the async workers, directory fsync, and opening without following symlinks.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, FileType, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use gantry_api::storage::{Digest, StoredTarball};
 
@@ -51,21 +51,44 @@ pub(super) fn is_real_dir(path: &Path) -> Result<bool, StoreError> {
     }
 }
 
-/// The tarballs in a bundle directory, sorted by digest; other entries are skipped.
-pub(super) fn list_dir(dir: &Path) -> Result<Vec<StoredTarball>, StoreError> {
+/// One entry of a directory; `file_type` does not follow symlinks.
+pub(super) struct Entry {
+    pub path: PathBuf,
+    pub file_type: FileType,
+    /// The file name, lossily decoded (an undecodable one is never a valid name anyway).
+    pub name: String,
+}
+
+/// The entries of `dir`.
+pub(super) fn entries(dir: &Path) -> Result<Vec<Entry>, StoreError> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).map_err(io_err(dir))? {
         let entry = entry.map_err(io_err(dir))?;
         let path = entry.path();
-        // DirEntry::file_type does not follow symlinks.
-        if !entry.file_type().map_err(io_err(&path))?.is_file() {
+        let file_type = entry.file_type().map_err(io_err(&path))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        out.push(Entry {
+            path,
+            file_type,
+            name,
+        });
+    }
+    Ok(out)
+}
+
+/// The tarballs in a bundle directory, sorted by digest; other entries are skipped.
+pub(super) fn list_dir(dir: &Path) -> Result<Vec<StoredTarball>, StoreError> {
+    let mut out = Vec::new();
+    for entry in entries(dir)? {
+        if !entry.file_type.is_file() {
             continue;
         }
-        let name = entry.file_name();
-        let Ok(digest) = Digest::from_file_name(&name.to_string_lossy()) else {
+        let Ok(digest) = Digest::from_file_name(&entry.name) else {
             continue;
         };
-        let size = entry.metadata().map_err(io_err(&path))?.len();
+        let size = fs::symlink_metadata(&entry.path)
+            .map_err(io_err(&entry.path))?
+            .len();
         out.push(StoredTarball {
             digest: digest.to_string(),
             size,

@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use gantry_api::storage::{BundleName, Digest};
 use sha2::{Digest as _, Sha256};
 
-use super::files::{fsync_dir, io_err, open_nofollow};
+use super::files::{Entry, entries, fsync_dir, io_err, open_nofollow};
 use super::{QUARANTINE_DIR, StoreError, TEMP_PREFIX, TRASH_PREFIX};
 
 const HASH_BUFFER: usize = 256 * 1024;
@@ -53,12 +53,12 @@ fn hash_file(file: &mut File) -> io::Result<(String, u64)> {
 /// Checks the store at `root`. Blocking.
 pub(super) fn recover(root: &Path) -> Result<RecoveryReport, StoreError> {
     let mut report = RecoveryReport::default();
-    for entry in fs::read_dir(root).map_err(io_err(root))? {
-        let entry = entry.map_err(io_err(root))?;
-        let path = entry.path();
-        let file_type = entry.file_type().map_err(io_err(&path))?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
+    for Entry {
+        path,
+        file_type,
+        name,
+    } in entries(root)?
+    {
         // ext4 volumes have lost+found at their root; it is no concern of ours.
         if name == QUARANTINE_DIR || name == "lost+found" {
             continue;
@@ -87,12 +87,12 @@ fn recover_bundle(
     report: &mut RecoveryReport,
 ) -> Result<(), StoreError> {
     let mut removed = false;
-    for entry in fs::read_dir(dir).map_err(io_err(dir))? {
-        let entry = entry.map_err(io_err(dir))?;
-        let path = entry.path();
-        let file_type = entry.file_type().map_err(io_err(&path))?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
+    for Entry {
+        path,
+        file_type,
+        name,
+    } in entries(dir)?
+    {
         if name.starts_with(TEMP_PREFIX) && file_type.is_file() {
             fs::remove_file(&path).map_err(io_err(&path))?;
             report.removed_temp.push(path);

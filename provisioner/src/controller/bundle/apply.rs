@@ -42,6 +42,7 @@ pub(super) async fn apply_and_prune(
     }
     let outcome = apply(
         &ctx.client,
+        &ctx.kinds,
         plan,
         &pass.name,
         ApplySettings {
@@ -80,15 +81,17 @@ pub(super) async fn apply_and_prune(
 }
 
 /// Removes, in reverse order, the objects of the recorded inventory that `keep` no longer has.
+/// An object is the same whatever version names it: one that moved to another version of its
+/// kind is kept.
 async fn prune(pass: &Pass<'_>, keep: &[InventoryEntry]) -> Result<()> {
     let ctx = pass.ctx;
-    let keep: HashSet<&InventoryEntry> = keep.iter().collect();
+    let keep: HashSet<ObjectKey> = keep.iter().map(object_key).collect();
     let gone = pass
         .status
         .inventory
         .iter()
         .rev()
-        .filter(|entry| !keep.contains(entry));
+        .filter(|entry| !keep.contains(&object_key(entry)));
     for entry in gone {
         match remove(&ctx.client, &ctx.kinds, entry, &pass.name).await {
             Ok(Removal::Deleted) => {
@@ -99,6 +102,18 @@ async fn prune(pass: &Pass<'_>, keep: &[InventoryEntry]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What identifies an object on the API server: group, kind, namespace and name.
+type ObjectKey<'a> = (&'a str, &'a str, Option<&'a str>, &'a str);
+
+fn object_key(entry: &InventoryEntry) -> ObjectKey<'_> {
+    (
+        &entry.group,
+        &entry.kind,
+        entry.namespace.as_deref(),
+        &entry.name,
+    )
 }
 
 /// An install namespace that objects use must exist, unless the bundle creates it.

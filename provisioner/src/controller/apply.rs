@@ -66,23 +66,7 @@ pub async fn apply(
         .buffered(concurrency)
         .try_collect()
         .await?;
-    for (object, live) in plan.objects.iter().zip(&live) {
-        let owner = live
-            .as_ref()
-            .and_then(|l| {
-                l.pointer(&format!(
-                    "/metadata/labels/{}",
-                    BUNDLE_LABEL.replace('/', "~1")
-                ))
-            })
-            .and_then(Value::as_str);
-        if let Some(owner) = owner.filter(|owner| *owner != bundle) {
-            return Err(Error::Conflict {
-                object: object.to_string(),
-                owner: owner.to_string(),
-            });
-        }
-    }
+    check_owners(plan, &live, bundle)?;
 
     let mut outcome = ApplyOutcome::default();
     let mut served: HashSet<GroupVersionKind> = HashSet::new();
@@ -124,6 +108,24 @@ pub async fn apply(
         }
     }
     Ok(outcome)
+}
+
+/// Fails with `Conflict` when a live object carries the label of another bundle.
+fn check_owners(plan: &Plan, live: &[Option<Value>], bundle: &str) -> Result<()> {
+    let label = format!("/metadata/labels/{}", BUNDLE_LABEL.replace('/', "~1"));
+    for (object, live) in plan.objects.iter().zip(live) {
+        let owner = live
+            .as_ref()
+            .and_then(|l| l.pointer(&label))
+            .and_then(Value::as_str);
+        if let Some(owner) = owner.filter(|owner| *owner != bundle) {
+            return Err(Error::Conflict {
+                object: object.to_string(),
+                owner: owner.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Splits objects into waves: each run of Namespaces/CRDs is one wave, each run of other
@@ -303,7 +305,62 @@ fn contains(have: &Value, want: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::plan::plan_objects;
+    use crate::controller::plan::tests::{config_map, crd, namespace, object, served};
     use serde_json::json;
+
+    #[test]
+    fn waves_never_run_ahead_of_namespaces_and_crds() {
+        let widget = object(
+            "w.yaml",
+            json!({ "apiVersion": "example.com/v1", "kind": "Widget", "metadata": { "name": "w" } }),
+        );
+        let objects = [
+            namespace("app"),
+            crd("example.com", "Widget", "widgets"),
+            config_map("a"),
+            config_map("b"),
+            namespace("other"),
+            widget,
+        ];
+        let plan = plan_objects(&objects, "b", Some("app"), served).unwrap();
+        let names: Vec<Vec<&str>> = waves(&plan.objects)
+            .iter()
+            .map(|wave| wave.iter().map(|o| o.name.as_str()).collect())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                vec!["app", "widgets.example.com"],
+                vec!["a", "b"],
+                vec!["other"],
+                vec!["w"]
+            ]
+        );
+        assert!(waves(&[]).is_empty());
+    }
+
+    #[test]
+    fn an_object_of_another_bundle_is_a_conflict() {
+        let plan = plan_objects(
+            &[config_map("a"), config_map("b")],
+            "mine",
+            Some("n"),
+            served,
+        )
+        .unwrap();
+        let labelled =
+            |owner: &str| Some(json!({ "metadata": { "labels": { BUNDLE_LABEL: owner } } }));
+        assert!(check_owners(&plan, &[None, labelled("mine")], "mine").is_ok());
+        assert!(check_owners(&plan, &[Some(json!({ "metadata": {} })), None], "mine").is_ok());
+        match check_owners(&plan, &[None, labelled("theirs")], "mine") {
+            Err(Error::Conflict { object, owner }) => {
+                assert_eq!(owner, "theirs");
+                assert!(object.starts_with("ConfigMap n/b"), "{object}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn live_with_defaults_and_extra_metadata_matches() {

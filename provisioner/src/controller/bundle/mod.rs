@@ -281,3 +281,6 @@ fn installed_fingerprint(
         .hash(&mut hasher);
     Some(hasher.finish())
 }
+
+#[cfg(test)]
+mod tests;

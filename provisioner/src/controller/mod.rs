@@ -5,8 +5,8 @@ pub mod apply;
 pub mod backoff;
 pub mod bundle;
 pub mod caches;
-pub mod class;
-pub mod classes;
+pub mod class_controller;
+pub mod class_selection;
 pub mod context;
 pub mod discovery;
 pub mod drift;
@@ -105,7 +105,7 @@ pub async fn run(
 
     let classes = class_controller
         .graceful_shutdown_on(on_shutdown(&shutdown_tx))
-        .run(classes::reconcile, class_error_policy, ctx.clone())
+        .run(class_controller::reconcile, class_error_policy, ctx.clone())
         .for_each(|_| async {});
 
     // Bundles wait for the class cache: a bundle must never be told its class is missing

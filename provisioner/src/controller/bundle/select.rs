@@ -8,7 +8,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::{Flow, Outcome, Pass};
-use crate::controller::class::{Selection, select, validate};
+use crate::controller::class_selection::{Selection, select, validate};
 use crate::controller::error::{Error, Result};
 
 /// Picks the class; a class of another provisioner stops the pass before anything is written.

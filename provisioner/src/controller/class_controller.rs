@@ -6,7 +6,7 @@ use gantry_api::conditions::{reasons, types};
 use gantry_api::{PLAIN_PROVISIONER, ProvisionerClass};
 use kube::runtime::controller::Action;
 
-use super::class::validate;
+use super::class_selection::validate;
 use super::context::Context;
 use super::error::Result;
 use super::status::{set_condition, write_class_status};

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{PLAIN_PROVISIONER, ProvisionerClass};
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use super::class_selection::validate;
@@ -11,6 +12,7 @@ use super::context::Context;
 use super::error::Result;
 use super::status::{set_condition, write_class_status};
 
+#[tracing::instrument(name = "reconcile_class", skip_all, fields(class = %class.name_any()))]
 pub async fn reconcile(class: Arc<ProvisionerClass>, ctx: Arc<Context>) -> Result<Action> {
     if class.spec.provisioner != PLAIN_PROVISIONER {
         return Ok(Action::await_change());

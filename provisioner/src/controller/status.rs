@@ -12,6 +12,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::context::Context;
@@ -177,21 +179,7 @@ pub async fn write_bundle_status(
     }
     let mut owned = desired.clone();
     owned.approval = None;
-    let patch = json!({
-        "apiVersion": Bundle::api_version(&()),
-        "kind": Bundle::kind(&()),
-        "metadata": { "name": bundle.name_any() },
-        "status": owned,
-    });
-    let bundles: Api<Bundle> = Api::all(ctx.client.clone());
-    match bundles
-        .patch_status(
-            &bundle.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-    {
+    match apply_status::<Bundle>(ctx, &bundle.name_any(), &owned).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
         Err(e) => return Err(e.into()),
@@ -251,21 +239,29 @@ pub async fn write_class_status(
     if same_class_status(current, desired) {
         return Ok(());
     }
+    apply_status::<ProvisionerClass>(ctx, &class.name_any(), desired).await?;
+    Ok(())
+}
+
+/// Server-side applies `status` to the cluster-scoped object `name` of kind `K`, as field
+/// manager `gantry`.
+async fn apply_status<K>(ctx: &Context, name: &str, status: &impl Serialize) -> kube::Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
     let patch = json!({
-        "apiVersion": ProvisionerClass::api_version(&()),
-        "kind": ProvisionerClass::kind(&()),
-        "metadata": { "name": class.name_any() },
-        "status": desired,
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": { "name": name },
+        "status": status,
     });
-    let classes: Api<ProvisionerClass> = Api::all(ctx.client.clone());
-    classes
+    Api::<K>::all(ctx.client.clone())
         .patch_status(
-            &class.name_any(),
+            name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&patch),
         )
-        .await?;
-    Ok(())
+        .await
 }
 
 fn same_class_status(a: &ProvisionerClassStatus, b: &ProvisionerClassStatus) -> bool {

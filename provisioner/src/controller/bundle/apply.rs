@@ -9,11 +9,10 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 
 use super::unpack::Content;
-use super::{Flow, Pass, installed_fingerprint};
+use super::{Flow, Pass, installed_fingerprint, remove_objects};
 use crate::controller::apply::{ApplySettings, apply};
 use crate::controller::context::Context;
 use crate::controller::error::{Error, Result};
-use crate::controller::inventory::{Removal, remove};
 use crate::controller::plan::Plan;
 use crate::controller::status::condition;
 
@@ -84,24 +83,19 @@ pub(super) async fn apply_and_prune(
 /// An object is the same whatever version names it: one that moved to another version of its
 /// kind is kept.
 async fn prune(pass: &Pass<'_>, keep: &[InventoryEntry]) -> Result<()> {
-    let ctx = pass.ctx;
     let keep: HashSet<ObjectKey> = keep.iter().map(object_key).collect();
     let gone = pass
         .status
         .inventory
         .iter()
         .rev()
-        .filter(|entry| !keep.contains(&object_key(entry)));
-    for entry in gone {
-        match remove(&ctx.client, &ctx.kinds, entry, &pass.name).await {
-            Ok(Removal::Deleted) => {
-                ctx.metrics.objects_deleted.inc();
-            }
-            Ok(_) => {}
-            Err((object, message)) => return Err(Error::Prune { object, message }),
-        }
-    }
-    Ok(())
+        .filter(|entry| !keep.contains(&object_key(entry)))
+        .collect::<Vec<_>>();
+    // Collected first: a filtering iterator held across the removals' awaits would make the
+    // reconcile future not `Send` for all lifetimes.
+    remove_objects(pass, gone)
+        .await
+        .map_err(|(object, message)| Error::Prune { object, message })
 }
 
 /// What identifies an object on the API server: group, kind, namespace and name.

@@ -18,12 +18,13 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gantry_api::{Bundle, BundlePhase, BundleStatus, ProvisionerClass};
+use gantry_api::{Bundle, BundlePhase, BundleStatus, InventoryEntry, ProvisionerClass};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use super::context::Context;
 use super::error::{Error, Result};
+use super::inventory::{Removal, remove};
 use super::metrics::{ReasonLabels, ResultLabels};
 use super::source::is_digest_reference;
 use super::status::{self, condition, set_condition, summarize};
@@ -206,6 +207,21 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
         pass.bundle,
         pass.ctx,
     ))))
+}
+
+/// Removes `entries` (in the order given) that are still managed by the bundle. A failure
+/// names the object and the API server's message.
+async fn remove_objects<'e>(
+    pass: &Pass<'_>,
+    entries: impl IntoIterator<Item = &'e InventoryEntry>,
+) -> Result<(), (String, String)> {
+    let ctx = pass.ctx;
+    for entry in entries {
+        if remove(&ctx.client, &ctx.kinds, entry, &pass.name).await? == Removal::Deleted {
+            ctx.metrics.objects_deleted.inc();
+        }
+    }
+    Ok(())
 }
 
 /// What, when it changes, must let a bundle through its backoff: its spec, its approval, its

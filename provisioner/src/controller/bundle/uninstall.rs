@@ -8,9 +8,8 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
-use super::{Outcome, Pass};
+use super::{Outcome, Pass, remove_objects};
 use crate::controller::error::{Error, Result};
-use crate::controller::inventory::{Removal, remove};
 use crate::controller::status::publish;
 
 pub(super) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
@@ -19,15 +18,9 @@ pub(super) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
         return Ok(Outcome::Gone);
     }
     let name = pass.name.as_str();
-    for entry in pass.status.inventory.iter().rev() {
-        match remove(&ctx.client, &ctx.kinds, entry, name).await {
-            Ok(Removal::Deleted) => {
-                ctx.metrics.objects_deleted.inc();
-            }
-            Ok(_) => {}
-            Err((object, message)) => return Err(Error::Uninstall { object, message }),
-        }
-    }
+    remove_objects(pass, pass.status.inventory.iter().rev())
+        .await
+        .map_err(|(object, message)| Error::Uninstall { object, message })?;
     ctx.storage.delete_bundle(name).await?;
     let finalizers: Vec<String> = bundle
         .finalizers()

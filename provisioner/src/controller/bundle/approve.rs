@@ -26,7 +26,6 @@ pub(super) async fn approve(
         &pass.name,
         digest,
         pass.status.approval.as_ref(),
-        content.digest_changed,
     );
     // A denial is announced once, not on every visit.
     let announce = verdict.reason == reasons::DENIED
@@ -65,14 +64,13 @@ struct Verdict {
 }
 
 /// Decides approval. Only a decision about `digest` itself counts: an approval of another
-/// digest does not carry over.
+/// digest does not carry over, and the message says so for as long as the bundle waits.
 fn verdict(
     policy: ApprovalPolicy,
     class: &str,
     bundle: &str,
     digest: &str,
     approval: Option<&Approval>,
-    digest_changed: bool,
 ) -> Verdict {
     if policy == ApprovalPolicy::Automatic {
         return Verdict {
@@ -99,7 +97,7 @@ fn verdict(
         None => Verdict {
             approved: false,
             reason: reasons::AWAITING_APPROVAL,
-            message: if digest_changed && approval.is_some() {
+            message: if approval.is_some() {
                 format!(
                     "{digest} is new: the approval of another digest does not carry over; waiting for an approver"
                 )
@@ -125,27 +123,19 @@ mod tests {
         }
     }
 
-    fn manual(approval: Option<&Approval>, digest_changed: bool) -> Verdict {
+    fn manual(approval: Option<&Approval>) -> Verdict {
         verdict(
             ApprovalPolicy::Manual,
             "reviewed",
             "b",
             "sha256:new",
             approval,
-            digest_changed,
         )
     }
 
     #[test]
     fn automatic_approves_every_digest() {
-        let v = verdict(
-            ApprovalPolicy::Automatic,
-            "plain",
-            "b",
-            "sha256:x",
-            None,
-            true,
-        );
+        let v = verdict(ApprovalPolicy::Automatic, "plain", "b", "sha256:x", None);
         assert!(v.approved);
         assert_eq!(v.reason, reasons::AUTOMATIC_APPROVAL);
     }
@@ -153,18 +143,18 @@ mod tests {
     #[test]
     fn a_decision_counts_for_its_own_digest_only() {
         let approved = decision(ApprovalDecision::Approved, "sha256:new", Some("looks fine"));
-        let v = manual(Some(&approved), true);
+        let v = manual(Some(&approved));
         assert_eq!(
             (v.approved, v.reason, v.message.as_str()),
             (true, reasons::APPROVED, "sha256:new approved: looks fine")
         );
 
         let old = decision(ApprovalDecision::Approved, "sha256:old", None);
-        let v = manual(Some(&old), true);
+        let v = manual(Some(&old));
         assert_eq!((v.approved, v.reason), (false, reasons::AWAITING_APPROVAL));
         assert!(v.message.contains("does not carry over"), "{}", v.message);
 
-        let v = manual(None, false);
+        let v = manual(None);
         assert!(
             v.message.contains("kubectl bundle approve b"),
             "{}",
@@ -176,7 +166,7 @@ mod tests {
     fn a_denial_stops_with_its_reason() {
         let denied = decision(ApprovalDecision::Denied, "sha256:new", None);
         assert_eq!(
-            manual(Some(&denied), false),
+            manual(Some(&denied)),
             Verdict {
                 approved: false,
                 reason: reasons::DENIED,

@@ -16,8 +16,6 @@ pub(super) struct Content {
     /// `repo@sha256:…` it came from.
     pub resolved_image: String,
     pub objects: Vec<BundleObject>,
-    /// Whether the resolved digest differs from the one status held before this pass.
-    pub digest_changed: bool,
     /// `status.contentDigest` before this pass.
     pub content_before: Option<String>,
 }
@@ -38,7 +36,6 @@ pub(super) async fn unpack_and_store(
         Some(content_digest) => read_stored(pass, &content_digest, &limits).await?,
         None => pull_and_store(pass, class, &resolved_image, registry, limits).await?,
     };
-    let digest_changed = pass.status.resolved_image.as_deref() != Some(resolved_image.as_str());
     pass.status.resolved_image = Some(resolved_image.clone());
     pass.set_condition(
         types::UNPACKED,
@@ -49,7 +46,6 @@ pub(super) async fn unpack_and_store(
     Ok(Flow::Continue(Content {
         resolved_image,
         objects,
-        digest_changed,
         content_before,
     }))
 }

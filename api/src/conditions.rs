@@ -1,4 +1,8 @@
 //! Condition types and reasons. Reasons are CamelCase, as `metav1.Condition` requires.
+//!
+//! Every reason is declared once, together with what it says about its condition
+//! ([`ReasonKind`]): the controller derives the phase, `Ready` and the Event type from that one
+//! table, so a new reason cannot be a failure in one place and a progress in another.
 
 /// Condition types of a `Bundle`.
 pub mod types {
@@ -14,65 +18,118 @@ pub mod types {
     pub const ACCEPTED: &str = "Accepted";
 }
 
+/// What a reason says about the condition it is set on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReasonKind {
+    /// The step is done.
+    Success,
+    /// Work is under way, or waiting for something expected (a person, a first reconcile).
+    Progress,
+    /// The step failed; it is retried.
+    Failure,
+}
+
+impl ReasonKind {
+    /// The kind of `reason`; a reason this version does not know counts as a failure, so that
+    /// it is never hidden as progress.
+    pub fn of(reason: &str) -> ReasonKind {
+        reasons::ALL
+            .iter()
+            .find(|(known, _)| *known == reason)
+            .map_or(ReasonKind::Failure, |(_, kind)| *kind)
+    }
+}
+
+/// Declares each reason as a constant and lists them all, with their kinds, in [`reasons::ALL`].
+macro_rules! reasons {
+    ($( $(#[$doc:meta])* $name:ident = $value:literal => $kind:ident; )*) => {
+        $( $(#[$doc])* pub const $name: &str = $value; )*
+
+        /// Every reason with its kind: the one table the controller consults.
+        pub const ALL: &[(&str, ReasonKind)] = &[ $( ($value, ReasonKind::$kind) ),* ];
+    };
+}
+
 /// Condition reasons.
 pub mod reasons {
-    // ProvisionerClass `Accepted`.
-    /// The class's parameters are valid.
-    pub const ACCEPTED: &str = "Accepted";
-    /// A parameter of the class is invalid; the message names it.
-    pub const INVALID_PARAMETERS: &str = "InvalidParameters";
+    use super::ReasonKind;
 
-    // Selection.
-    /// The named class, or a default class, does not exist yet.
-    pub const CLASS_NOT_FOUND: &str = "ClassNotFound";
-    /// Work on the bundle has not started.
-    pub const PENDING: &str = "Pending";
+    reasons! {
+        // ProvisionerClass `Accepted`.
+        /// The class's parameters are valid.
+        ACCEPTED = "Accepted" => Success;
+        /// A parameter of the class is invalid; the message names it.
+        INVALID_PARAMETERS = "InvalidParameters" => Failure;
 
-    // `Unpacked`.
-    /// The content was pulled, validated and stored.
-    pub const UNPACK_SUCCEEDED: &str = "UnpackSucceeded";
-    /// The image is being resolved, pulled or unpacked.
-    pub const UNPACKING: &str = "Unpacking";
-    /// The image could not be resolved or pulled (registry, auth, network, platform).
-    pub const PULL_FAILED: &str = "PullFailed";
-    /// The class requires a digest reference and the bundle names a tag.
-    pub const DIGEST_REQUIRED: &str = "DigestRequired";
-    /// The image's content breaks the bundle format or a limit.
-    pub const INVALID_BUNDLE: &str = "InvalidBundle";
-    /// The content could not be written to or read from the storage server.
-    pub const STORAGE_FAILED: &str = "StorageFailed";
+        // Selection.
+        /// The named class, or a default class, does not exist yet.
+        CLASS_NOT_FOUND = "ClassNotFound" => Failure;
+        /// Work on the bundle has not started.
+        PENDING = "Pending" => Progress;
 
-    // `Approved`.
-    /// The class approves every digest.
-    pub const AUTOMATIC_APPROVAL: &str = "AutomaticApproval";
-    /// The class is `Manual` and no approval for the resolved digest exists.
-    pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
-    /// An approver approved the resolved digest.
-    pub const APPROVED: &str = "Approved";
-    /// An approver denied the resolved digest.
-    pub const DENIED: &str = "Denied";
+        // `Unpacked`.
+        /// The content was pulled, validated and stored.
+        UNPACK_SUCCEEDED = "UnpackSucceeded" => Success;
+        /// The image is being resolved, pulled or unpacked.
+        UNPACKING = "Unpacking" => Progress;
+        /// The image could not be resolved or pulled (registry, auth, network, platform).
+        PULL_FAILED = "PullFailed" => Failure;
+        /// The class requires a digest reference and the bundle names a tag.
+        DIGEST_REQUIRED = "DigestRequired" => Failure;
+        /// The image's content breaks the bundle format or a limit.
+        INVALID_BUNDLE = "InvalidBundle" => Failure;
+        /// The content could not be written to or read from the storage server.
+        STORAGE_FAILED = "StorageFailed" => Failure;
 
-    // `Installed`.
-    /// Every object was applied.
-    pub const INSTALL_SUCCEEDED: &str = "InstallSucceeded";
-    /// Objects are being applied.
-    pub const INSTALLING: &str = "Installing";
-    /// An object could not be applied; the message names it and the API server's error.
-    pub const APPLY_FAILED: &str = "ApplyFailed";
-    /// The install namespace does not exist and the bundle does not create it.
-    pub const NAMESPACE_NOT_FOUND: &str = "NamespaceNotFound";
-    /// Namespaced objects carry no namespace and the bundle sets no install namespace.
-    pub const NAMESPACE_REQUIRED: &str = "NamespaceRequired";
-    /// An object is already managed by another bundle.
-    pub const CONFLICT: &str = "Conflict";
-    /// An object of the previous content could not be deleted.
-    pub const PRUNE_FAILED: &str = "PruneFailed";
-    /// A CRD of the bundle was not established in time.
-    pub const CRD_NOT_ESTABLISHED: &str = "CRDNotEstablished";
+        // `Approved`.
+        /// The class approves every digest.
+        AUTOMATIC_APPROVAL = "AutomaticApproval" => Success;
+        /// The class is `Manual` and no approval for the resolved digest exists.
+        AWAITING_APPROVAL = "AwaitingApproval" => Progress;
+        /// An approver approved the resolved digest.
+        APPROVED = "Approved" => Success;
+        /// An approver denied the resolved digest.
+        DENIED = "Denied" => Failure;
 
-    // Deletion.
-    /// The bundle's objects and stored content were removed (an Event).
-    pub const UNINSTALLED: &str = "Uninstalled";
-    /// An object of the bundle could not be removed; the message names it.
-    pub const UNINSTALL_FAILED: &str = "UninstallFailed";
+        // `Installed`.
+        /// Every object was applied.
+        INSTALL_SUCCEEDED = "InstallSucceeded" => Success;
+        /// Objects are being applied.
+        INSTALLING = "Installing" => Progress;
+        /// An object could not be applied; the message names it and the API server's error.
+        APPLY_FAILED = "ApplyFailed" => Failure;
+        /// The install namespace does not exist and the bundle does not create it.
+        NAMESPACE_NOT_FOUND = "NamespaceNotFound" => Failure;
+        /// Namespaced objects carry no namespace and the bundle sets no install namespace.
+        NAMESPACE_REQUIRED = "NamespaceRequired" => Failure;
+        /// An object is already managed by another bundle.
+        CONFLICT = "Conflict" => Failure;
+        /// An object of the previous content could not be deleted.
+        PRUNE_FAILED = "PruneFailed" => Failure;
+        /// A CRD of the bundle was not established in time.
+        CRD_NOT_ESTABLISHED = "CRDNotEstablished" => Failure;
+
+        // Deletion.
+        /// The bundle's objects and stored content were removed (an Event).
+        UNINSTALLED = "Uninstalled" => Success;
+        /// An object of the bundle could not be removed; the message names it.
+        UNINSTALL_FAILED = "UninstallFailed" => Failure;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_reason_is_listed_once_with_its_kind() {
+        let mut seen = std::collections::HashSet::new();
+        for (reason, _) in reasons::ALL {
+            assert!(seen.insert(*reason), "{reason} is listed twice");
+        }
+        assert_eq!(ReasonKind::of(reasons::INSTALLING), ReasonKind::Progress);
+        assert_eq!(ReasonKind::of(reasons::DENIED), ReasonKind::Failure);
+        assert_eq!(ReasonKind::of(reasons::UNINSTALLED), ReasonKind::Success);
+        assert_eq!(ReasonKind::of("SomethingNew"), ReasonKind::Failure);
+    }
 }

@@ -7,6 +7,7 @@ mod class;
 pub mod conditions;
 pub mod crd;
 mod names;
+pub mod storage;
 
 pub use bundle::{
     Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, InventoryEntry,

@@ -58,6 +58,35 @@ pub fn write_canonical<W: Write>(
     files: &BundleFiles,
     out: W,
 ) -> Result<CanonicalDigest, ImageError> {
+    write_entries(files, out, |_, _| Ok(()))
+}
+
+/// Writes the canonical tarball of `files` to `out` and parses the objects from the same
+/// bytes, as [`read_canonical`] would from the tarball: each file is read once, and the tarball
+/// just written never needs to be read back.
+pub fn write_canonical_objects<W: Write>(
+    files: &BundleFiles,
+    out: W,
+    limits: &EffectiveLimits,
+) -> Result<(CanonicalDigest, Vec<BundleObject>), ImageError> {
+    let mut objects = Vec::new();
+    let digest = write_entries(files, out, |name, content| {
+        objects.extend(parse_file(name, content, limits)?);
+        if objects.len() as u64 > limits.max_objects {
+            return Err(limits.exceeded(LimitKind::Objects, format!("manifests/{name}")));
+        }
+        Ok(())
+    })?;
+    Ok((digest, objects))
+}
+
+/// Writes the canonical tarball of `files` to `out`, handing each file's name and content to
+/// `each_file` once it is in the tarball.
+fn write_entries<W: Write>(
+    files: &BundleFiles,
+    out: W,
+    mut each_file: impl FnMut(&str, &[u8]) -> Result<(), ImageError>,
+) -> Result<CanonicalDigest, ImageError> {
     let outer = HashingWriter {
         inner: out,
         hasher: Sha256::new(),
@@ -77,6 +106,18 @@ pub fn write_canonical<W: Write>(
     builder.mode(tar::HeaderMode::Deterministic);
     for (name, stored) in &files.files {
         let path = format!("manifests/{name}");
+        // One more byte than validated is asked for: a file that grew since is caught too.
+        let mut content = Vec::with_capacity(stored.size as usize);
+        std::fs::File::open(&stored.path)
+            .and_then(|file| file.take(stored.size + 1).read_to_end(&mut content))
+            .map_err(|e| ImageError::from_io(format!("reading {path}"), e))?;
+        // The size in the header is what was validated: a file that changed since is an error.
+        if content.len() as u64 != stored.size {
+            return Err(ImageError::InvalidEntry {
+                path,
+                reason: "changed while the tarball was written".into(),
+            });
+        }
         let mut header = tar::Header::new_gnu();
         header.set_entry_type(tar::EntryType::Regular);
         header.set_size(stored.size);
@@ -84,19 +125,10 @@ pub fn write_canonical<W: Write>(
         header.set_uid(0);
         header.set_gid(0);
         header.set_mtime(0);
-        let file = std::fs::File::open(&stored.path)
-            .map_err(|e| ImageError::from_io(format!("reading {path}"), e))?;
-        // The size in the header is what was validated: a file that changed since is an error.
-        let mut content = file.take(stored.size);
         builder
-            .append_data(&mut header, &path, &mut content)
+            .append_data(&mut header, &path, &content[..])
             .map_err(|e| ImageError::from_io(format!("writing {path} to the tarball"), e))?;
-        if content.limit() != 0 {
-            return Err(ImageError::InvalidEntry {
-                path,
-                reason: "changed while the tarball was written".into(),
-            });
-        }
+        each_file(name, &content)?;
     }
     let inner = builder
         .into_inner()
@@ -121,16 +153,34 @@ pub fn write_canonical_file(
     files: &BundleFiles,
     path: &Path,
 ) -> Result<CanonicalDigest, ImageError> {
+    write_to_file(path, |out| write_canonical(files, out))
+}
+
+/// Writes the canonical tarball of `files` to the file `path`, and returns its objects too
+/// (see [`write_canonical_objects`]).
+pub fn write_canonical_file_objects(
+    files: &BundleFiles,
+    path: &Path,
+    limits: &EffectiveLimits,
+) -> Result<(CanonicalDigest, Vec<BundleObject>), ImageError> {
+    write_to_file(path, |out| write_canonical_objects(files, out, limits))
+}
+
+/// Creates `path`, lets `write` fill it through a buffer, and syncs it to disk.
+fn write_to_file<T>(
+    path: &Path,
+    write: impl FnOnce(&mut io::BufWriter<std::fs::File>) -> Result<T, ImageError>,
+) -> Result<T, ImageError> {
     let file = std::fs::File::create(path)
         .map_err(|e| ImageError::from_io(format!("creating {}", path.display()), e))?;
     let mut writer = io::BufWriter::with_capacity(64 * 1024, file);
-    let digest = write_canonical(files, &mut writer)?;
+    let written = write(&mut writer)?;
     let file = writer
         .into_inner()
         .map_err(|e| ImageError::from_io(format!("writing {}", path.display()), e.into_error()))?;
     file.sync_all()
         .map_err(|e| ImageError::from_io(format!("writing {}", path.display()), e))?;
-    Ok(digest)
+    Ok(written)
 }
 
 /// Hashes what is read through it.
@@ -389,6 +439,38 @@ mod tests {
         assert!(matches!(
             read_canonical(&tar[..], None, &EffectiveLimits::default()),
             Err(ImageError::InvalidEntry { path, .. }) if path == "etc/passwd"
+        ));
+    }
+
+    #[test]
+    fn writing_yields_the_objects_that_reading_back_gives() {
+        let dir = bundle_dir(&[("b.json", B), ("a.yaml", A)]);
+        let files = BundleFiles::from_dir(dir.path(), &EffectiveLimits::default()).unwrap();
+        let mut bytes = Vec::new();
+        let (digest, objects) =
+            write_canonical_objects(&files, &mut bytes, &EffectiveLimits::default()).unwrap();
+        assert_eq!((bytes.clone(), digest.clone()), canonical(dir.path()));
+        let read = read_canonical(
+            &bytes[..],
+            Some(&digest.digest),
+            &EffectiveLimits::default(),
+        )
+        .unwrap();
+        let ids = |objects: &[BundleObject]| {
+            objects
+                .iter()
+                .map(|o| (o.file.clone(), o.document, o.object.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&objects), ids(&read));
+
+        let limits = EffectiveLimits {
+            max_objects: 2,
+            ..EffectiveLimits::default()
+        };
+        assert!(matches!(
+            write_canonical_objects(&files, io::sink(), &limits),
+            Err(ImageError::LimitExceeded { .. })
         ));
     }
 }

@@ -19,12 +19,15 @@ pub mod push;
 pub mod reference;
 
 pub use auth::{Credential, DockerConfig};
-pub use canonical::{CanonicalDigest, read_canonical, write_canonical, write_canonical_file};
+pub use canonical::{
+    CanonicalDigest, read_canonical, write_canonical, write_canonical_file,
+    write_canonical_file_objects, write_canonical_objects,
+};
 pub use client::{RegistryClient, RegistryOptions, ResolvedReference, parse_reference, pinned};
 pub use error::ImageError;
 pub use layer::{BundleFiles, StoredFile};
 pub use limits::{EffectiveLimits, LimitKind};
 pub use objects::{BundleObject, ObjectSummary, parse_file, validate_files};
 pub use platform::Platform;
-pub use pull::{PullRequest, PullStats, PulledBundle, PulledImage};
+pub use pull::{CanonicalTarball, PullRequest, PullStats, PulledBundle, PulledImage};
 pub use push::{PreparedBundle, PushedImage, prepare_dir};

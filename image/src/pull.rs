@@ -17,14 +17,16 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use super::canonical::{CanonicalDigest, write_canonical, write_canonical_file};
+use super::canonical::{
+    CanonicalDigest, write_canonical, write_canonical_file, write_canonical_file_objects,
+};
 use super::client::{
     RegistryClient, map_error, map_stream_error, parse_reference, pinned, registry_only,
 };
 use super::error::ImageError;
 use super::layer::{BundleFiles, LayerTree};
 use super::limits::{EffectiveLimits, LimitKind};
-use super::objects::{ObjectSummary, check_objects, summarize_stored};
+use super::objects::{BundleObject, ObjectSummary, check_objects, summarize_stored};
 use super::platform::{Platform, select};
 
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -104,7 +106,20 @@ pub struct PulledBundle {
     pub compressed_bytes: u64,
     /// Bytes of the decompressed layer streams.
     pub uncompressed_bytes: u64,
+    /// The limits the pull ran under: the objects parsed later are held to them too.
+    limits: EffectiveLimits,
     scratch: tempfile::TempDir,
+}
+
+/// The canonical tarball of a pulled bundle, written into its scratch directory, with the
+/// objects it holds.
+#[derive(Debug)]
+pub struct CanonicalTarball {
+    /// Where the tarball is: valid as long as the [`PulledBundle`] lives.
+    pub path: PathBuf,
+    pub digest: CanonicalDigest,
+    /// The objects, in file-name order and document order, parsed from the bytes written.
+    pub objects: Vec<BundleObject>,
 }
 
 impl PulledBundle {
@@ -119,6 +134,28 @@ impl PulledBundle {
         let path = self.scratch.path().join("canonical.tar.gz");
         let digest = write_canonical_file(&self.files, &path)?;
         Ok((path, digest))
+    }
+
+    /// Writes the canonical tarball into the scratch directory and parses the objects from the
+    /// same bytes, on a blocking thread (gzip, tar and parsing are CPU work that must not hold
+    /// up the async runtime).
+    pub async fn write_canonical_tarball(&self) -> Result<CanonicalTarball, ImageError> {
+        let files = self.files.clone();
+        let path = self.scratch.path().join("canonical.tar.gz");
+        let limits = self.limits;
+        tokio::task::spawn_blocking(move || {
+            let (digest, objects) = write_canonical_file_objects(&files, &path, &limits)?;
+            Ok(CanonicalTarball {
+                path,
+                digest,
+                objects,
+            })
+        })
+        .await
+        .map_err(|e| ImageError::Io {
+            context: "writing the canonical tarball".into(),
+            source: io::Error::other(e.to_string()),
+        })?
     }
 
     /// Writes the files to `dir/manifests/` (which must not exist or be empty), so that `dir`
@@ -326,6 +363,7 @@ impl RegistryClient {
             objects,
             compressed_bytes: compressed,
             uncompressed_bytes: uncompressed,
+            limits,
             scratch,
         })
     }

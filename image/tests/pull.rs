@@ -14,7 +14,9 @@ use gantry_image::{
     Credential, DockerConfig, EffectiveLimits, ImageError, LimitKind, Platform, PullStats,
     read_canonical,
 };
-use gantry_tests::{Registry, RegistryOptions, registry, unique_name};
+use gantry_tests::{
+    Registry, RegistryOptions, bundle_dir, read_dir_files, registry, run_ok, unique_name,
+};
 
 const BUNDLE: &[(&str, &str)] = &[
     (
@@ -35,15 +37,7 @@ fn names(objects: &[gantry_image::ObjectSummary]) -> Vec<String> {
 }
 
 fn run(command: &mut Command) -> Vec<u8> {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("running {command:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{command:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output.stdout
+    run_ok(command).stdout
 }
 
 #[tokio::test]
@@ -91,6 +85,17 @@ async fn single_platform_image_by_tag_and_by_digest() {
         .unwrap();
         assert_eq!(objects.len(), 3);
         assert_eq!(objects[1].object["metadata"]["name"], "a");
+        // Writing it off the runtime yields the same tarball and the same objects at once.
+        let written = bundle.write_canonical_tarball().await.unwrap();
+        assert_eq!(written.digest, canonical);
+        assert_eq!(
+            std::fs::read(&written.path).unwrap(),
+            std::fs::read(&path).unwrap()
+        );
+        let values = |objects: &[gantry_image::BundleObject]| {
+            objects.iter().map(|o| o.object.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(values(&written.objects), values(&objects));
     }
 }
 

@@ -3,18 +3,14 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use gantry_tests::{Registry, RegistryOptions, registry, unique_name};
+use gantry_tests::{Registry, RegistryOptions, read_dir_files, registry, unique_name};
 
 const NAMESPACE: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo\n";
 const CONFIG: &str =
     "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: demo\n";
 
 fn bundle_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("manifests")).unwrap();
-    std::fs::write(dir.path().join("manifests/00-namespace.yaml"), NAMESPACE).unwrap();
-    std::fs::write(dir.path().join("manifests/10-config.yml"), CONFIG).unwrap();
-    dir
+    gantry_tests::bundle_dir(&[("00-namespace.yaml", NAMESPACE), ("10-config.yml", CONFIG)])
 }
 
 /// Runs the plugin with a docker config directory of its own (and no other credentials).
@@ -39,21 +35,6 @@ fn ok(output: Output) -> String {
 fn failed(output: Output) -> String {
     assert!(!output.status.success(), "unexpectedly succeeded");
     String::from_utf8(output.stderr).unwrap()
-}
-
-fn files(dir: &Path) -> Vec<(String, String)> {
-    let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                std::fs::read_to_string(e.path()).unwrap(),
-            )
-        })
-        .collect();
-    files.sort();
-    files
 }
 
 #[test]
@@ -117,7 +98,7 @@ fn push_a_multi_platform_bundle_and_pull_it_back() {
         ));
         assert_eq!(printed, pinned);
         assert_eq!(
-            files(&out.path().join("manifests")),
+            read_dir_files(&out.path().join("manifests")),
             vec![
                 ("00-namespace.yaml".to_string(), NAMESPACE.to_string()),
                 ("10-config.yml".to_string(), CONFIG.to_string()),

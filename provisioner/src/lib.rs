@@ -1,3 +1,4 @@
 #![forbid(unsafe_code)]
 
 pub mod controller;
+pub mod run;

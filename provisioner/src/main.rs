@@ -3,16 +3,13 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use gantry_image::Platform;
-use gantry_provisioner::controller::server::{self, Readiness};
-use gantry_provisioner::controller::{self, Controllers, Metrics, Settings, StorageClient, Token};
-use kube::runtime::events::Reporter;
-use kube_lease_manager::LeaseManagerBuilder;
+use gantry_provisioner::controller::{Settings, Token};
+use gantry_provisioner::run::Options;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -113,33 +110,13 @@ async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let flags = Flags::parse();
     init_logging(flags.log_format);
+    let options = options(flags)?;
+    gantry_provisioner::run::run(options, shutdown_signal()).await?;
+    Ok(())
+}
 
-    let config = match &flags.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("finding the cluster configuration")?,
-    };
-    let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
-
-    let token = match (&flags.storage_token_file, &flags.storage_token) {
-        (Some(path), _) => Token::File(path.clone()),
-        (None, Some(token)) => Token::Static(token.clone()),
-        (None, None) => Token::None,
-    };
-    let ca = match &flags.storage_ca_file {
-        Some(path) => {
-            Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?)
-        }
-        None => None,
-    };
-    let storage = StorageClient::new(&flags.storage_url, token, ca.as_deref())?;
+/// From flags to the process's options.
+fn options(flags: Flags) -> anyhow::Result<Options> {
     let platform = match &flags.platform {
         Some(p) => p
             .parse::<Platform>()
@@ -147,7 +124,7 @@ async fn main() -> anyhow::Result<()> {
         None => Platform::current(),
     };
     let settings = Settings {
-        namespace: flags.namespace.clone(),
+        namespace: flags.namespace,
         platform,
         apply_concurrency: flags.apply_concurrency.max(1),
         crd_timeout: flags.crd_timeout,
@@ -155,115 +132,38 @@ async fn main() -> anyhow::Result<()> {
         resync_interval: flags.resync_interval,
         backoff_base: flags.backoff_base,
         backoff_cap: flags.backoff_cap,
-        scratch_dir: flags.scratch_dir.clone(),
+        scratch_dir: flags.scratch_dir,
     };
-    let identity = flags.identity.clone().unwrap_or_else(|| {
+    let storage_token = match (flags.storage_token_file, flags.storage_token) {
+        (Some(path), _) => Token::File(path),
+        (None, Some(token)) => Token::Static(token),
+        (None, None) => Token::None,
+    };
+    let identity = flags.identity.unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         format!("{}-{}", host.trim(), std::process::id())
     });
+    Ok(Options {
+        kubeconfig: flags.kubeconfig,
+        settings,
+        storage_url: flags.storage_url,
+        storage_token,
+        storage_ca_file: flags.storage_ca_file,
+        reconcile_concurrency: flags.reconcile_concurrency,
+        metrics_address: flags.metrics_address,
+        lease_name: flags.leader_election.then_some(flags.lease_name),
+        identity,
+    })
+}
 
-    let metrics = Arc::new(Metrics::default());
-    let readiness = Arc::new(Readiness::default());
-    let listener = server::bind(flags.metrics_address)
-        .await
-        .with_context(|| format!("binding {}", flags.metrics_address))?;
-    tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
-    eprintln!("listening on {}", listener.local_addr()?);
-    tokio::spawn(server::serve(listener, metrics.clone(), readiness.clone()));
-
-    let reporter = Reporter {
-        controller: "gantry-provisioner".into(),
-        instance: Some(identity.clone()),
-    };
-    let shutdown = async {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("installing the SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {},
-            _ = terminate.recv() => {},
-        }
-    };
-
-    if !flags.leader_election {
-        readiness.set(true);
-        metrics.leader.set(1);
-        controller::run(
-            Controllers {
-                client,
-                settings,
-                storage,
-                metrics,
-                reporter,
-                concurrency: flags.reconcile_concurrency,
-            },
-            shutdown,
-        )
-        .await;
-        return Ok(());
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = terminate.recv() => {},
     }
-
-    let manager = LeaseManagerBuilder::new(client.clone(), &flags.lease_name)
-        .with_namespace(&flags.namespace)
-        .with_identity(&identity)
-        .with_duration(15)
-        .with_grace(5)
-        .build()
-        .await
-        .context("setting up leader election")?;
-    let (mut leading, lease_task) = manager.watch().await;
-    // A standby replica is ready: it serves its endpoints and waits for the Lease.
-    readiness.set(true);
-    tracing::info!(%identity, lease = %flags.lease_name, "waiting to lead");
-    tokio::pin!(shutdown);
-    loop {
-        if *leading.borrow_and_update() {
-            break;
-        }
-        tokio::select! {
-            changed = leading.changed() => {
-                if changed.is_err() { bail!("leader election stopped"); }
-            }
-            _ = &mut shutdown => { return Ok(()); }
-        }
-    }
-    tracing::info!(%identity, "leading");
-    metrics.leader.set(1);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<&'static str>();
-    let watch_lease = async move {
-        tokio::select! {
-            _ = &mut shutdown => { let _ = stop_tx.send("shutdown"); }
-            _ = async {
-                while leading.changed().await.is_ok() {
-                    if !*leading.borrow() { break; }
-                }
-            } => { let _ = stop_tx.send("lost the lease"); }
-        }
-        drop(leading);
-    };
-    let stopped = async move {
-        let _ = stop_rx.await;
-    };
-    let (_, ()) = tokio::join!(
-        watch_lease,
-        controller::run(
-            Controllers {
-                client,
-                settings,
-                storage,
-                metrics: metrics.clone(),
-                reporter,
-                concurrency: flags.reconcile_concurrency
-            },
-            stopped
-        )
-    );
-    metrics.leader.set(0);
-    // Give the Lease up so a standby takes over at once.
-    if let Ok(Ok(manager)) = lease_task.await {
-        let _ = manager.release().await;
-    }
-    Ok(())
 }
 
 fn init_logging(format: LogFormat) {

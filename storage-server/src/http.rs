@@ -1,7 +1,6 @@
 //! HTTP routes: the bundle API, health endpoints and metrics.
 
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,20 +11,19 @@ use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures::StreamExt;
+use gantry_api::storage::{BUNDLES_PREFIX, BundleName, Digest, Listing, PutResponse, Target};
 use http::header::{
     ACCEPT_RANGES, ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG,
     IF_NONE_MATCH, IF_RANGE, RANGE, WWW_AUTHENTICATE,
 };
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
-use serde::Serialize;
 
 use crate::auth::{Authorizer, Decision};
 use crate::metrics::{AuthLabels, CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics, RequestLabels};
-use crate::names::{BUNDLES_PREFIX, BundleName, Digest, Target};
 use crate::range::{RangeOutcome, parse_range};
-use crate::store::{PutOutcome, SMALL_TARBALL, Store, StoreError, TarballInfo};
+use crate::store::{Content, PutOutcome, Store, StoreError};
 
 /// Chunk size when streaming a large body.
 const STREAM_CHUNK: u64 = 128 * 1024;
@@ -241,23 +239,6 @@ fn none_match(header: &str, etag: &str) -> bool {
         .any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag)
 }
 
-/// A tarball opened for a GET or HEAD.
-enum Content {
-    /// Small enough to be held in memory whole.
-    Whole(Bytes),
-    /// Streamed from the file.
-    File { file: File, size: u64 },
-}
-
-impl Content {
-    fn size(&self) -> u64 {
-        match self {
-            Self::Whole(b) => b.len() as u64,
-            Self::File { size, .. } => *size,
-        }
-    }
-}
-
 async fn get_tarball(
     s: Arc<AppState>,
     bundle: BundleName,
@@ -265,12 +246,9 @@ async fn get_tarball(
     headers: &HeaderMap,
     head: bool,
 ) -> Response {
-    let content = match s.store.cached(&bundle, &digest) {
-        Some(data) => Content::Whole(data),
-        None => match open_content(&s, bundle, digest.clone()).await {
-            Ok(c) => c,
-            Err(e) => return store_error(e),
-        },
+    let content = match s.store.open_content(&bundle, &digest).await {
+        Ok(c) => c,
+        Err(e) => return store_error(e),
     };
     let etag = format!("\"{digest}\"");
     let header = |name| {
@@ -325,41 +303,6 @@ async fn get_tarball(
     builder.body(body).unwrap_or_default()
 }
 
-/// Opens a tarball on a blocking thread; small ones are read whole (and cached).
-async fn open_content(
-    s: &AppState,
-    bundle: BundleName,
-    digest: Digest,
-) -> Result<Content, StoreError> {
-    let store = s.store.clone();
-    let generation = store.cache_generation();
-    let (content, bundle, digest) = tokio::task::spawn_blocking(move || {
-        let opened = store
-            .open_tarball(&bundle, &digest)
-            .and_then(|(mut file, size)| {
-                if size > SMALL_TARBALL {
-                    return Ok(Content::File { file, size });
-                }
-                let mut data = Vec::with_capacity(size as usize);
-                file.read_to_end(&mut data)
-                    .map_err(|source| StoreError::Io {
-                        path: format!("{bundle}/{digest}.tar.gz").into(),
-                        source,
-                    })?;
-                Ok(Content::Whole(data.into()))
-            });
-        (opened, bundle, digest)
-    })
-    .await
-    .map_err(|e| StoreError::Task(e.to_string()))?;
-    let content = content?;
-    if let Content::Whole(data) = &content {
-        s.store
-            .cache_insert(&bundle, &digest, data.clone(), generation);
-    }
-    Ok(content)
-}
-
 /// Streams `len` bytes from offset `start`, one blocking positional read per chunk.
 ///
 /// The buffer is allocated on the async side and reused once hyper has written the
@@ -395,19 +338,10 @@ fn stream_file(file: File, start: u64, len: u64, metrics: Arc<Metrics>) -> Body 
     Body::from_stream(stream)
 }
 
-#[derive(Serialize)]
-struct Listing {
-    bundle: String,
-    tarballs: Vec<TarballInfo>,
-}
-
 async fn list(s: Arc<AppState>, bundle: BundleName, head: bool) -> Response {
-    let store = s.store.clone();
-    let name = bundle.clone();
-    let tarballs = match tokio::task::spawn_blocking(move || store.list(&name)).await {
-        Ok(Ok(t)) => t,
-        Ok(Err(e)) => return store_error(e),
-        Err(e) => return store_error(StoreError::Task(e.to_string())),
+    let tarballs = match s.store.list(&bundle).await {
+        Ok(t) => t,
+        Err(e) => return store_error(e),
     };
     let json = serde_json::to_vec(&Listing {
         bundle: bundle.to_string(),
@@ -426,13 +360,6 @@ async fn list(s: Arc<AppState>, bundle: BundleName, head: bool) -> Response {
         .header(CONTENT_LENGTH, len)
         .body(body)
         .unwrap_or_default()
-}
-
-#[derive(Serialize)]
-struct Stored {
-    digest: String,
-    size: u64,
-    created: bool,
 }
 
 async fn put(s: Arc<AppState>, bundle: BundleName, digest: Digest, req: Request) -> Response {
@@ -464,7 +391,7 @@ async fn put(s: Arc<AppState>, bundle: BundleName, digest: Digest, req: Request)
             } else {
                 StatusCode::OK
             };
-            let json = serde_json::to_vec(&Stored {
+            let json = serde_json::to_vec(&PutResponse {
                 digest: digest.to_string(),
                 size,
                 created,

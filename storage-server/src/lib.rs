@@ -5,7 +5,6 @@
 pub mod auth;
 pub mod http;
 pub mod metrics;
-pub mod names;
 pub mod range;
 pub mod server;
 pub mod store;

@@ -203,7 +203,7 @@ impl Server {
         let graceful = GracefulShutdown::new();
 
         let store = state.store.clone();
-        let mut recovery = tokio::task::spawn_blocking(move || store.recover());
+        let mut recovery = tokio::spawn(async move { store.recover().await });
         let mut recovering = true;
         tokio::pin!(shutdown);
 

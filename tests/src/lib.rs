@@ -6,6 +6,7 @@
 //! group and removes the temporary state once the test binary exits, however it exits.
 #![forbid(unsafe_code)]
 
+mod bundles;
 mod control_plane;
 mod error;
 mod gantry;
@@ -18,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub use bundles::{bundle_dir, read_dir_files, run_ok};
 pub use control_plane::{ControlPlane, control_plane};
 pub use error::HarnessError;
 pub use gantry::{Provisioner, ProvisionerOptions, StorageOptions, StorageServer, binary};

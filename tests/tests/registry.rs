@@ -8,15 +8,7 @@ use std::process::{Command, Output};
 use gantry_tests::{Registry, RegistryOptions, registry};
 
 fn run(command: &mut Command) -> Output {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("running {command:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{command:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
+    gantry_tests::run_ok(command)
 }
 
 /// An OCI layout at `layout:v1` whose single layer holds `manifests/configmap.yaml`.

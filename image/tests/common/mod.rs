@@ -2,11 +2,11 @@
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::path::Path;
 
 use gantry_image::{
     DockerConfig, EffectiveLimits, Platform, PullRequest, RegistryClient, RegistryOptions,
 };
+use gantry_tests::init_crypto;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
@@ -70,11 +70,25 @@ pub const CONFIGMAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name:
 
 /// A plain `oci-client` for `host` over plain HTTP, to push hand-made images.
 fn raw_client(host: &str) -> Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    init_crypto();
     Client::new(ClientConfig {
         protocol: ClientProtocol::HttpsExcept(vec![host.to_string()]),
         ..Default::default()
     })
+}
+
+/// A raw client for `host`, authorised (anonymously) to push to `reference`'s repository.
+async fn push_client(host: &str, reference: &Reference) -> Client {
+    let client = raw_client(host);
+    client
+        .auth(
+            reference,
+            &RegistryAuth::Anonymous,
+            oci_client::RegistryOperation::Push,
+        )
+        .await
+        .unwrap();
+    client
 }
 
 fn descriptor(media_type: &str, data: &[u8]) -> serde_json::Value {
@@ -92,16 +106,8 @@ pub async fn push_image_manifest(
     layers: &[(&str, Vec<u8>)],
     platform: &str,
 ) -> (String, Vec<u8>) {
-    let client = raw_client(host);
     let reference: Reference = format!("{host}/{repository}:unused").parse().unwrap();
-    client
-        .auth(
-            &reference,
-            &RegistryAuth::Anonymous,
-            oci_client::RegistryOperation::Push,
-        )
-        .await
-        .unwrap();
+    let client = push_client(host, &reference).await;
     let parts: Vec<&str> = platform.split('/').collect();
     let config = serde_json::to_vec(&serde_json::json!({
         "os": parts[0], "architecture": parts[1],
@@ -142,16 +148,8 @@ pub async fn push_image_manifest(
 
 /// Pushes a manifest or index body under a tag.
 pub async fn tag(host: &str, repository: &str, tag: &str, body: Vec<u8>, media_type: &'static str) {
-    let client = raw_client(host);
     let reference: Reference = format!("{host}/{repository}:{tag}").parse().unwrap();
-    client
-        .auth(
-            &reference,
-            &RegistryAuth::Anonymous,
-            oci_client::RegistryOperation::Push,
-        )
-        .await
-        .unwrap();
+    let client = push_client(host, &reference).await;
     client
         .push_manifest_raw(&reference, body, http::HeaderValue::from_static(media_type))
         .await
@@ -172,8 +170,10 @@ pub async fn push_layers(host: &str, repository: &str, layers: &[(&str, Vec<u8>)
     digest
 }
 
-/// A client for the shared plain-HTTP registry.
+/// A client for the shared plain-HTTP registry. Clients install rustls' provider first: it
+/// must be in place before any client is built, whichever test runs first.
 pub fn plain_client(host: &str) -> RegistryClient {
+    init_crypto();
     RegistryClient::new(RegistryOptions {
         insecure_registries: vec![host.to_string()],
         ..Default::default()
@@ -186,6 +186,7 @@ pub fn client_with(
     ca: Option<&str>,
     insecure: &[&str],
 ) -> RegistryClient {
+    init_crypto();
     RegistryClient::new(RegistryOptions {
         credentials,
         insecure_registries: insecure.iter().map(|s| s.to_string()).collect(),
@@ -202,29 +203,4 @@ pub fn request(reference: &str, platform: Option<&str>) -> PullRequest {
 
 pub fn limits() -> EffectiveLimits {
     EffectiveLimits::default()
-}
-
-/// Writes a bundle directory with `files` under `manifests/`.
-pub fn bundle_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("manifests")).unwrap();
-    for (name, content) in files {
-        std::fs::write(dir.path().join("manifests").join(name), content).unwrap();
-    }
-    dir
-}
-
-pub fn read_dir_files(dir: &Path) -> Vec<(String, String)> {
-    let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                std::fs::read_to_string(e.path()).unwrap(),
-            )
-        })
-        .collect();
-    files.sort();
-    files
 }

@@ -9,9 +9,10 @@ use gantry_api::{BUNDLE_LABEL, FIELD_MANAGER};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-use super::discovery::Kind;
+use super::discovery::{Kind, KindCache};
 use super::error::{Error, Result};
 use super::plan::{Plan, PlannedObject};
 
@@ -48,6 +49,7 @@ fn api_for(client: &Client, object: &PlannedObject) -> Api<DynamicObject> {
 /// bundle fails the apply before anything is written.
 pub async fn apply(
     client: &Client,
+    kinds: &KindCache,
     plan: &Plan,
     bundle: &str,
     settings: ApplySettings,
@@ -64,34 +66,21 @@ pub async fn apply(
         .buffered(concurrency)
         .try_collect()
         .await?;
-    for (object, live) in plan.objects.iter().zip(&live) {
-        let owner = live
-            .as_ref()
-            .and_then(|l| {
-                l.pointer(&format!(
-                    "/metadata/labels/{}",
-                    BUNDLE_LABEL.replace('/', "~1")
-                ))
-            })
-            .and_then(Value::as_str);
-        if let Some(owner) = owner.filter(|owner| *owner != bundle) {
-            return Err(Error::Conflict {
-                object: object.to_string(),
-                owner: owner.to_string(),
-            });
-        }
-    }
+    check_owners(plan, &live, bundle)?;
 
     let mut outcome = ApplyOutcome::default();
-    let mut established: HashSet<String> = HashSet::new();
+    let mut served: HashSet<GroupVersionKind> = HashSet::new();
     let mut offset = 0;
     for wave in waves(&plan.objects) {
         let lives = &live[offset..offset + wave.len()];
         offset += wave.len();
-        // Before custom resources go out, their CRDs must be served.
-        for crd in wave.iter().filter_map(|o| o.needs_crd.as_deref()) {
-            if established.insert(crd.to_string()) {
-                wait_established(client, crd, settings.crd_timeout).await?;
+        // Before custom resources go out, their CRDs must be established and serve the
+        // version they use (a CRD that just gained a version serves it a little later).
+        for object in wave {
+            if let Some(crd) = object.needs_crd.as_deref()
+                && served.insert(object.gvk.clone())
+            {
+                wait_served(client, kinds, crd, &object.gvk, settings.crd_timeout).await?;
             }
         }
         let writes: Vec<_> = wave
@@ -100,6 +89,7 @@ pub async fn apply(
             .map(|(object, live)| {
                 apply_one(
                     client,
+                    kinds,
                     object,
                     live.as_ref().filter(|_| !settings.write_all),
                 )
@@ -118,6 +108,24 @@ pub async fn apply(
         }
     }
     Ok(outcome)
+}
+
+/// Fails with `Conflict` when a live object carries the label of another bundle.
+fn check_owners(plan: &Plan, live: &[Option<Value>], bundle: &str) -> Result<()> {
+    let label = format!("/metadata/labels/{}", BUNDLE_LABEL.replace('/', "~1"));
+    for (object, live) in plan.objects.iter().zip(live) {
+        let owner = live
+            .as_ref()
+            .and_then(|l| l.pointer(&label))
+            .and_then(Value::as_str);
+        if let Some(owner) = owner.filter(|owner| *owner != bundle) {
+            return Err(Error::Conflict {
+                object: object.to_string(),
+                owner: owner.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Splits objects into waves: each run of Namespaces/CRDs is one wave, each run of other
@@ -151,18 +159,29 @@ async fn read_live(client: &Client, object: &PlannedObject) -> Result<Option<Val
 }
 
 /// Applies one object unless it is live as desired. Returns whether it wrote.
-async fn apply_one(client: &Client, object: &PlannedObject, live: Option<&Value>) -> Result<bool> {
+async fn apply_one(
+    client: &Client,
+    kinds: &KindCache,
+    object: &PlannedObject,
+    live: Option<&Value>,
+) -> Result<bool> {
     if live.is_some_and(|live| live_matches(live, &object.object)) {
         return Ok(false);
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    api_for(client, object)
+    let applied = api_for(client, object)
         .patch(&object.name, &params, &Patch::Apply(&object.object))
-        .await
-        .map_err(|e| Error::Apply {
+        .await;
+    if let Err(error) = applied {
+        // A kind that is not served (any more) must be discovered again on the next attempt.
+        if matches!(&error, kube::Error::Api(status) if status.code == 404) {
+            kinds.forget(&object.gvk);
+        }
+        return Err(Error::Apply {
             object: object.to_string(),
-            message: api_message(&e),
-        })?;
+            message: api_message(&error),
+        });
+    }
     Ok(true)
 }
 
@@ -175,26 +194,34 @@ pub(crate) fn api_message(error: &kube::Error) -> String {
     }
 }
 
-/// Waits until CRD `name` is established.
-async fn wait_established(client: &Client, name: &str, timeout: Duration) -> Result<()> {
+/// Waits until CRD `crd` is established and the API server serves `gvk`. What was cached for
+/// `gvk` is forgotten first: the CRD may have changed (a new version, another scope).
+async fn wait_served(
+    client: &Client,
+    kinds: &KindCache,
+    crd: &str,
+    gvk: &GroupVersionKind,
+    timeout: Duration,
+) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let deadline = Instant::now() + timeout;
+    kinds.forget(gvk);
     loop {
-        let crd = crds.get_opt(name).await?;
-        let established = crd
-            .as_ref()
-            .and_then(|c| c.status.as_ref())
-            .and_then(|s| s.conditions.as_ref())
+        let established = crds
+            .get_opt(crd)
+            .await?
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
             .is_some_and(|cs| {
                 cs.iter()
                     .any(|c| c.type_ == "Established" && c.status == "True")
             });
-        if established {
+        if established && kinds.resolve(client, gvk).await?.is_some() {
             return Ok(());
         }
         if Instant::now() >= deadline {
             return Err(Error::CrdNotEstablished {
-                crd: name.to_string(),
+                crd: crd.to_string(),
                 seconds: timeout.as_secs(),
             });
         }
@@ -278,7 +305,62 @@ fn contains(have: &Value, want: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::plan::plan_objects;
+    use crate::controller::plan::tests::{config_map, crd, namespace, object, served};
     use serde_json::json;
+
+    #[test]
+    fn waves_never_run_ahead_of_namespaces_and_crds() {
+        let widget = object(
+            "w.yaml",
+            json!({ "apiVersion": "example.com/v1", "kind": "Widget", "metadata": { "name": "w" } }),
+        );
+        let objects = [
+            namespace("app"),
+            crd("example.com", "Widget", "widgets"),
+            config_map("a"),
+            config_map("b"),
+            namespace("other"),
+            widget,
+        ];
+        let plan = plan_objects(&objects, "b", Some("app"), served).unwrap();
+        let names: Vec<Vec<&str>> = waves(&plan.objects)
+            .iter()
+            .map(|wave| wave.iter().map(|o| o.name.as_str()).collect())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                vec!["app", "widgets.example.com"],
+                vec!["a", "b"],
+                vec!["other"],
+                vec!["w"]
+            ]
+        );
+        assert!(waves(&[]).is_empty());
+    }
+
+    #[test]
+    fn an_object_of_another_bundle_is_a_conflict() {
+        let plan = plan_objects(
+            &[config_map("a"), config_map("b")],
+            "mine",
+            Some("n"),
+            served,
+        )
+        .unwrap();
+        let labelled =
+            |owner: &str| Some(json!({ "metadata": { "labels": { BUNDLE_LABEL: owner } } }));
+        assert!(check_owners(&plan, &[None, labelled("mine")], "mine").is_ok());
+        assert!(check_owners(&plan, &[Some(json!({ "metadata": {} })), None], "mine").is_ok());
+        match check_owners(&plan, &[None, labelled("theirs")], "mine") {
+            Err(Error::Conflict { object, owner }) => {
+                assert_eq!(owner, "theirs");
+                assert!(object.starts_with("ConfigMap n/b"), "{object}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn live_with_defaults_and_extra_metadata_matches() {

@@ -1,9 +1,7 @@
 //! What every reconcile shares.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gantry_api::ProvisionerClass;
 use kube::Client;
@@ -11,6 +9,7 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
 use super::backoff::Backoff;
+use super::caches::{InstalledChecks, ResolvedTags};
 use super::discovery::KindCache;
 use super::drift::DriftWatches;
 use super::metrics::Metrics;
@@ -66,7 +65,7 @@ pub struct Context {
     pub recorder: Recorder,
     pub drift: DriftWatches,
     /// When each bundle's tag was last resolved, and for which image.
-    pub resolved: Mutex<HashMap<String, (String, Instant)>>,
+    pub resolved: ResolvedTags,
     /// When each bundle was last installed or checked in full, and what it looked like then.
-    pub checked: Mutex<HashMap<String, (u64, Instant)>>,
+    pub checked: InstalledChecks,
 }

@@ -68,38 +68,35 @@ pub enum Error {
 }
 
 impl Error {
+    /// The condition the failure is reported on, and its reason. Every variant is listed: a
+    /// new one must say where it belongs.
+    pub fn condition(&self) -> (&'static str, &'static str) {
+        use types::{INSTALLED, UNPACKED};
+        match self {
+            Error::ClassNotFound(_) | Error::NoDefaultClass => (UNPACKED, reasons::CLASS_NOT_FOUND),
+            Error::InvalidClass { .. } => (UNPACKED, reasons::INVALID_PARAMETERS),
+            Error::DigestRequired { .. } => (UNPACKED, reasons::DIGEST_REQUIRED),
+            Error::PullSecret { .. } | Error::Pull { .. } => (UNPACKED, reasons::PULL_FAILED),
+            Error::InvalidBundle { .. } => (UNPACKED, reasons::INVALID_BUNDLE),
+            Error::Storage(_) => (UNPACKED, reasons::STORAGE_FAILED),
+            Error::NamespaceRequired(_) => (INSTALLED, reasons::NAMESPACE_REQUIRED),
+            Error::NamespaceNotFound(_) => (INSTALLED, reasons::NAMESPACE_NOT_FOUND),
+            Error::Conflict { .. } => (INSTALLED, reasons::CONFLICT),
+            Error::CrdNotEstablished { .. } => (INSTALLED, reasons::CRD_NOT_ESTABLISHED),
+            Error::Apply { .. } | Error::Kube(_) => (INSTALLED, reasons::APPLY_FAILED),
+            Error::Prune { .. } => (INSTALLED, reasons::PRUNE_FAILED),
+            Error::Uninstall { .. } => (INSTALLED, reasons::UNINSTALL_FAILED),
+        }
+    }
+
     /// The condition the failure is reported on.
     pub fn condition_type(&self) -> &'static str {
-        match self {
-            Error::ClassNotFound(_)
-            | Error::NoDefaultClass
-            | Error::InvalidClass { .. }
-            | Error::DigestRequired { .. }
-            | Error::PullSecret { .. }
-            | Error::Pull { .. }
-            | Error::InvalidBundle { .. }
-            | Error::Storage(_) => types::UNPACKED,
-            _ => types::INSTALLED,
-        }
+        self.condition().0
     }
 
     /// The condition reason.
     pub fn reason(&self) -> &'static str {
-        match self {
-            Error::ClassNotFound(_) | Error::NoDefaultClass => reasons::CLASS_NOT_FOUND,
-            Error::InvalidClass { .. } => reasons::INVALID_PARAMETERS,
-            Error::DigestRequired { .. } => reasons::DIGEST_REQUIRED,
-            Error::PullSecret { .. } | Error::Pull { .. } => reasons::PULL_FAILED,
-            Error::InvalidBundle { .. } => reasons::INVALID_BUNDLE,
-            Error::Storage(_) => reasons::STORAGE_FAILED,
-            Error::NamespaceRequired(_) => reasons::NAMESPACE_REQUIRED,
-            Error::NamespaceNotFound(_) => reasons::NAMESPACE_NOT_FOUND,
-            Error::Conflict { .. } => reasons::CONFLICT,
-            Error::CrdNotEstablished { .. } => reasons::CRD_NOT_ESTABLISHED,
-            Error::Apply { .. } | Error::Kube(_) => reasons::APPLY_FAILED,
-            Error::Prune { .. } => reasons::PRUNE_FAILED,
-            Error::Uninstall { .. } => reasons::UNINSTALL_FAILED,
-        }
+        self.condition().1
     }
 
     /// The label of the failure in metrics (the reason: a small, fixed set).
@@ -108,22 +105,32 @@ impl Error {
     }
 
     /// Classifies an image error: content problems are `InvalidBundle`, the rest `PullFailed`.
+    /// Every variant is listed, so a new one must say which it is.
     pub fn from_image(image: &str, source: ImageError) -> Self {
-        match source {
+        let content_problem = match &source {
             ImageError::LimitExceeded { .. }
             | ImageError::InvalidEntry { .. }
             | ImageError::InvalidYaml { .. }
             | ImageError::InvalidObject { .. }
             | ImageError::MissingManifests
             | ImageError::EmptyManifests
-            | ImageError::UnsupportedMediaType { .. } => Error::InvalidBundle {
-                image: image.to_string(),
-                source,
-            },
-            _ => Error::Pull {
-                image: image.to_string(),
-                source,
-            },
+            | ImageError::UnsupportedMediaType { .. } => true,
+            ImageError::InvalidReference { .. }
+            | ImageError::NotFound { .. }
+            | ImageError::AuthRefused { .. }
+            | ImageError::PlatformNotFound { .. }
+            | ImageError::DigestMismatch { .. }
+            | ImageError::InvalidManifest { .. }
+            | ImageError::Registry { .. }
+            | ImageError::Config(_)
+            | ImageError::DockerConfig { .. }
+            | ImageError::Io { .. } => false,
+        };
+        let image = image.to_string();
+        if content_problem {
+            Error::InvalidBundle { image, source }
+        } else {
+            Error::Pull { image, source }
         }
     }
 }

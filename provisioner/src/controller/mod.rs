@@ -4,8 +4,9 @@
 pub mod apply;
 pub mod backoff;
 pub mod bundle;
-pub mod class;
-pub mod classes;
+pub mod caches;
+pub mod class_controller;
+pub mod class_selection;
 pub mod context;
 pub mod discovery;
 pub mod drift;
@@ -19,9 +20,8 @@ pub mod source;
 pub mod status;
 pub mod storage;
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -84,8 +84,8 @@ pub async fn run(
         metrics,
         recorder: Recorder::new(client, reporter),
         drift,
-        resolved: Mutex::new(HashMap::new()),
-        checked: Mutex::new(HashMap::new()),
+        resolved: Default::default(),
+        checked: Default::default(),
     });
 
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
@@ -105,7 +105,7 @@ pub async fn run(
 
     let classes = class_controller
         .graceful_shutdown_on(on_shutdown(&shutdown_tx))
-        .run(classes::reconcile, class_error_policy, ctx.clone())
+        .run(class_controller::reconcile, class_error_policy, ctx.clone())
         .for_each(|_| async {});
 
     // Bundles wait for the class cache: a bundle must never be told its class is missing

@@ -134,8 +134,7 @@ fn gvk_of(object: &Value) -> Option<GroupVersionKind> {
 }
 
 /// Plans `objects` for bundle `bundle`: resolves every kind (from the bundle's own CRDs first,
-/// then the API server), gives namespaced objects without a namespace `install_namespace`, and
-/// adds the bundle label.
+/// then the API server, through `kinds`), then plans as [`plan_objects`] does.
 pub async fn plan(
     client: &Client,
     kinds: &KindCache,
@@ -143,7 +142,24 @@ pub async fn plan(
     bundle: &str,
     install_namespace: Option<&str>,
 ) -> Result<Plan> {
-    let mut crd_kinds: HashMap<GroupVersionKind, (Kind, String)> = HashMap::new();
+    let bundled = bundle_crd_kinds(objects);
+    let mut served: HashMap<GroupVersionKind, Kind> = HashMap::new();
+    for gvk in objects.iter().filter_map(|o| gvk_of(&o.object)) {
+        if bundled.contains_key(&gvk) || served.contains_key(&gvk) {
+            continue;
+        }
+        if let Some(kind) = kinds.resolve(client, &gvk).await? {
+            served.insert(gvk, kind);
+        }
+    }
+    plan_objects(objects, bundle, install_namespace, |gvk| {
+        served.get(gvk).cloned()
+    })
+}
+
+/// The kinds the bundle's own CRDs define, with the name of the CRD defining each.
+fn bundle_crd_kinds(objects: &[BundleObject]) -> HashMap<GroupVersionKind, (Kind, String)> {
+    let mut crd_kinds = HashMap::new();
     for object in objects {
         let is_crd = gvk_of(&object.object)
             .is_some_and(|g| g.group == CRD_GROUP && g.kind == "CustomResourceDefinition");
@@ -153,6 +169,20 @@ pub async fn plan(
             }
         }
     }
+    crd_kinds
+}
+
+/// Plans `objects` for bundle `bundle` without asking anything: kinds come from the bundle's
+/// own CRDs first, then from `served` (what the API server serves; `None` when it does not);
+/// namespaced objects without a namespace get `install_namespace`; every object gets the
+/// bundle label.
+pub fn plan_objects(
+    objects: &[BundleObject],
+    bundle: &str,
+    install_namespace: Option<&str>,
+    served: impl Fn(&GroupVersionKind) -> Option<Kind>,
+) -> Result<Plan> {
+    let crd_kinds = bundle_crd_kinds(objects);
 
     let mut planned = Vec::with_capacity(objects.len());
     let mut without_namespace = Vec::new();
@@ -170,7 +200,7 @@ pub async fn plan(
             .to_string();
         let (kind, needs_crd) = match crd_kinds.get(&gvk) {
             Some((kind, crd)) => (kind.clone(), Some(crd.clone())),
-            None => match kinds.resolve(client, &gvk).await? {
+            None => match served(&gvk) {
                 Some(kind) => (kind, None),
                 None => {
                     return Err(Error::Apply {
@@ -248,4 +278,123 @@ pub async fn plan(
         return Err(Error::NamespaceRequired(without_namespace));
     }
     Ok(Plan { objects: planned })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// An object of file `file`, document 0.
+    pub(crate) fn object(file: &str, value: Value) -> BundleObject {
+        BundleObject {
+            file: file.into(),
+            document: 0,
+            item: None,
+            object: value,
+        }
+    }
+
+    pub(crate) fn config_map(name: &str) -> BundleObject {
+        object(
+            &format!("{name}.yaml"),
+            json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": name } }),
+        )
+    }
+
+    pub(crate) fn namespace(name: &str) -> BundleObject {
+        object(
+            &format!("{name}.yaml"),
+            json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name, "namespace": "ignored" } }),
+        )
+    }
+
+    pub(crate) fn crd(group: &str, kind: &str, plural: &str) -> BundleObject {
+        object(
+            "crd.yaml",
+            json!({
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": { "name": format!("{plural}.{group}") },
+                "spec": { "group": group, "scope": "Namespaced",
+                          "names": { "kind": kind, "plural": plural },
+                          "versions": [{ "name": "v1" }, { "name": "v2" }] }
+            }),
+        )
+    }
+
+    /// What a small API server serves: ConfigMaps (namespaced), Namespaces and CRDs.
+    pub(crate) fn served(gvk: &GroupVersionKind) -> Option<Kind> {
+        let (plural, namespaced) = match (gvk.group.as_str(), gvk.kind.as_str()) {
+            ("", "ConfigMap") => ("configmaps", true),
+            ("", "Namespace") => ("namespaces", false),
+            (CRD_GROUP, "CustomResourceDefinition") => ("customresourcedefinitions", false),
+            _ => return None,
+        };
+        Some(Kind {
+            resource: ApiResource::from_gvk_with_plural(gvk, plural),
+            namespaced,
+        })
+    }
+
+    #[test]
+    fn namespaces_are_defaulted_or_dropped_and_the_label_added() {
+        let plan = plan_objects(
+            &[namespace("app"), config_map("settings")],
+            "b",
+            Some("app"),
+            served,
+        )
+        .unwrap();
+        let [ns, cm] = &plan.objects[..] else {
+            panic!("two objects")
+        };
+        assert_eq!(ns.namespace, None);
+        assert_eq!(ns.object["metadata"].get("namespace"), None);
+        assert_eq!(cm.namespace.as_deref(), Some("app"));
+        assert_eq!(cm.object["metadata"]["namespace"], "app");
+        assert_eq!(cm.object["metadata"]["labels"][BUNDLE_LABEL], "b");
+        assert_eq!(plan.created_namespaces().collect::<Vec<_>>(), ["app"]);
+    }
+
+    #[test]
+    fn objects_without_a_namespace_are_all_named() {
+        let error =
+            plan_objects(&[config_map("a"), config_map("b")], "b", None, served).unwrap_err();
+        match error {
+            Error::NamespaceRequired(objects) => assert_eq!(objects.len(), 2, "{objects:?}"),
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn kinds_of_the_bundles_crds_need_them_and_unknown_kinds_fail() {
+        let widget = object(
+            "w.yaml",
+            json!({ "apiVersion": "example.com/v2", "kind": "Widget", "metadata": { "name": "w" } }),
+        );
+        let plan = plan_objects(
+            &[crd("example.com", "Widget", "widgets"), widget.clone()],
+            "b",
+            Some("app"),
+            served,
+        )
+        .unwrap();
+        assert_eq!(
+            plan.objects[0].defines_crd.as_deref(),
+            Some("widgets.example.com")
+        );
+        assert_eq!(
+            plan.objects[1].needs_crd.as_deref(),
+            Some("widgets.example.com")
+        );
+        assert_eq!(plan.objects[1].resource.plural, "widgets");
+
+        let error = plan_objects(&[widget], "b", Some("app"), served).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("serves no kind Widget in example.com/v2"),
+            "{error}"
+        );
+    }
 }

@@ -1,9 +1,23 @@
-//! Conditions, and the summary (`Ready`, `phase`) derived from them in one place.
+//! Conditions, the summary (`Ready`, `phase`) derived from them, and the status writes and
+//! Events that report them: all in one place. Which reason is a success, a progress or a
+//! failure comes from the one table in `gantry_api::conditions`.
 
-use gantry_api::conditions::{reasons, types};
-use gantry_api::{BundlePhase, BundleStatus, Condition};
+use gantry_api::conditions::{ReasonKind, reasons, types};
+use gantry_api::{
+    Bundle, BundlePhase, BundleStatus, Condition, FIELD_MANAGER, ProvisionerClass,
+    ProvisionerClassStatus, UNINSTALL_FINALIZER,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::context::Context;
+use super::error::Result;
 
 /// Sets condition `type_`, keeping `lastTransitionTime` when the status does not change.
 pub fn set_condition(
@@ -60,7 +74,7 @@ pub fn summarize(status: &mut BundleStatus, generation: Option<i64>) {
     let failing = [types::UNPACKED, types::APPROVED, types::INSTALLED]
         .into_iter()
         .filter_map(|t| condition(conditions, t))
-        .find(|c| c.status == "False" && !is_progress_reason(&c.reason))
+        .find(|c| c.status == "False" && ReasonKind::of(&c.reason) != ReasonKind::Progress)
         .cloned();
     let waiting = [types::UNPACKED, types::APPROVED, types::INSTALLED]
         .into_iter()
@@ -114,14 +128,6 @@ pub fn summarize(status: &mut BundleStatus, generation: Option<i64>) {
     );
 }
 
-/// Reasons that say "in progress" or "waiting", not "failed".
-fn is_progress_reason(reason: &str) -> bool {
-    matches!(
-        reason,
-        reasons::UNPACKING | reasons::AWAITING_APPROVAL | reasons::INSTALLING | reasons::PENDING
-    )
-}
-
 /// Whether two statuses differ in what the controller writes (everything but `approval`,
 /// and condition times, which only move when a status flips).
 pub fn differs(current: &BundleStatus, desired: &BundleStatus) -> bool {
@@ -135,6 +141,147 @@ pub fn differs(current: &BundleStatus, desired: &BundleStatus) -> bool {
         s
     };
     strip(current) != strip(desired)
+}
+
+/// Shows work in progress (`Unpacking`, `Installing`) before a long step: writes the status as it
+/// stands, summarised, and remembers it as what the API server holds.
+pub async fn show_progress(
+    bundle: &Bundle,
+    ctx: &Context,
+    status: &BundleStatus,
+    written: &mut BundleStatus,
+) -> Result<()> {
+    let mut shown = status.clone();
+    shown.observed_generation = bundle.metadata.generation;
+    summarize(&mut shown, bundle.metadata.generation);
+    write_bundle_status(bundle, ctx, written, &shown).await?;
+    *written = shown;
+    Ok(())
+}
+
+/// Writes the status when it changed, with server-side apply as field manager `gantry`: the
+/// approval, owned by approvers, is never part of what is sent, so it is never touched. A change
+/// of `Ready` is recorded as an Event.
+pub async fn write_bundle_status(
+    bundle: &Bundle,
+    ctx: &Context,
+    current: &BundleStatus,
+    desired: &BundleStatus,
+) -> Result<()> {
+    if !differs(current, desired) {
+        return Ok(());
+    }
+    // A bundle that was uninstalled is gone: nothing to write.
+    if bundle.metadata.deletion_timestamp.is_some()
+        && !bundle.finalizers().iter().any(|f| f == UNINSTALL_FINALIZER)
+    {
+        return Ok(());
+    }
+    let mut owned = desired.clone();
+    owned.approval = None;
+    match apply_status::<Bundle>(ctx, &bundle.name_any(), &owned).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    ctx.metrics.status_writes.inc();
+    if let Some((type_, reason, message)) = ready_transition(current, desired) {
+        publish(ctx, bundle, type_, &reason, &message).await;
+    }
+    Ok(())
+}
+
+/// The Event a change of `Ready` (its status or reason) deserves: `Warning` for a failure.
+fn ready_transition(
+    current: &BundleStatus,
+    desired: &BundleStatus,
+) -> Option<(EventType, String, String)> {
+    let before = condition(&current.conditions, types::READY).map(|c| (&c.status, &c.reason));
+    let after = condition(&desired.conditions, types::READY)?;
+    if before == Some((&after.status, &after.reason)) {
+        return None;
+    }
+    let type_ = if after.status != "True" && ReasonKind::of(&after.reason) == ReasonKind::Failure {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    Some((type_, after.reason.clone(), after.message.clone()))
+}
+
+/// Records an Event on the bundle; a failure to do so is only logged.
+pub async fn publish(
+    ctx: &Context,
+    bundle: &Bundle,
+    type_: EventType,
+    reason: &str,
+    message: &str,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(message.chars().take(1024).collect()),
+        action: "Reconcile".to_string(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &bundle.object_ref(&())).await {
+        tracing::debug!(bundle = %bundle.name_any(), %error, "publishing an event failed");
+    }
+}
+
+/// Writes a class's status when it changed (field manager `gantry`).
+pub async fn write_class_status(
+    class: &ProvisionerClass,
+    ctx: &Context,
+    current: &ProvisionerClassStatus,
+    desired: &ProvisionerClassStatus,
+) -> Result<()> {
+    if same_class_status(current, desired) {
+        return Ok(());
+    }
+    apply_status::<ProvisionerClass>(ctx, &class.name_any(), desired).await?;
+    Ok(())
+}
+
+/// Server-side applies `status` to the cluster-scoped object `name` of kind `K`, as field
+/// manager `gantry`.
+async fn apply_status<K>(ctx: &Context, name: &str, status: &impl Serialize) -> kube::Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let patch = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": { "name": name },
+        "status": status,
+    });
+    Api::<K>::all(ctx.client.clone())
+        .patch_status(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+}
+
+fn same_class_status(a: &ProvisionerClassStatus, b: &ProvisionerClassStatus) -> bool {
+    let key = |s: &ProvisionerClassStatus| {
+        (
+            s.observed_generation,
+            s.conditions
+                .iter()
+                .map(|c| {
+                    (
+                        c.type_.clone(),
+                        c.status.clone(),
+                        c.reason.clone(),
+                        c.message.clone(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        )
+    };
+    key(a) == key(b)
 }
 
 #[cfg(test)]
@@ -230,5 +377,30 @@ mod tests {
         assert!(!differs(&a, &b));
         b.phase = Some(BundlePhase::Installed);
         assert!(differs(&a, &b));
+    }
+
+    #[test]
+    fn a_change_of_ready_is_an_event_warning_only_for_failures() {
+        let mut before = BundleStatus::default();
+        summarize(&mut before, Some(1));
+        let mut installing = status_with(&[(types::INSTALLED, false, reasons::INSTALLING)]);
+        summarize(&mut installing, Some(1));
+        let (type_, reason, _) = ready_transition(&before, &installing).unwrap();
+        assert_eq!(
+            (type_, reason.as_str()),
+            (EventType::Normal, reasons::INSTALLING)
+        );
+
+        let mut failing = status_with(&[(types::INSTALLED, false, reasons::CONFLICT)]);
+        summarize(&mut failing, Some(1));
+        let (type_, reason, _) = ready_transition(&installing, &failing).unwrap();
+        assert_eq!(
+            (type_, reason.as_str()),
+            (EventType::Warning, reasons::CONFLICT)
+        );
+        assert!(
+            ready_transition(&failing, &failing).is_none(),
+            "no change, no Event"
+        );
     }
 }

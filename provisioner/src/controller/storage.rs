@@ -3,7 +3,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gantry_api::storage::{self as wire, Listing, Target};
+
 use super::error::{Error, Result};
+
+fn invalid_name(error: wire::NameError) -> Error {
+    Error::Storage(error.to_string())
+}
 
 /// How the provisioner reaches the storage server.
 #[derive(Clone, Debug)]
@@ -43,9 +49,23 @@ impl StorageClient {
         })
     }
 
-    /// URL of a bundle's tarball.
+    /// URL of a bundle's tarball, for names an upload has already accepted.
     pub fn content_url(&self, bundle: &str, hex: &str) -> String {
-        format!("{}/bundles/{bundle}/{hex}.tar.gz", self.base)
+        format!("{}{}", self.base, wire::tarball_path(bundle, hex))
+    }
+
+    /// URL of one tarball; names the server would refuse fail here, before any request.
+    fn tarball_url(&self, bundle: &str, hex: &str) -> Result<String> {
+        Ok(self.url(&Target::tarball(bundle, hex).map_err(invalid_name)?))
+    }
+
+    /// URL of a bundle (its listing, or all its tarballs for a deletion).
+    fn bundle_url(&self, bundle: &str) -> Result<String> {
+        Ok(self.url(&Target::bundle_of(bundle).map_err(invalid_name)?))
+    }
+
+    fn url(&self, target: &Target) -> String {
+        format!("{}{}", self.base, target.path())
     }
 
     fn request(&self, method: reqwest::Method, url: &str) -> Result<reqwest::RequestBuilder> {
@@ -72,7 +92,7 @@ impl StorageClient {
 
     /// Whether the tarball is stored.
     pub async fn exists(&self, bundle: &str, hex: &str) -> Result<bool> {
-        let url = self.content_url(bundle, hex);
+        let url = self.tarball_url(bundle, hex)?;
         let response = self.send(reqwest::Method::HEAD, &url).await?;
         match response.status() {
             s if s.is_success() => Ok(true),
@@ -83,7 +103,7 @@ impl StorageClient {
 
     /// Uploads the tarball at `path` (streamed from disk).
     pub async fn upload(&self, bundle: &str, hex: &str, path: &Path) -> Result<()> {
-        let url = self.content_url(bundle, hex);
+        let url = self.tarball_url(bundle, hex)?;
         let file = tokio::fs::File::open(path)
             .await
             .map_err(|e| Error::Storage(format!("opening {}: {e}", path.display())))?;
@@ -114,7 +134,7 @@ impl StorageClient {
     /// Downloads a tarball, refusing more than `max_bytes`.
     pub async fn download(&self, bundle: &str, hex: &str, max_bytes: u64) -> Result<Vec<u8>> {
         use futures::StreamExt;
-        let url = self.content_url(bundle, hex);
+        let url = self.tarball_url(bundle, hex)?;
         let response = self.send(reqwest::Method::GET, &url).await?;
         if !response.status().is_success() {
             return Err(Error::Storage(format!("GET {url}: {}", response.status())));
@@ -135,15 +155,7 @@ impl StorageClient {
 
     /// The hex digests stored for a bundle (none when nothing is stored).
     pub async fn list(&self, bundle: &str) -> Result<Vec<String>> {
-        #[derive(serde::Deserialize)]
-        struct Listing {
-            tarballs: Vec<Tarball>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Tarball {
-            digest: String,
-        }
-        let url = format!("{}/bundles/{bundle}", self.base);
+        let url = self.bundle_url(bundle)?;
         let response = self.send(reqwest::Method::GET, &url).await?;
         match response.status() {
             reqwest::StatusCode::NOT_FOUND => Ok(Vec::new()),
@@ -160,7 +172,7 @@ impl StorageClient {
 
     /// Deletes one tarball (already gone is fine).
     pub async fn delete(&self, bundle: &str, hex: &str) -> Result<()> {
-        let url = self.content_url(bundle, hex);
+        let url = self.tarball_url(bundle, hex)?;
         let response = self.send(reqwest::Method::DELETE, &url).await?;
         match response.status() {
             s if s.is_success() || s == reqwest::StatusCode::NOT_FOUND => Ok(()),
@@ -170,7 +182,7 @@ impl StorageClient {
 
     /// Deletes everything stored for a bundle (nothing stored is fine).
     pub async fn delete_bundle(&self, bundle: &str) -> Result<()> {
-        let url = format!("{}/bundles/{bundle}", self.base);
+        let url = self.bundle_url(bundle)?;
         let response = self.send(reqwest::Method::DELETE, &url).await?;
         match response.status() {
             s if s.is_success() || s == reqwest::StatusCode::NOT_FOUND => Ok(()),

@@ -1,11 +1,14 @@
-//! Validation of bundle names, digests and request paths.
+//! The storage server's wire protocol, shared by the server (`gantry-storage`) and its client
+//! in the provisioner: request paths, the names they carry and the JSON bodies.
 //!
-//! Only names that are valid as they appear on the wire are accepted: a valid
-//! bundle name or digest never needs percent-encoding, so any `%`, `/`, `..` or
-//! other unexpected byte makes the request invalid before any file system call.
+//! Tarballs live at `/bundles/{bundle}/{sha256-hex}.tar.gz`; `GET /bundles/{bundle}` lists
+//! them. Only names that are valid as they appear on the wire are accepted: a valid bundle
+//! name or digest never needs percent-encoding, so any `%`, `/`, `..` or other unexpected
+//! byte makes a path invalid before the server makes any file system call.
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// Length limit of a Kubernetes object name (DNS-1123 subdomain).
@@ -116,6 +119,7 @@ impl Digest {
         &self.0
     }
 
+    /// The tarball's file name, `<hex>.tar.gz` (the last path segment and the name on disk).
     pub fn file_name(&self) -> String {
         format!("{}{TARBALL_SUFFIX}", self.0)
     }
@@ -155,11 +159,73 @@ impl Target {
         }
     }
 
+    /// Validates a bundle name and a hex digest as a tarball's target.
+    pub fn tarball(bundle: &str, hex: &str) -> Result<Self, NameError> {
+        Ok(Self::Tarball(
+            BundleName::parse(bundle)?,
+            Digest::parse(hex)?,
+        ))
+    }
+
+    /// Validates a bundle name as the target of a listing or a bundle deletion.
+    pub fn bundle_of(bundle: &str) -> Result<Self, NameError> {
+        Ok(Self::Bundle(BundleName::parse(bundle)?))
+    }
+
     pub fn bundle(&self) -> &BundleName {
         match self {
             Self::Bundle(b) | Self::Tarball(b, _) => b,
         }
     }
+
+    /// The request path; [`Target::parse`] reads it back.
+    pub fn path(&self) -> String {
+        match self {
+            Self::Bundle(bundle) => bundle_path(bundle.as_str()),
+            Self::Tarball(bundle, digest) => tarball_path(bundle.as_str(), digest.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.path())
+    }
+}
+
+/// `/bundles/{bundle}`, for a name already known to be valid (use [`Target`] to validate).
+pub fn bundle_path(bundle: &str) -> String {
+    format!("{BUNDLES_PREFIX}{bundle}")
+}
+
+/// `/bundles/{bundle}/{hex}.tar.gz`, for names already known to be valid (use [`Target`] to
+/// validate).
+pub fn tarball_path(bundle: &str, hex: &str) -> String {
+    format!("{BUNDLES_PREFIX}{bundle}/{hex}{TARBALL_SUFFIX}")
+}
+
+/// One stored tarball, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredTarball {
+    /// sha256 in hexadecimal.
+    pub digest: String,
+    pub size: u64,
+}
+
+/// The body of `GET /bundles/{bundle}`: the bundle's tarballs, sorted by digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
+    pub bundle: String,
+    pub tarballs: Vec<StoredTarball>,
+}
+
+/// The body of a successful `PUT /bundles/{bundle}/{digest}.tar.gz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutResponse {
+    pub digest: String,
+    pub size: u64,
+    /// False when the tarball was already stored.
+    pub created: bool,
 }
 
 #[cfg(test)]
@@ -232,6 +298,53 @@ mod tests {
         ] {
             assert!(Target::parse(bad).is_err(), "{bad:?} was accepted");
         }
+    }
+
+    #[test]
+    fn built_paths_parse_back() {
+        for bundle in ["a", "demo", "a-b.c-d", &"x".repeat(MAX_BUNDLE_NAME_LEN)] {
+            let listing = Target::bundle_of(bundle).unwrap();
+            assert_eq!(listing.path(), format!("/bundles/{bundle}"));
+            assert_eq!(Target::parse(&listing.path()), Ok(listing.clone()));
+            assert_eq!(listing.to_string(), listing.path());
+
+            let tarball = Target::tarball(bundle, HEX).unwrap();
+            assert_eq!(tarball.path(), format!("/bundles/{bundle}/{HEX}.tar.gz"));
+            assert_eq!(tarball.path(), tarball_path(bundle, HEX));
+            assert_eq!(Target::parse(&tarball.path()), Ok(tarball.clone()));
+            assert_eq!(tarball.bundle().as_str(), bundle);
+        }
+        assert!(Target::tarball("Demo", HEX).is_err());
+        assert!(Target::tarball("demo", &HEX[1..]).is_err());
+        assert!(Target::bundle_of("../x").is_err());
+    }
+
+    #[test]
+    fn bodies_round_trip() {
+        let listing = Listing {
+            bundle: "demo".into(),
+            tarballs: vec![StoredTarball {
+                digest: HEX.into(),
+                size: 11,
+            }],
+        };
+        let json = serde_json::to_string(&listing).unwrap();
+        assert_eq!(
+            json,
+            format!(r#"{{"bundle":"demo","tarballs":[{{"digest":"{HEX}","size":11}}]}}"#)
+        );
+        assert_eq!(serde_json::from_str::<Listing>(&json).unwrap(), listing);
+        let put = PutResponse {
+            digest: HEX.into(),
+            size: 11,
+            created: true,
+        };
+        let json = serde_json::to_string(&put).unwrap();
+        assert_eq!(
+            json,
+            format!(r#"{{"digest":"{HEX}","size":11,"created":true}}"#)
+        );
+        assert_eq!(serde_json::from_str::<PutResponse>(&json).unwrap(), put);
     }
 
     #[test]

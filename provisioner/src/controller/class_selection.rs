@@ -1,4 +1,5 @@
-//! Which class serves a bundle, and whether a class's parameters are valid.
+//! Class selection: which ProvisionerClass serves a bundle, and whether its parameters are
+//! valid (used by the Bundle reconcile and by the class controller).
 
 use std::sync::Arc;
 

@@ -1,0 +1,431 @@
+//! The streaming validation of a bundle's files: each file is walked without building its
+//! documents in memory (only the identifying fields are kept, see [`super::walk`]), then the
+//! checks across files run: no object twice, at least one object, at most `maxObjects`.
+
+use std::collections::HashSet;
+use std::io::Read;
+
+use super::rules::{self, group_of};
+use super::walk::DocSummary;
+use crate::error::ImageError;
+use crate::layer::BundleFiles;
+use crate::limits::{EffectiveLimits, LimitKind};
+
+/// What identifies one object of a bundle, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectSummary {
+    pub file: String,
+    /// Index (from 0) of the document among the file's non-empty documents.
+    pub document: usize,
+    /// Index in `items` when the document is a `v1 List`.
+    pub item: Option<usize>,
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub namespace: Option<String>,
+}
+
+impl ObjectSummary {
+    /// The API group (empty for the core group).
+    pub fn group(&self) -> &str {
+        group_of(&self.api_version)
+    }
+}
+
+/// Validates one file and returns the objects it holds.
+pub fn summarize_file(
+    file: &str,
+    content: &[u8],
+    limits: &EffectiveLimits,
+) -> Result<Vec<ObjectSummary>, ImageError> {
+    let docs: Vec<DocSummary> = rules::documents(file, content, limits)?;
+    rules::flatten_file(
+        file,
+        docs,
+        |_, place, identity| ObjectSummary {
+            file: file.to_string(),
+            document: place.document,
+            item: place.item,
+            api_version: identity.api_version,
+            kind: identity.kind,
+            name: identity.name,
+            namespace: identity.namespace,
+        },
+        // Checked per document, so that the error names the document that went over.
+        |objects, document| {
+            if objects.len() as u64 > limits.max_objects {
+                return Err(
+                    limits.exceeded(LimitKind::Objects, format!("{file}, document {document}"))
+                );
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Validates every file of a bundle: parsable, objects complete, no object twice, at least one
+/// object, at most `maxObjects`.
+pub fn validate_files(
+    files: &BundleFiles,
+    limits: &EffectiveLimits,
+) -> Result<Vec<ObjectSummary>, ImageError> {
+    check_objects(
+        files
+            .files
+            .iter()
+            .map(|(name, stored)| summarize_stored(name, &stored.path, limits)),
+        limits,
+    )
+}
+
+/// Validates one file stored at `path`.
+pub(crate) fn summarize_stored(
+    name: &str,
+    path: &std::path::Path,
+    limits: &EffectiveLimits,
+) -> Result<Vec<ObjectSummary>, ImageError> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| ImageError::from_io(format!("manifests/{name}"), e))?;
+    // Sized up front: growing the buffer while reading would copy the file several times.
+    let size = file.metadata().map_or(0, |m| m.len());
+    let mut buffer = Vec::with_capacity(size.min(limits.max_file_bytes) as usize + 1);
+    file.take(limits.max_file_bytes.saturating_add(1))
+        .read_to_end(&mut buffer)
+        .map_err(|e| ImageError::from_io(format!("manifests/{name}"), e))?;
+    if buffer.len() as u64 > limits.max_file_bytes {
+        return Err(limits.exceeded(LimitKind::FileBytes, format!("manifests/{name}")));
+    }
+    summarize_file(name, &buffer, limits)
+}
+
+/// The checks across files, given each file's objects in file-name order.
+pub(crate) fn check_objects(
+    per_file: impl Iterator<Item = Result<Vec<ObjectSummary>, ImageError>>,
+    limits: &EffectiveLimits,
+) -> Result<Vec<ObjectSummary>, ImageError> {
+    let mut all = Vec::new();
+    let mut seen = HashSet::new();
+    for objects in per_file {
+        for object in objects? {
+            if all.len() as u64 >= limits.max_objects {
+                return Err(limits.exceeded(
+                    LimitKind::Objects,
+                    format!("{}, document {}", object.file, object.document),
+                ));
+            }
+            let key = (
+                object.group().to_string(),
+                object.kind.clone(),
+                object.namespace.clone().unwrap_or_default(),
+                object.name.clone(),
+            );
+            if !seen.insert(key) {
+                let first = all
+                    .iter()
+                    .find(|o: &&ObjectSummary| {
+                        o.group() == object.group()
+                            && o.kind == object.kind
+                            && o.namespace == object.namespace
+                            && o.name == object.name
+                    })
+                    .map(|o| format!("{}, document {}", o.file, o.document))
+                    .unwrap_or_default();
+                return Err(ImageError::InvalidObject {
+                    file: object.file.clone(),
+                    document: object.document,
+                    reason: format!(
+                        "{} {}{} is defined twice (first in {first})",
+                        object.kind,
+                        object
+                            .namespace
+                            .as_deref()
+                            .map(|ns| format!("{ns}/"))
+                            .unwrap_or_default(),
+                        object.name
+                    ),
+                });
+            }
+            all.push(object);
+        }
+    }
+    if all.is_empty() {
+        return Err(ImageError::EmptyManifests);
+    }
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::parse_file;
+
+    fn limits() -> EffectiveLimits {
+        EffectiveLimits::default()
+    }
+
+    fn summaries(file: &str, content: &str) -> Result<Vec<ObjectSummary>, ImageError> {
+        summarize_file(file, content.as_bytes(), &limits())
+    }
+
+    fn ids(objects: &[ObjectSummary]) -> Vec<(usize, Option<usize>, &str, &str)> {
+        objects
+            .iter()
+            .map(|o| (o.document, o.item, o.kind.as_str(), o.name.as_str()))
+            .collect()
+    }
+
+    const MULTI: &str = "\
+---
+# an empty document
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: a
+  namespace: ns
+data:
+  key: value
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Secret
+  metadata: {name: s1}
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: d1}
+  spec: {replicas: 2}
+...
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: r}
+rules: []
+";
+
+    #[test]
+    fn multi_document_yaml_and_lists_are_flattened() {
+        let objects = summaries("a.yaml", MULTI).unwrap();
+        assert_eq!(
+            ids(&objects),
+            vec![
+                (0, None, "ConfigMap", "a"),
+                (1, Some(0), "Secret", "s1"),
+                (1, Some(1), "Deployment", "d1"),
+                (2, None, "ClusterRole", "r"),
+            ]
+        );
+        assert_eq!(objects[0].namespace.as_deref(), Some("ns"));
+        assert_eq!(objects[2].group(), "apps");
+        assert_eq!(objects[3].group(), "rbac.authorization.k8s.io");
+        assert_eq!(objects[0].group(), "");
+    }
+
+    #[test]
+    fn the_full_parse_agrees_with_validation() {
+        let objects = parse_file("a.yaml", MULTI.as_bytes(), &limits()).unwrap();
+        let summary = summaries("a.yaml", MULTI).unwrap();
+        assert_eq!(objects.len(), summary.len());
+        for (object, summary) in objects.iter().zip(&summary) {
+            assert_eq!(object.document, summary.document);
+            assert_eq!(object.item, summary.item);
+            assert_eq!(object.object["kind"], summary.kind.as_str());
+            assert_eq!(object.object["metadata"]["name"], summary.name.as_str());
+        }
+        assert_eq!(objects[2].object["spec"]["replicas"], 2);
+        let dynamic = objects[0].to_dynamic().unwrap();
+        assert_eq!(dynamic.metadata.name.as_deref(), Some("a"));
+        assert_eq!(dynamic.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(dynamic.types.unwrap().kind, "ConfigMap");
+        assert_eq!(dynamic.data["data"]["key"], "value");
+    }
+
+    #[test]
+    fn json_files() {
+        let json = r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"j"}}]}"#;
+        let objects = summaries("x.json", json).unwrap();
+        assert_eq!(ids(&objects), vec![(0, Some(0), "ConfigMap", "j")]);
+        assert!(summaries("x.json", "  \n").unwrap().is_empty());
+        match summaries("x.json", "{\n\"a\": }") {
+            Err(ImageError::InvalidYaml { file, line, .. }) => {
+                assert_eq!(file, "x.json");
+                assert_eq!(line, Some(2));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unparsable_yaml_names_the_file_and_line() {
+        let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: [unclosed\n";
+        match summaries("bad.yaml", yaml) {
+            Err(ImageError::InvalidYaml {
+                file,
+                line,
+                message,
+            }) => {
+                assert_eq!(file, "bad.yaml");
+                assert!(
+                    line.is_some_and(|l| (5..=6).contains(&l)),
+                    "{line:?} {message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let yaml = "a: 1\nb: [\n  - x\n";
+        let err = summaries("bad.yaml", yaml).unwrap_err();
+        assert!(err.to_string().contains("bad.yaml at line"), "{err}");
+    }
+
+    #[test]
+    fn missing_fields_name_the_file_and_document() {
+        for (yaml, field, document) in [
+            ("kind: A\nmetadata: {name: a}\n", "apiVersion is missing", 0),
+            (
+                "apiVersion: v1\nmetadata: {name: a}\n",
+                "kind is missing",
+                0,
+            ),
+            ("apiVersion: v1\nkind: A\n", "metadata.name is missing", 0),
+            (
+                "apiVersion: v1\nkind: A\nmetadata: {}\n",
+                "metadata.name is missing",
+                0,
+            ),
+            (
+                "apiVersion: v1\nkind: A\nmetadata: {name: x}\n---\napiVersion: v1\nkind: A\nmetadata: {name: 3}\n",
+                "metadata.name must be a non-empty string",
+                1,
+            ),
+            (
+                "apiVersion: v1\nkind: A\nmetadata: [a]\n",
+                "metadata must be a mapping",
+                0,
+            ),
+            ("- a\n- b\n", "not a mapping", 0),
+            ("just a string\n", "not a mapping", 0),
+            (
+                "apiVersion: v1\nkind: List\nitems:\n- kind: A\n  metadata: {name: a}\n",
+                "items[0]: apiVersion is missing",
+                0,
+            ),
+            (
+                "apiVersion: v1\nkind: List\nitems: 3\n",
+                "items of a List must be a sequence",
+                0,
+            ),
+            (
+                "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: List\n  metadata: {name: l}\n  items: 3\n",
+                "items[0]: items of a List must be a sequence",
+                0,
+            ),
+            (
+                "apiVersion: v1\nkind: A\nmetadata: {name: a, namespace: [x]}\n",
+                "metadata.namespace must be a string",
+                0,
+            ),
+        ] {
+            match summaries("f.yaml", yaml) {
+                Err(ImageError::InvalidObject {
+                    file,
+                    document: d,
+                    reason,
+                }) => {
+                    assert_eq!(file, "f.yaml");
+                    assert_eq!(d, document, "{yaml}");
+                    assert_eq!(reason, field, "{yaml}");
+                }
+                other => panic!("{yaml}: {other:?}"),
+            }
+            // The full parse refuses the same documents with the same message.
+            let summary_error = summaries("f.yaml", yaml).unwrap_err().to_string();
+            let parse_error = parse_file("f.yaml", yaml.as_bytes(), &limits()).unwrap_err();
+            assert_eq!(parse_error.to_string(), summary_error, "{yaml}");
+        }
+    }
+
+    #[test]
+    fn non_string_keys_are_refused_by_both_parsers() {
+        let yaml = "apiVersion: v1\nkind: A\nmetadata: {name: a}\ndata:\n  ? [a, b]\n  : c\n";
+        assert!(summaries("f.yaml", yaml).is_err());
+        assert!(parse_file("f.yaml", yaml.as_bytes(), &limits()).is_err());
+    }
+
+    #[test]
+    fn empty_documents_are_skipped() {
+        assert!(summaries("e.yaml", "").unwrap().is_empty());
+        assert!(
+            summaries("e.yaml", "---\n---\n# comment\n")
+                .unwrap()
+                .is_empty()
+        );
+        assert!(summaries("e.yaml", "~\n").unwrap().is_empty());
+    }
+
+    fn bundle(files: &[(&str, &str)]) -> (tempfile::TempDir, BundleFiles) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("manifests")).unwrap();
+        for (name, content) in files {
+            std::fs::write(dir.path().join("manifests").join(name), content).unwrap();
+        }
+        let files = BundleFiles::from_dir(dir.path(), &limits()).unwrap();
+        (dir, files)
+    }
+
+    const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: x}\n";
+
+    #[test]
+    fn the_same_object_twice_is_an_error() {
+        let (_d, files) = bundle(&[("a.yaml", CM), ("b.yaml", CM)]);
+        match validate_files(&files, &limits()) {
+            Err(ImageError::InvalidObject {
+                file,
+                document,
+                reason,
+            }) => {
+                assert_eq!(file, "b.yaml");
+                assert_eq!(document, 0);
+                assert!(reason.contains("x/a is defined twice"), "{reason}");
+                assert!(reason.contains("a.yaml, document 0"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another namespace, group or kind makes another object.
+        let other_ns = CM.replace("namespace: x", "namespace: other");
+        let other_group = CM.replace("apiVersion: v1", "apiVersion: example.com/v1");
+        let same_group_other_version = CM.replace("apiVersion: v1", "apiVersion: v2");
+        let (_d, files) = bundle(&[
+            ("a.yaml", CM),
+            ("b.yaml", &other_ns),
+            ("c.yaml", &other_group),
+        ]);
+        assert_eq!(validate_files(&files, &limits()).unwrap().len(), 3);
+        let (_d, files) = bundle(&[("a.yaml", CM), ("b.yaml", &same_group_other_version)]);
+        assert!(validate_files(&files, &limits()).is_err());
+    }
+
+    #[test]
+    fn a_bundle_needs_an_object_and_at_most_max_objects() {
+        let (_d, files) = bundle(&[("a.yaml", "---\n")]);
+        assert!(matches!(
+            validate_files(&files, &limits()),
+            Err(ImageError::EmptyManifests)
+        ));
+        let two = format!("{CM}---\n{}", CM.replace("name: a", "name: b"));
+        let (_d, files) = bundle(&[("a.yaml", &two)]);
+        let small = EffectiveLimits {
+            max_objects: 1,
+            ..limits()
+        };
+        match validate_files(&files, &small) {
+            Err(ImageError::LimitExceeded {
+                limit: LimitKind::Objects,
+                value: 1,
+                culprit,
+            }) => assert_eq!(culprit, "a.yaml, document 1"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(validate_files(&files, &limits()).unwrap().len(), 2);
+    }
+}

@@ -1,0 +1,302 @@
+//! The Bundle reconcile, as ordered steps: select the class, resolve, unpack and store, plan,
+//! approve, apply and prune; and uninstall on deletion.
+//!
+//! Each step is a function of its own that returns a [`Flow`]: `Continue` with what the next
+//! step needs, or `Stop` with the [`Outcome`] of the pass (as Flux's sub-reconcilers do). Steps
+//! set conditions on the status being built; the driver here records the outcome, writes the
+//! status once (through [`super::status`]) and decides when to come back.
+
+mod apply;
+mod approve;
+mod plan;
+mod resolve;
+mod select;
+mod uninstall;
+mod unpack;
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gantry_api::{Bundle, BundlePhase, BundleStatus, InventoryEntry, ProvisionerClass};
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use super::context::Context;
+use super::error::{Error, Result};
+use super::inventory::{Removal, remove};
+use super::metrics::{ReasonLabels, ResultLabels};
+use super::source::is_digest_reference;
+use super::status::{self, condition, set_condition, summarize};
+use gantry_api::conditions::types;
+
+/// What a step tells the driver.
+pub(crate) enum Flow<T> {
+    /// Go on with the next step, which needs this.
+    Continue(T),
+    /// The pass ends here.
+    Stop(Outcome),
+}
+
+/// How a pass ended (failures are `Err`).
+pub(crate) enum Outcome {
+    /// Not ours: nothing was read or written.
+    Untouched,
+    /// Uninstalled; the finalizer is gone.
+    Gone,
+    /// Finished, or waiting for a person; come back as the action says.
+    Done(Action),
+}
+
+/// Unwraps a step's [`Flow`]: its value, or the end of the pass.
+macro_rules! proceed {
+    ($step:expr) => {
+        match $step? {
+            Flow::Continue(value) => value,
+            Flow::Stop(outcome) => return Ok(outcome),
+        }
+    };
+}
+
+/// One pass over one bundle: what the steps read, and the status they build.
+pub(crate) struct Pass<'a> {
+    pub bundle: &'a Bundle,
+    pub ctx: &'a Context,
+    pub name: String,
+    pub generation: Option<i64>,
+    /// The status being built.
+    pub status: BundleStatus,
+    /// What the API server holds: progress writes update it.
+    pub written: BundleStatus,
+}
+
+impl Pass<'_> {
+    /// Sets a condition of the status being built, at the bundle's generation.
+    fn set_condition(&mut self, type_: &str, ok: bool, reason: &str, message: impl Into<String>) {
+        set_condition(
+            &mut self.status.conditions,
+            type_,
+            ok,
+            reason,
+            message,
+            self.generation,
+        );
+    }
+
+    /// Shows work in progress (`Unpacking`, `Installing`) before a long step.
+    async fn show_progress(&mut self) -> Result<()> {
+        status::show_progress(self.bundle, self.ctx, &self.status, &mut self.written).await
+    }
+}
+
+/// Entry point for kube-runtime: runs the steps, records the outcome in status, and decides
+/// when to come back. Failures are handled here (backoff per bundle), so this returns `Err`
+/// only when the status itself cannot be written. The duration is recorded on every path.
+#[tracing::instrument(
+    name = "reconcile_bundle",
+    skip_all,
+    fields(bundle = %bundle.name_any(), digest = tracing::field::Empty)
+)]
+pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let result = reconcile_pass(&bundle, &ctx).await;
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
+    let name = bundle.name_any();
+    let deleting = bundle.metadata.deletion_timestamp.is_some();
+    let fingerprint = fingerprint(bundle, ctx);
+    if !deleting && let Some(wait) = ctx.backoff.pending(&name, fingerprint) {
+        return Ok(Action::requeue(wait));
+    }
+    let current = bundle.status.clone().unwrap_or_default();
+    let mut pass = Pass {
+        bundle,
+        ctx,
+        name: name.clone(),
+        generation: bundle.metadata.generation,
+        status: current.clone(),
+        written: current,
+    };
+
+    let outcome = if deleting {
+        uninstall::uninstall(&mut pass).await
+    } else {
+        install(&mut pass).await
+    };
+    let count = |result: &'static str| {
+        ctx.metrics
+            .reconciles
+            .get_or_create(&ResultLabels { result })
+            .inc()
+    };
+    let action = match outcome {
+        Ok(Outcome::Untouched) => {
+            count("untouched");
+            return Ok(Action::await_change());
+        }
+        Ok(Outcome::Gone) => {
+            ctx.backoff.success(&name);
+            count("deleted");
+            return Ok(Action::await_change());
+        }
+        Ok(Outcome::Done(action)) => {
+            ctx.backoff.success(&name);
+            count("success");
+            action
+        }
+        Err(error) => {
+            count("failure");
+            record_failure(&mut pass, fingerprint, &error)
+        }
+    };
+
+    let Pass {
+        mut status,
+        written,
+        generation,
+        ..
+    } = pass;
+    if !deleting {
+        status.observed_generation = generation;
+    }
+    summarize(&mut status, generation);
+    if deleting {
+        status.phase = Some(BundlePhase::Deleting);
+    }
+    status::write_bundle_status(bundle, ctx, &written, &status).await?;
+    Ok(action)
+}
+
+/// Reports a failure on the condition of its step, and schedules the retry.
+fn record_failure(pass: &mut Pass<'_>, fingerprint: u64, error: &Error) -> Action {
+    let ctx = pass.ctx;
+    let (attempt, delay) = ctx.backoff.failure(&pass.name, fingerprint);
+    ctx.metrics
+        .failures
+        .get_or_create(&ReasonLabels {
+            reason: error.metric_label(),
+        })
+        .inc();
+    tracing::warn!(reason = error.reason(), attempt, retry_in = ?delay, "{error}");
+    pass.set_condition(
+        error.condition_type(),
+        false,
+        error.reason(),
+        format!(
+            "{error} (attempt {attempt}, next retry in {:.1}s)",
+            delay.as_secs_f64()
+        ),
+    );
+    Action::requeue(delay)
+}
+
+/// The steps of an install, in order.
+async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
+    let class = proceed!(select::class(pass).await);
+    let resolved = proceed!(resolve::resolve(pass, &class).await);
+    let content = proceed!(unpack::unpack_and_store(pass, &class, resolved).await);
+    let plan = proceed!(plan::plan(pass, &content).await);
+    proceed!(approve::approve(pass, &class, &content).await);
+    proceed!(apply::apply_and_prune(pass, &class, &content, &plan).await);
+    Ok(Outcome::Done(Action::requeue(next_visit(
+        pass.bundle,
+        pass.ctx,
+    ))))
+}
+
+/// Removes `entries` (in the order given) that are still managed by the bundle. A failure
+/// names the object and the API server's message.
+async fn remove_objects<'e>(
+    pass: &Pass<'_>,
+    entries: impl IntoIterator<Item = &'e InventoryEntry>,
+) -> Result<(), (String, String)> {
+    let ctx = pass.ctx;
+    for entry in entries {
+        if remove(&ctx.client, &ctx.kinds, entry, &pass.name).await? == Removal::Deleted {
+            ctx.metrics.objects_deleted.inc();
+        }
+    }
+    Ok(())
+}
+
+/// What, when it changes, must let a bundle through its backoff: its spec, its approval, its
+/// deletion, and its class (the named one, or the default classes).
+fn fingerprint(bundle: &Bundle, ctx: &Context) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bundle.metadata.generation.hash(&mut hasher);
+    bundle
+        .metadata
+        .deletion_timestamp
+        .is_some()
+        .hash(&mut hasher);
+    if let Some(approval) = bundle.status.as_ref().and_then(|s| s.approval.as_ref()) {
+        serde_json::to_string(approval)
+            .unwrap_or_default()
+            .hash(&mut hasher);
+    }
+    let relevant = |class: &ProvisionerClass| match &bundle.spec.provisioner_class_name {
+        Some(name) => class.name_any() == *name,
+        None => class
+            .annotations()
+            .get(gantry_api::DEFAULT_CLASS_ANNOTATION)
+            .is_some_and(|v| v == "true"),
+    };
+    let mut classes: Vec<(String, Option<i64>)> = ctx
+        .classes
+        .state()
+        .iter()
+        .filter(|c| relevant(c))
+        .map(|c| (c.name_any(), c.metadata.generation))
+        .collect();
+    classes.sort();
+    classes.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// When to come back without a trigger: for tags, to resolve again; for all, to check drift.
+fn next_visit(bundle: &Bundle, ctx: &Context) -> Duration {
+    let interval = if is_digest_reference(&bundle.spec.image) {
+        ctx.settings.resync_interval
+    } else {
+        ctx.settings
+            .resolve_interval
+            .min(ctx.settings.resync_interval)
+    };
+    interval.mul_f64(rand::random_range(0.9..1.1))
+}
+
+/// What an installed bundle looked like: `None` unless it is installed at its generation with
+/// `resolved_image`. Equal fingerprints mean a new reconcile would find nothing to change.
+fn installed_fingerprint(
+    bundle: &Bundle,
+    class: &ProvisionerClass,
+    resolved_image: &str,
+    status: &BundleStatus,
+) -> Option<u64> {
+    let generation = bundle.metadata.generation;
+    let installed = condition(&status.conditions, types::INSTALLED)
+        .is_some_and(|c| c.status == "True" && c.observed_generation == generation);
+    let approved =
+        condition(&status.conditions, types::APPROVED).is_some_and(|c| c.status == "True");
+    if !installed || !approved || status.resolved_image.as_deref() != Some(resolved_image) {
+        return None;
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    generation.hash(&mut hasher);
+    resolved_image.hash(&mut hasher);
+    status.content_digest.hash(&mut hasher);
+    class.name_any().hash(&mut hasher);
+    class.metadata.generation.hash(&mut hasher);
+    serde_json::to_string(&status.approval)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+#[cfg(test)]
+mod tests;

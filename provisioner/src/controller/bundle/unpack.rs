@@ -1,0 +1,146 @@
+//! Step 3: the content of the resolved digest, read back from storage when it is stored there,
+//! pulled, validated and stored otherwise.
+
+use gantry_api::ProvisionerClass;
+use gantry_api::conditions::{reasons, types};
+use gantry_image::{BundleObject, EffectiveLimits, PullRequest, RegistryClient, read_canonical};
+use kube::ResourceExt;
+
+use super::resolve::Resolved;
+use super::{Flow, Pass};
+use crate::controller::error::{Error, Result};
+use crate::controller::source::registry_client;
+
+/// The content to install.
+pub(super) struct Content {
+    /// `repo@sha256:…` it came from.
+    pub resolved_image: String,
+    pub objects: Vec<BundleObject>,
+    /// `status.contentDigest` before this pass.
+    pub content_before: Option<String>,
+}
+
+/// Sets `Unpacked`, and the content fields of status when the content is new.
+pub(super) async fn unpack_and_store(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    resolved: Resolved,
+) -> Result<Flow<Content>> {
+    let Resolved {
+        image: resolved_image,
+        registry,
+    } = resolved;
+    let limits = EffectiveLimits::from_api(class.spec.limits.as_ref());
+    let content_before = pass.status.content_digest.clone();
+    let objects = match stored_content(pass, &resolved_image).await? {
+        Some(content_digest) => read_stored(pass, &content_digest, &limits).await?,
+        None => pull_and_store(pass, class, &resolved_image, registry, limits).await?,
+    };
+    pass.status.resolved_image = Some(resolved_image.clone());
+    pass.set_condition(
+        types::UNPACKED,
+        true,
+        reasons::UNPACK_SUCCEEDED,
+        format!("{} objects from {resolved_image}", objects.len()),
+    );
+    Ok(Flow::Continue(Content {
+        resolved_image,
+        objects,
+        content_before,
+    }))
+}
+
+/// The content digest of `resolved_image` when the storage server holds it.
+async fn stored_content(pass: &Pass<'_>, resolved_image: &str) -> Result<Option<String>> {
+    let status = &pass.status;
+    match (&status.resolved_image, &status.content_digest) {
+        (Some(previous), Some(content)) if previous == resolved_image => {
+            let hex = content.trim_start_matches("sha256:");
+            Ok(pass
+                .ctx
+                .storage
+                .exists(&pass.name, hex)
+                .await?
+                .then(|| content.clone()))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Reads stored content back, checking its digest and the limits again. Decompressing and
+/// parsing run on a blocking thread, off the async runtime.
+async fn read_stored(
+    pass: &Pass<'_>,
+    content_digest: &str,
+    limits: &EffectiveLimits,
+) -> Result<Vec<BundleObject>> {
+    let name = &pass.name;
+    let hex = content_digest.trim_start_matches("sha256:");
+    let body = pass
+        .ctx
+        .storage
+        .download(name, hex, limits.max_compressed_bytes)
+        .await?;
+    let (digest, limits) = (content_digest.to_string(), *limits);
+    let read =
+        tokio::task::spawn_blocking(move || read_canonical(&body[..], Some(&digest), &limits))
+            .await
+            .map_err(|e| Error::Storage(format!("reading stored content: {e}")))?;
+    read.map_err(|e| {
+        Error::Storage(format!(
+            "stored content {content_digest} of bundle {name}: {e}"
+        ))
+    })
+}
+
+/// Pulls the platform image, uploads its canonical tarball, and records where it is stored.
+async fn pull_and_store(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    resolved_image: &str,
+    registry: Option<RegistryClient>,
+    limits: EffectiveLimits,
+) -> Result<Vec<BundleObject>> {
+    let (bundle, ctx) = (pass.bundle, pass.ctx);
+    let image = bundle.spec.image.as_str();
+    pass.set_condition(
+        types::UNPACKED,
+        false,
+        reasons::UNPACKING,
+        format!("pulling {resolved_image}"),
+    );
+    pass.show_progress().await?;
+    let mut request = PullRequest::new(resolved_image);
+    request.platform = Some(match &class.spec.platform {
+        Some(platform) => platform.parse().map_err(|e| Error::InvalidClass {
+            class: class.name_any(),
+            message: format!("spec.platform: {e}"),
+        })?,
+        None => ctx.settings.platform.clone(),
+    });
+    request.limits = limits;
+    request.scratch_parent = ctx.settings.scratch_dir.clone();
+    let registry = match registry {
+        Some(client) => client,
+        None => registry_client(ctx, class, bundle).await?,
+    };
+    let pulled = registry
+        .pull(&request)
+        .await
+        .map_err(|e| Error::from_image(image, e))?;
+    ctx.metrics.bytes_pulled.inc_by(pulled.compressed_bytes);
+    // The tarball is written once; its objects come with it, not from reading it back.
+    let canonical = pulled
+        .write_canonical_tarball()
+        .await
+        .map_err(|e| Error::from_image(image, e))?;
+    ctx.storage
+        .upload(&pass.name, canonical.digest.hex(), &canonical.path)
+        .await?;
+    let status = &mut pass.status;
+    status.manifest_digest = Some(pulled.image.manifest_digest.clone());
+    status.platform = Some(pulled.image.platform.to_string());
+    status.content_url = Some(ctx.storage.content_url(&pass.name, canonical.digest.hex()));
+    status.content_digest = Some(canonical.digest.digest.clone());
+    Ok(canonical.objects)
+}

@@ -89,7 +89,7 @@ fn push_a_multi_platform_bundle_and_pull_it_back() {
             &[
                 "pull",
                 reference,
-                "-o",
+                "--dir",
                 out.path().to_str().unwrap(),
                 "--platform",
                 "linux/arm64",
@@ -155,7 +155,7 @@ fn credentials_come_from_the_docker_config_file() {
         &[
             "pull",
             &image,
-            "-o",
+            "--dir",
             out.path().to_str().unwrap(),
             "--ca-file",
             &ca,
@@ -166,7 +166,12 @@ fn credentials_come_from_the_docker_config_file() {
     // Without the CA, TLS fails and says so.
     let stderr = failed(plugin(
         config.path(),
-        &["pull", &image, "-o", out.path().join("x").to_str().unwrap()],
+        &[
+            "pull",
+            &image,
+            "--dir",
+            out.path().join("x").to_str().unwrap(),
+        ],
     ));
     assert!(stderr.contains(&image), "{stderr}");
     assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
@@ -184,7 +189,7 @@ fn errors_name_the_reference_and_the_cause() {
         &[
             "pull",
             &missing,
-            "-o",
+            "--dir",
             out.path().to_str().unwrap(),
             "--plain-http",
         ],
@@ -253,7 +258,7 @@ fn errors_name_the_reference_and_the_cause() {
         &[
             "pull",
             &image,
-            "-o",
+            "--dir",
             bundle.path().to_str().unwrap(),
             "--plain-http",
         ],

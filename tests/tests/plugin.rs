@@ -1,28 +1,44 @@
 //! `kubectl bundle`, found and run by kubectl itself from PATH, against a running Gantry:
-//! approve and deny bound to the digest, list and status.
+//! approve and deny bound to the digest, list and status, kubectl's flags and output formats,
+//! watching, events, tree, version, check, validate, completion, push and pull errors.
 
 mod common;
 
-use std::process::Output;
+use std::io::BufRead;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Instant;
 
 use common::*;
-use gantry_api::BundlePhase;
 use gantry_api::conditions::{reasons, types};
-use gantry_tests::{binary, control_plane, registry, unique_name};
+use gantry_api::{ApprovalPolicy, Bundle, BundlePhase};
+use gantry_tests::{binary, bundle_dir, control_plane, registry, unique_name, wait_until};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Event;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
 
-/// `kubectl bundle ARGS` with the plugin's directory first on PATH.
-fn kubectl_bundle(args: &[&str]) -> Output {
+/// `kubectl bundle ARGS` with the plugin's directory first on PATH and no $KUBECONFIG.
+fn kubectl_bundle_command(args: &[&str]) -> Command {
     let plugin = binary("kubectl-bundle", "kubectl-bundle");
     let dir = plugin.parent().unwrap().to_path_buf();
     let path = std::env::var_os("PATH").unwrap_or_default();
     let path =
         std::env::join_paths(std::iter::once(dir).chain(std::env::split_paths(&path))).unwrap();
     // kubectl refuses flags before a plugin's name: the plugin parses --kubeconfig itself.
-    std::process::Command::new("kubectl")
+    let mut command = Command::new("kubectl");
+    command
         .arg("bundle")
         .args(args)
         .env("PATH", path)
-        .env_remove("KUBECONFIG")
+        .env_remove("KUBECONFIG");
+    command
+}
+
+fn kubectl_bundle(args: &[&str]) -> Output {
+    kubectl_bundle_command(args)
         .output()
         .expect("running kubectl bundle")
 }
@@ -35,8 +51,121 @@ fn text(output: &Output) -> String {
     )
 }
 
+/// Runs `kubectl bundle ARGS --kubeconfig KC`, failing the test unless it succeeds; its stdout.
+fn ok(args: &[&str]) -> String {
+    let kc = kubeconfig();
+    let mut all = args.to_vec();
+    all.extend(["--kubeconfig", kc.as_str()]);
+    let output = kubectl_bundle(&all);
+    assert!(output.status.success(), "{args:?}: {}", text(&output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs `kubectl bundle ARGS --kubeconfig KC`, failing the test if it succeeds; its output.
+fn fails(args: &[&str]) -> String {
+    let kc = kubeconfig();
+    let mut all = args.to_vec();
+    all.extend(["--kubeconfig", kc.as_str()]);
+    let output = kubectl_bundle(&all);
+    assert!(
+        !output.status.success(),
+        "{args:?} succeeded: {}",
+        text(&output)
+    );
+    text(&output)
+}
+
 fn kubeconfig() -> String {
     control_plane().kubeconfig().display().to_string()
+}
+
+/// A running `kubectl bundle ... --watch` whose stdout lines arrive on a channel.
+struct Watching {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Watching {
+    fn start(args: &[&str]) -> Self {
+        let kc = kubeconfig();
+        let mut child = kubectl_bundle_command(args)
+            .args(["--kubeconfig", &kc])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting kubectl bundle --watch");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Watching {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a printed line satisfying `check`.
+    fn wait_line(&mut self, what: &str, check: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if check(&line) => return line,
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!(
+                    "no line with {what} within {WAIT:?}; printed:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A bundle of `class` (else the default class, Automatic) holding `files`, once it is Ready;
+/// its name and namespace.
+async fn installed_with(
+    client: &Client,
+    prefix: &str,
+    class: Option<&str>,
+    files: &[(&str, String)],
+) -> (String, String) {
+    let ns = unique_name(prefix);
+    ensure_namespace(client, &ns).await;
+    let pinned = push(&format!("{ns}/app:v1"), files).await;
+    let name = unique_name(prefix);
+    let mut bundle_spec = spec(&pinned, Some(&ns));
+    bundle_spec.provisioner_class_name = class.map(Into::into);
+    create_bundle(client, &name, bundle_spec).await;
+    wait_bundle(client, &name, "Ready", is_ready).await;
+    (name, ns)
+}
+
+/// A Ready bundle of the default class holding one ConfigMap `cm`.
+async fn installed(client: &Client, prefix: &str) -> (String, String) {
+    installed_with(
+        client,
+        prefix,
+        None,
+        &[("a.yaml", config_map("cm", None, "v1"))],
+    )
+    .await
 }
 
 #[tokio::test]
@@ -57,7 +186,7 @@ async fn approve_and_deny_through_kubectl() {
     let kc = kubeconfig();
 
     // kubectl finds the plugin; list shows the pending approval.
-    let listed = kubectl_bundle(&["list", "--kubeconfig", &kc]);
+    let listed = kubectl_bundle(&["--kubeconfig", &kc, "list"]);
     assert!(listed.status.success(), "{}", text(&listed));
     let row = text(&listed)
         .lines()
@@ -163,15 +292,19 @@ async fn approve_and_deny_through_kubectl() {
     );
 
     let json = kubectl_bundle(&["list", "-o", "json", "--kubeconfig", &kc]);
-    let items: serde_json::Value =
+    let list: serde_json::Value =
         serde_json::from_slice(&json.stdout).expect("list -o json is JSON");
-    assert!(
-        items
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|b| b["metadata"]["name"] == name.as_str())
+    assert_eq!(
+        (list["apiVersion"].as_str(), list["kind"].as_str()),
+        (Some("v1"), Some("List"))
     );
+    let item = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["metadata"]["name"] == name.as_str())
+        .expect("the bundle is in the List");
+    assert!(item["metadata"].get("managedFields").is_none(), "{item}");
 }
 
 #[tokio::test]
@@ -199,4 +332,486 @@ async fn approve_refuses_a_bundle_that_is_not_unpacked() {
         "{}",
         text(&missing)
     );
+}
+
+#[tokio::test]
+async fn decisions_are_refused_where_the_class_approves_automatically() {
+    gantry();
+    let client = control_plane().client().await;
+    let (name, _) = installed(&client, "auto").await;
+    let refused = fails(&["deny", &name, "--reason", "no"]);
+    assert!(
+        refused.contains(&format!("the default class {DEFAULT_CLASS}"))
+            && refused.contains("Automatic"),
+        "{refused}"
+    );
+
+    // A class named by the bundle is named too.
+    let class = unique_name("auto-class");
+    apply_class(
+        &client,
+        &class,
+        class_spec(ApprovalPolicy::Automatic),
+        false,
+    )
+    .await;
+    let (named, _) = installed_with(
+        &client,
+        "auto-named",
+        Some(&class),
+        &[("a.yaml", config_map("cm", None, "v1"))],
+    )
+    .await;
+    let refused = fails(&["approve", &named, "--yes"]);
+    assert!(
+        refused.contains(&format!("class {class}")) && refused.contains("Automatic"),
+        "{refused}"
+    );
+
+    // Nothing was written.
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    for bundle in [&name, &named] {
+        let status = bundles.get(bundle).await.unwrap().status.unwrap();
+        assert!(status.approval.is_none(), "{bundle}: {:?}", status.approval);
+        assert_eq!(status.phase, Some(BundlePhase::Installed));
+    }
+}
+
+#[tokio::test]
+async fn kubectl_flags_and_output_formats() {
+    gantry();
+    let client = control_plane().client().await;
+    let (name, _) = installed(&client, "flags").await;
+    let kc = kubeconfig();
+    let row = |out: &str| out.lines().any(|l| l.starts_with(&name));
+
+    // Global flags before or after the verb; -n accepted (bundles are cluster-scoped).
+    for args in [
+        vec!["--kubeconfig", kc.as_str(), "-n", "kube-system", "list"],
+        vec![
+            "list",
+            "--namespace",
+            "anything",
+            "--kubeconfig",
+            kc.as_str(),
+        ],
+        vec![
+            "--request-timeout",
+            "20s",
+            "list",
+            "--kubeconfig",
+            kc.as_str(),
+        ],
+    ] {
+        let out = kubectl_bundle(&args);
+        assert!(
+            out.status.success() && row(&text(&out)),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
+    let bad_timeout = kubectl_bundle(&["list", "--request-timeout", "soon", "--kubeconfig", &kc]);
+    assert_eq!(bad_timeout.status.code(), Some(2), "{}", text(&bad_timeout));
+
+    // $KUBECONFIG lists: a missing file is skipped, as kubectl does.
+    let listed = kubectl_bundle_command(&["list"])
+        .env("KUBECONFIG", format!("/nonexistent/kubeconfig:{kc}"))
+        .output()
+        .unwrap();
+    assert!(
+        listed.status.success() && row(&text(&listed)),
+        "{}",
+        text(&listed)
+    );
+
+    // Unknown context, cluster or user: named, with the files read.
+    for (flag, what) in [
+        ("--context", "context"),
+        ("--cluster", "cluster"),
+        ("--user", "user"),
+    ] {
+        let refused = fails(&["list", flag, "nope"]);
+        assert!(
+            refused.contains(&format!("{what} \"nope\" not found")) && refused.contains(&kc),
+            "{refused}"
+        );
+    }
+
+    // -v logs the requests.
+    let verbose = kubectl_bundle(&["list", "-v", "6", "--kubeconfig", &kc]);
+    assert!(
+        String::from_utf8_lossy(&verbose.stderr).contains("/apis/gantry.dev/v1alpha1/bundles"),
+        "{}",
+        text(&verbose)
+    );
+
+    // -o name, jsonpath, yaml.
+    assert!(
+        ok(&["list", "-o", "name"])
+            .lines()
+            .any(|l| l == format!("bundle.gantry.dev/{name}")),
+    );
+    let names = ok(&["list", "-o", "jsonpath={.items[*].metadata.name}"]);
+    assert!(names.split(' ').any(|n| n == name), "{names}");
+    assert_eq!(
+        ok(&["status", &name, "-o", "jsonpath={.status.phase}"]),
+        "Installed"
+    );
+    assert_eq!(
+        ok(&["status", &name, "-o", "name"]).trim(),
+        format!("bundle.gantry.dev/{name}")
+    );
+    let yaml = ok(&["list", "-o", "yaml"]);
+    assert!(
+        yaml.contains("kind: List") && !yaml.contains("managedFields"),
+        "{yaml}"
+    );
+    let wide = ok(&["list", "-o", "wide"]);
+    assert!(wide.lines().next().unwrap().contains("RESOLVED"), "{wide}");
+}
+
+#[tokio::test]
+async fn watch_and_approve_wait() {
+    gantry();
+    let client = control_plane().client().await;
+    let review = under_review(&client, "watch", |_| {
+        vec![("a.yaml", config_map("cm", None, "v1"))]
+    })
+    .await;
+    let name = review.name.clone();
+    let mut list = Watching::start(&["list", "--watch"]);
+    list.wait_line("the bundle awaiting approval", |l| {
+        l.starts_with(&name) && l.contains("AwaitingApproval")
+    });
+    let mut status = Watching::start(&["status", &name, "-w"]);
+    status.wait_line("the phase awaiting approval", |l| {
+        l.starts_with("Phase:") && l.contains("AwaitingApproval")
+    });
+
+    // --wait returns once the content is installed.
+    let approved = ok(&["approve", &name, "--yes", "--wait", "--timeout", "60s"]);
+    assert!(
+        approved.contains(&format!("bundle {name} is Ready")),
+        "{approved}"
+    );
+    assert_eq!(
+        config_map_data(&client, &review.namespace, "cm")
+            .await
+            .as_deref(),
+        Some("v1"),
+        "installed when approve --wait returns"
+    );
+    list.wait_line("the installed bundle", |l| {
+        l.starts_with(&name) && l.contains("Installed") && l.contains("True")
+    });
+    status.wait_line("the installed phase", |l| {
+        l.starts_with("Phase:") && l.contains("Installed")
+    });
+
+    // --wait reports a failed install: an object in a namespace that does not exist.
+    let broken = under_review(&client, "wait-fails", |_| {
+        vec![(
+            "a.yaml",
+            config_map("cm", Some("no-such-namespace-here"), "v1"),
+        )]
+    })
+    .await;
+    let failed = fails(&[
+        "approve",
+        &broken.name,
+        "--yes",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    assert!(
+        failed.contains(&format!("bundle {} failed", broken.name)),
+        "{failed}"
+    );
+}
+
+#[tokio::test]
+async fn events_are_the_bundles_own_with_age_and_count() {
+    gantry();
+    let client = control_plane().client().await;
+    let (name, ns) = installed(&client, "events").await;
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    // An event of an earlier bundle of the same name (another UID) is not shown.
+    let earlier: Event = serde_json::from_value(json!({
+        "metadata": { "generateName": "earlier-" },
+        "involvedObject": { "apiVersion": "gantry.dev/v1alpha1", "kind": "Bundle", "name": name,
+                            "uid": "00000000-0000-0000-0000-000000000000" },
+        "reason": "FromAnEarlierBundle", "message": "not this one", "type": "Normal",
+    }))
+    .unwrap();
+    events
+        .create(&PostParams::default(), &earlier)
+        .await
+        .unwrap();
+    // A Warning of a managed object is shown, with its count.
+    let in_ns: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let warning: Event = serde_json::from_value(json!({
+        "metadata": { "generateName": "cm-" },
+        "involvedObject": { "apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "namespace": ns },
+        "reason": "SomethingOdd", "message": "odd", "type": "Warning", "count": 7,
+        "lastTimestamp": k8s_openapi::jiff::Timestamp::now(),
+    }))
+    .unwrap();
+    in_ns
+        .create(&PostParams::default(), &warning)
+        .await
+        .unwrap();
+
+    let out = wait_until("the bundle's own event", WAIT, || async {
+        let out = ok(&["events", &name]);
+        out.lines()
+            .any(|l| l.contains("Normal") && l.contains(&format!("bundle/{name}")))
+            .then_some(out)
+    })
+    .await;
+    assert!(
+        out.lines().next().unwrap().starts_with("LAST SEEN"),
+        "{out}"
+    );
+    let odd = out
+        .lines()
+        .find(|l| l.contains("SomethingOdd"))
+        .unwrap_or_else(|| panic!("the object's warning: {out}"));
+    assert!(odd.contains("configmap/cm") && odd.contains(" 7 "), "{odd}");
+    assert!(!out.contains("FromAnEarlierBundle"), "{out}");
+    let status = ok(&["status", &name]);
+    assert!(
+        !status.contains("FromAnEarlierBundle") && status.contains("LAST SEEN"),
+        "{status}"
+    );
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(&["events", &name, "-o", "json"])).unwrap();
+    assert_eq!(list["kind"], "List");
+}
+
+#[tokio::test]
+async fn tree_shows_the_managed_objects_live() {
+    gantry();
+    let client = control_plane().client().await;
+    // No namespace: it goes to the bundle's installNamespace.
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: example.org/web:1\n";
+    let (name, ns) = installed_with(
+        &client,
+        "tree",
+        None,
+        &[
+            ("a.yaml", config_map("cm", None, "v1")),
+            ("b.yaml", deployment.to_string()),
+        ],
+    )
+    .await;
+    // No controller-manager runs here: the Deployment's status is what the test says.
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 2, "readyReplicas": 1}})),
+        )
+        .await
+        .unwrap();
+    let out = ok(&["tree", &name]);
+    let line = |what: &str| {
+        out.lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("{what} in {out}"))
+            .to_string()
+    };
+    assert!(
+        line(&format!("Bundle/{name}")).contains("Installed"),
+        "{out}"
+    );
+    assert!(line("ConfigMap/cm").contains("Exists"), "{out}");
+    let web = line("Deployment.apps/web");
+    assert!(
+        web.contains("Exists") && web.contains("1/2 ready") && web.contains(&ns),
+        "{web}"
+    );
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(&["tree", &name, "-o", "json"])).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 2, "{list}");
+    assert_eq!(list["items"][0]["exists"], true);
+}
+
+#[tokio::test]
+async fn version_and_check_read_the_cluster() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("system");
+    ensure_namespace(&client, &ns).await;
+    let version = ok(&["version", "--system-namespace", &ns]);
+    assert!(
+        version.contains(env!("CARGO_PKG_VERSION"))
+            && version.contains("Controller version: unknown"),
+        "{version}"
+    );
+    let failed = fails(&["check", "--system-namespace", &ns]);
+    assert!(
+        failed.contains(&format!("Deployment {ns}/gantry-provisioner not found"))
+            && failed.contains("checks failed"),
+        "{failed}"
+    );
+
+    // What manifests/ installs, as the API shows it once the pods run.
+    for (deployment, image) in [
+        (
+            "gantry-provisioner",
+            "example.org/gantry/provisioner:v9.8.7",
+        ),
+        ("gantry-storage", "example.org/gantry/storage-server:v9.8.7"),
+    ] {
+        let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+        let object: Deployment = serde_json::from_value(json!({
+            "metadata": { "name": deployment },
+            "spec": { "selector": { "matchLabels": { "app": deployment } },
+                      "template": { "metadata": { "labels": { "app": deployment } },
+                                    "spec": { "containers": [{ "name": "provisioner", "image": image }] } } },
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &object).await.unwrap();
+        api.patch_status(
+            deployment,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}}),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": { "name": "gantry-provisioner" },
+        "spec": { "holderIdentity": "provisioner-0", "leaseDurationSeconds": 3600,
+                  "renewTime": k8s_openapi::jiff::Timestamp::now() },
+    }))
+    .unwrap();
+    Api::<Lease>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap();
+
+    let version = ok(&["version", "--system-namespace", &ns]);
+    assert!(version.contains("Controller version: v9.8.7"), "{version}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["version", "--system-namespace", &ns, "-o", "json"])).unwrap();
+    assert_eq!(json["controller"], "v9.8.7");
+    // Classes other tests create are accepted shortly after: wait for every check to pass.
+    let kc = kubeconfig();
+    let passed = wait_until("every check to pass", WAIT, || async {
+        let out = kubectl_bundle(&["check", "--system-namespace", &ns, "--kubeconfig", &kc]);
+        out.status.success().then(|| text(&out))
+    })
+    .await;
+    assert!(
+        passed.contains("held by provisioner-0") && !passed.contains("FAIL"),
+        "{passed}"
+    );
+}
+
+#[tokio::test]
+async fn validate_push_and_pull_name_the_cause_and_the_fix() {
+    let good = bundle_dir(&[("a.yaml", &config_map("cm", Some("x"), "v1"))]);
+    let dir = good.path().display().to_string();
+    let valid = kubectl_bundle(&["validate", &dir]);
+    assert!(valid.status.success(), "{}", text(&valid));
+    assert!(
+        text(&valid).contains("ConfigMap") && text(&valid).contains("1 object in 1 files"),
+        "{}",
+        text(&valid)
+    );
+    let manifests = format!("{dir}/manifests");
+    for verb in [
+        vec!["validate", manifests.as_str()],
+        vec!["push", manifests.as_str(), "example.org/x:v1"],
+    ] {
+        let out = kubectl_bundle(&verb);
+        assert!(
+            !out.status.success()
+                && text(&out).contains(&format!(
+                    "is the manifests/ directory itself: give its parent, {dir}"
+                )),
+            "{}",
+            text(&out)
+        );
+    }
+    let missing = kubectl_bundle(&["push", "/no/such/bundle", "example.org/x:v1"]);
+    assert!(
+        !missing.status.success() && text(&missing).contains("/no/such/bundle does not exist"),
+        "{}",
+        text(&missing)
+    );
+    let bad = bundle_dir(&[("a.yaml", "kind: [")]);
+    let invalid = kubectl_bundle(&["validate", &bad.path().display().to_string()]);
+    assert!(
+        !invalid.status.success() && text(&invalid).contains("a.yaml"),
+        "{}",
+        text(&invalid)
+    );
+
+    // TLS spoken to a plain-HTTP registry.
+    let image = registry().reference(&format!("{}/app:v1", unique_name("push")));
+    let tls = kubectl_bundle(&["push", &dir, &image]);
+    assert!(
+        !tls.status.success() && text(&tls).contains("speaks plain HTTP: use --plain-http"),
+        "{}",
+        text(&tls)
+    );
+    let pushed = kubectl_bundle(&["push", &dir, &image, "--plain-http"]);
+    assert!(pushed.status.success(), "{}", text(&pushed));
+    // No progress drawing when stderr is not a terminal.
+    let stderr = String::from_utf8_lossy(&pushed.stderr);
+    assert!(
+        !stderr.contains('\r') && !stderr.contains('\u{1b}'),
+        "{stderr:?}"
+    );
+    assert!(stderr.contains("pushed 1 object as"), "{stderr}");
+
+    let target = tempfile::tempdir().unwrap();
+    let into = target.path().join("copy");
+    let into = into.display().to_string();
+    let pulled = kubectl_bundle(&["pull", &image, "--dir", &into, "--plain-http"]);
+    assert!(pulled.status.success(), "{}", text(&pulled));
+    assert!(
+        std::path::Path::new(&into)
+            .join("manifests/a.yaml")
+            .is_file()
+    );
+    let old_flag = kubectl_bundle(&["pull", &image, "-o", &into, "--plain-http"]);
+    assert_eq!(old_flag.status.code(), Some(2), "{}", text(&old_flag));
+    let into_manifests = kubectl_bundle(&[
+        "pull",
+        &image,
+        "-d",
+        &format!("{into}/manifests"),
+        "--plain-http",
+    ]);
+    assert!(
+        !into_manifests.status.success()
+            && text(&into_manifests).contains(&format!("give its parent, {into}")),
+        "{}",
+        text(&into_manifests)
+    );
+}
+
+#[test]
+fn completion_scripts_for_three_shells() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef kubectl-bundle"),
+        ("fish", "complete -c kubectl-bundle"),
+    ] {
+        let out = kubectl_bundle(&["completion", shell]);
+        assert!(out.status.success(), "{}", text(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            script.contains(marker) && script.contains("approve") && script.contains("tree"),
+            "{shell}: {script}"
+        );
+    }
+    let unknown = kubectl_bundle(&["completion", "tcsh"]);
+    assert_eq!(unknown.status.code(), Some(2));
 }

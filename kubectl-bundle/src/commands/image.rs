@@ -1,13 +1,19 @@
 //! `push` and `pull`: the authoring side, built on `gantry_image`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use clap::Args;
 use gantry_image::{
-    DockerConfig, EffectiveLimits, Platform, PullRequest, RegistryClient, RegistryOptions,
-    parse_reference,
+    DockerConfig, EffectiveLimits, ImageError, Platform, PullRequest, PullStats, RegistryClient,
+    RegistryOptions, parse_reference, prepare_dir,
 };
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::output::print_table;
 
 /// How to reach the registry of IMAGE.
 #[derive(Args, Debug)]
@@ -39,14 +45,15 @@ pub struct PushArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  kubectl bundle pull registry.example.com/team/my-app:v1 -o ./my-app\n  kubectl bundle pull localhost:5000/my-app@sha256:... -o ./check --plain-http"
+    after_help = "Examples:\n  kubectl bundle pull registry.example.com/team/my-app:v1 --dir ./my-app\n  kubectl bundle pull localhost:5000/my-app@sha256:... -d ./check --plain-http"
 )]
 pub struct PullArgs {
     /// Image to pull: a tag or digest reference.
     pub image: String,
-    /// Directory to write `manifests/` into (created if needed; `manifests/` must not hold files).
-    #[arg(short = 'o', long = "output", value_name = "DIR")]
-    pub output: PathBuf,
+    /// Bundle directory to write `manifests/` into (created if needed; its `manifests/` must
+    /// not hold files).
+    #[arg(short = 'd', long = "dir", value_name = "DIR")]
+    pub dir: PathBuf,
     /// Platform to select from an image index. Default: the platform of this machine.
     #[arg(long, value_name = "PLATFORM")]
     pub platform: Option<String>,
@@ -76,13 +83,99 @@ fn client_for(image: &str, args: &RegistryArgs) -> anyhow::Result<RegistryClient
     Ok(RegistryClient::new(options)?)
 }
 
+#[derive(Args, Debug)]
+#[command(after_help = "Example:\n  kubectl bundle validate ./my-app")]
+pub struct ValidateArgs {
+    /// Bundle directory: it holds `manifests/`.
+    pub dir: PathBuf,
+}
+
+/// Refuses what is not a bundle directory, saying what to give instead.
+fn check_bundle_dir(dir: &Path) -> anyhow::Result<()> {
+    let shown = dir.display();
+    if !dir.exists() {
+        bail!("{shown} does not exist: give the bundle directory, the one that holds manifests/");
+    }
+    if !dir.is_dir() {
+        bail!(
+            "{shown} is not a directory: give the bundle directory, the one that holds manifests/"
+        );
+    }
+    if dir.join("manifests").is_dir() {
+        return Ok(());
+    }
+    if dir.file_name().is_some_and(|n| n == "manifests") {
+        bail!(
+            "{shown} is the manifests/ directory itself: give its parent, {}",
+            parent(dir)
+        );
+    }
+    bail!(
+        "{shown} has no manifests/ directory: a bundle directory holds manifests/ with the objects' YAML files"
+    )
+}
+
+fn parent(dir: &Path) -> String {
+    match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.display().to_string(),
+        _ => ".".into(),
+    }
+}
+
+/// Adds the likely cause and its fix to a registry error: TLS spoken to a plain-HTTP registry,
+/// or plain HTTP to a TLS one.
+fn explain(error: ImageError, image: &str, plain_http: bool) -> anyhow::Error {
+    let error = anyhow::Error::from(error);
+    let text = format!("{error:#}");
+    let registry = parse_reference(image)
+        .map(|r| r.resolve_registry().to_string())
+        .unwrap_or_else(|_| "the registry".into());
+    if !plain_http && (text.contains("InvalidContentType") || text.contains("corrupt message")) {
+        return error.context(format!(
+            "the registry {registry} speaks plain HTTP: use --plain-http (a Bundle of this image needs {registry} in its class's insecureRegistries)"
+        ));
+    }
+    if plain_http && (text.contains("HTTP request to an HTTPS server") || text.contains("HTTP/0.9"))
+    {
+        return error.context(format!(
+            "the registry {registry} speaks TLS: drop --plain-http (and give --ca-file if a private CA signed its certificate)"
+        ));
+    }
+    error
+}
+
+/// A progress bar on stderr, hidden when stderr is not a terminal.
+fn progress(message: String) -> ProgressBar {
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} {msg}: {binary_bytes} ({binary_bytes_per_sec}, {elapsed})",
+    ) {
+        bar.set_style(style);
+    }
+    bar.set_message(message);
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}
+
 pub async fn push(args: PushArgs) -> anyhow::Result<()> {
+    check_bundle_dir(&args.dir)?;
     let platforms = args
         .platforms
         .iter()
         .map(|p| p.parse::<Platform>())
         .collect::<Result<Vec<_>, _>>()?;
     let client = client_for(&args.image, &args.registry)?;
+    let bar = progress(format!("pushing {}", args.image));
+    let size: u64 = std::fs::read_dir(args.dir.join("manifests"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    bar.set_position(size);
     let pushed = client
         .push_dir(
             &args.dir,
@@ -91,10 +184,13 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
             &EffectiveLimits::default(),
         )
         .await
-        .with_context(|| format!("pushing {} to {}", args.dir.display(), args.image))?;
+        .map_err(|e| explain(e, &args.image, args.registry.plain_http))
+        .with_context(|| format!("pushing {} to {}", args.dir.display(), args.image));
+    bar.finish_and_clear();
+    let pushed = pushed?;
     eprintln!(
-        "pushed {} objects as {}",
-        pushed.objects.len(),
+        "pushed {} as {}",
+        objects(pushed.objects.len()),
         pushed
             .manifests
             .iter()
@@ -106,34 +202,96 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// "1 object", "3 objects".
+fn objects(count: usize) -> String {
+    match count {
+        1 => "1 object".into(),
+        n => format!("{n} objects"),
+    }
+}
+
 pub async fn pull(args: PullArgs) -> anyhow::Result<()> {
+    if args.dir.file_name().is_some_and(|n| n == "manifests") {
+        bail!(
+            "{} is a manifests/ directory: pull writes DIR/manifests/, so give its parent, {}",
+            args.dir.display(),
+            parent(&args.dir)
+        );
+    }
     let client = client_for(&args.image, &args.registry)?;
     let mut request = PullRequest::new(&args.image);
     request.platform = args.platform.as_deref().map(str::parse).transpose()?;
-    let target = args.output.join("manifests");
+    let target = args.dir.join("manifests");
     if std::fs::read_dir(&target).is_ok_and(|mut entries| entries.next().is_some()) {
-        anyhow::bail!(
+        bail!(
             "{} is not empty: pull writes a bundle directory's manifests/",
             target.display()
         );
     }
     // Unpacking next to the destination makes writing it a rename.
-    std::fs::create_dir_all(&args.output)
-        .with_context(|| format!("creating {}", args.output.display()))?;
-    request.scratch_parent = Some(args.output.clone());
-    let bundle = client
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    request.scratch_parent = Some(args.dir.clone());
+    let stats = Arc::new(PullStats::default());
+    request.stats = Some(stats.clone());
+    let bar = progress(format!("pulling {}", args.image));
+    let ticker = {
+        let (bar, stats) = (bar.clone(), stats.clone());
+        tokio::spawn(async move {
+            loop {
+                bar.set_position(stats.compressed_bytes.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let pulled = client
         .pull(&request)
         .await
-        .with_context(|| format!("pulling {}", args.image))?;
+        .map_err(|e| explain(e, &args.image, args.registry.plain_http))
+        .with_context(|| format!("pulling {}", args.image));
+    ticker.abort();
+    bar.finish_and_clear();
+    let bundle = pulled?;
     let image = bundle.image.clone();
-    let (files, objects) = (bundle.files.files.len(), bundle.objects.len());
+    let (files, count) = (bundle.files.files.len(), bundle.objects.len());
     bundle
-        .persist_to(&args.output)
-        .with_context(|| format!("writing {} to {}", args.image, args.output.display()))?;
+        .persist_to(&args.dir)
+        .with_context(|| format!("writing {} to {}", args.image, args.dir.display()))?;
     eprintln!(
-        "pulled {} (platform {}, manifest {}): {objects} objects in {files} files",
-        image.resolved_image, image.platform, image.manifest_digest
+        "pulled {} (platform {}, manifest {}): {} in {files} files",
+        image.resolved_image,
+        image.platform,
+        image.manifest_digest,
+        objects(count)
     );
     println!("{}", image.resolved_image);
+    Ok(())
+}
+
+/// The checks `push` makes, without a registry.
+pub fn validate(args: ValidateArgs) -> anyhow::Result<()> {
+    check_bundle_dir(&args.dir)?;
+    let prepared = prepare_dir(&args.dir, &EffectiveLimits::default())
+        .with_context(|| format!("{} is not a valid bundle", args.dir.display()))?;
+    let mut rows = vec![
+        ["FILE", "KIND", "NAMESPACE", "NAME"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for o in &prepared.objects {
+        rows.push(vec![
+            o.file.clone(),
+            o.kind.clone(),
+            o.namespace.clone().unwrap_or_default(),
+            o.name.clone(),
+        ]);
+    }
+    print_table(&rows);
+    eprintln!(
+        "{}: a valid plain+v0 bundle, {} in {} files",
+        args.dir.display(),
+        objects(prepared.objects.len()),
+        prepared.files.files.len()
+    );
     Ok(())
 }

@@ -1,9 +1,14 @@
 //! Sub-commands. Each lives in its own module; shared code belongs in the libraries.
 
+mod cluster;
 mod image;
+mod inspect;
+mod output;
 mod review;
+mod system;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use clap_complete::Shell;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -13,6 +18,8 @@ use clap::{Parser, Subcommand};
     about = "Author and manage Gantry bundles"
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub global: cluster::GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -23,23 +30,58 @@ pub enum Command {
     Push(image::PushArgs),
     /// Pull a bundle image, verify and validate it, and write its manifests to a directory.
     Pull(image::PullArgs),
+    /// Check a bundle directory as push does, without a registry.
+    Validate(image::ValidateArgs),
     /// List bundles with their class, phase, readiness, digest and approval.
     List(review::ListArgs),
     /// Show a bundle: conditions, digests, requested permissions, inventory, recent Events.
     Status(review::StatusArgs),
+    /// Show a bundle's Events, and the Warning Events of the objects it manages.
+    Events(inspect::EventsArgs),
+    /// Show the objects a bundle manages, whether they exist and how ready they are.
+    Tree(inspect::TreeArgs),
     /// Approve the digest a bundle resolves to, after showing what it will create.
     Approve(review::ApproveArgs),
     /// Deny the digest a bundle resolves to: nothing of it is installed.
     Deny(review::DenyArgs),
+    /// Print the plugin's version, the API server's and the controller's.
+    Version(system::VersionArgs),
+    /// Check that Gantry can serve bundles: CRDs, provisioner, leader, storage, classes.
+    Check(system::CheckArgs),
+    /// Print a shell completion script for kubectl-bundle.
+    #[command(
+        after_help = "Examples:\n  source <(kubectl bundle completion bash)\n  kubectl bundle completion zsh > \"${fpath[1]}/_kubectl-bundle\"\n  kubectl bundle completion fish > ~/.config/fish/completions/kubectl-bundle.fish"
+    )]
+    Completion {
+        /// The shell.
+        shell: Shell,
+    },
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let global = &cli.global;
+    global.init_logging();
     match cli.command {
         Command::Push(args) => image::push(args).await,
         Command::Pull(args) => image::pull(args).await,
-        Command::List(args) => review::list(args).await,
-        Command::Status(args) => review::status(args).await,
-        Command::Approve(args) => review::approve(args).await,
-        Command::Deny(args) => review::deny(args).await,
+        Command::Validate(args) => image::validate(args),
+        Command::List(args) => review::list(global, args).await,
+        Command::Status(args) => review::status(global, args).await,
+        Command::Events(args) => inspect::events(global, args).await,
+        Command::Tree(args) => inspect::tree(global, args).await,
+        Command::Approve(args) => review::approve(global, args).await,
+        Command::Deny(args) => review::deny(global, args).await,
+        Command::Version(args) => system::version(global, args).await,
+        Command::Check(args) => system::check(global, args).await,
+        Command::Completion { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(
+                shell,
+                &mut command,
+                "kubectl-bundle",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
     }
 }

@@ -1,102 +1,67 @@
 //! `list`, `status`, `approve` and `deny`: reading bundles and deciding on their digests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Args, ValueEnum};
+use clap::Args;
+use futures::{StreamExt, TryStreamExt};
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{ApprovalDecision, Bundle, BundleStatus, Condition, RequestedPermissions};
-use k8s_openapi::api::events::v1::Event;
+use gantry_api::{
+    ApprovalDecision, ApprovalPolicy, Bundle, BundlePhase, BundleStatus, Condition,
+    DEFAULT_CLASS_ANNOTATION, ProvisionerClass, RequestedPermissions,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config, ResourceExt};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use super::cluster::GlobalArgs;
+use super::inspect::{bundle_events, events_table};
+use super::output::{
+    OutputFormat, clean, list_of, parse_output, print_structured, print_table, table,
+};
 
 /// The field manager of approvals: the approval's owner in `managedFields`.
 const FIELD_MANAGER: &str = "kubectl-bundle";
 
-/// How to reach the cluster, as kubectl does.
-#[derive(Args, Debug, Clone)]
-pub struct ClusterArgs {
-    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
-    #[arg(long, global = true)]
-    kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use.
-    #[arg(long, global = true)]
-    context: Option<String>,
-}
-
-impl ClusterArgs {
-    async fn client(&self) -> anyhow::Result<Client> {
-        let options = KubeConfigOptions {
-            context: self.context.clone(),
-            ..Default::default()
-        };
-        let config = match &self.kubeconfig {
-            Some(path) => {
-                let kubeconfig = Kubeconfig::read_from(path)
-                    .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-                Config::from_custom_kubeconfig(kubeconfig, &options)
-                    .await
-                    .with_context(|| format!("loading kubeconfig {}", path.display()))?
-            }
-            None if self.context.is_some() => Config::from_kubeconfig(&options)
-                .await
-                .context("loading the kubeconfig")?,
-            None => Config::infer().await.context("finding a kubeconfig")?,
-        };
-        Client::try_from(config).context("building the Kubernetes client")
-    }
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Output {
-    Wide,
-    Json,
-    Yaml,
-}
-
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  kubectl bundle list\n  kubectl bundle list -o wide\n  kubectl bundle list -o json"
+    after_help = "Examples:\n  kubectl bundle list\n  kubectl bundle list -o wide\n  kubectl bundle list -o jsonpath='{.items[*].metadata.name}'\n  kubectl bundle list --watch"
 )]
 pub struct ListArgs {
-    #[command(flatten)]
-    cluster: ClusterArgs,
-    /// Output format: wide adds the image and the resolved reference.
-    #[arg(short = 'o', long = "output", value_enum)]
-    output: Option<Output>,
-}
-
-#[derive(Args, Debug)]
-#[command(after_help = "Example:\n  kubectl bundle status my-app")]
-pub struct StatusArgs {
-    #[command(flatten)]
-    cluster: ClusterArgs,
-    /// The bundle.
-    name: String,
-    /// Print the bundle's status as JSON or YAML instead of the summary.
-    #[arg(short = 'o', long = "output", value_enum)]
-    output: Option<StatusOutput>,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum StatusOutput {
-    Json,
-    Yaml,
+    /// Output format: json, yaml, name, wide (adds the image and the resolved reference) or
+    /// jsonpath=TEMPLATE.
+    #[arg(short = 'o', long = "output", value_parser = parse_output)]
+    output: Option<OutputFormat>,
+    /// After listing, print bundles again as they change.
+    #[arg(short = 'w', long)]
+    watch: bool,
 }
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  kubectl bundle approve my-app\n  kubectl bundle approve my-app --yes --digest sha256:..."
+    after_help = "Examples:\n  kubectl bundle status my-app\n  kubectl bundle status my-app -o jsonpath='{.status.phase}'\n  kubectl bundle status my-app --watch"
+)]
+pub struct StatusArgs {
+    /// The bundle.
+    name: String,
+    /// Print the Bundle as json, yaml, name or jsonpath=TEMPLATE instead of the summary.
+    #[arg(short = 'o', long = "output", value_parser = parse_output)]
+    output: Option<OutputFormat>,
+    /// Print the status again each time the bundle changes.
+    #[arg(short = 'w', long)]
+    watch: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  kubectl bundle approve my-app\n  kubectl bundle approve my-app --yes --digest sha256:... --wait --timeout 5m"
 )]
 pub struct ApproveArgs {
-    #[command(flatten)]
-    cluster: ClusterArgs,
     /// The bundle.
     name: String,
     /// Approve without asking.
@@ -108,13 +73,17 @@ pub struct ApproveArgs {
     /// Why (recorded in the approval).
     #[arg(long)]
     reason: Option<String>,
+    /// After approving, wait until the bundle is Ready (exit 0) or fails (exit 1).
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait waits (e.g. 90s, 5m).
+    #[arg(long, default_value = "5m", value_parser = super::cluster::parse_timeout, requires = "wait")]
+    timeout: Duration,
 }
 
 #[derive(Args, Debug)]
 #[command(after_help = "Example:\n  kubectl bundle deny my-app --reason \"grants cluster-admin\"")]
 pub struct DenyArgs {
-    #[command(flatten)]
-    cluster: ClusterArgs,
     /// The bundle.
     name: String,
     /// Why (shown in the bundle's conditions and Events).
@@ -163,79 +132,96 @@ fn approval_state(status: &BundleStatus) -> &'static str {
     }
 }
 
-pub async fn list(args: ListArgs) -> anyhow::Result<()> {
-    let bundles: Api<Bundle> = Api::all(args.cluster.client().await?);
+fn list_header(wide: bool) -> Vec<String> {
+    let mut header = vec!["NAME", "CLASS", "PHASE", "READY", "DIGEST", "APPROVAL"];
+    if wide {
+        header.extend(["IMAGE", "RESOLVED"]);
+    }
+    header.into_iter().map(String::from).collect()
+}
+
+fn list_row(bundle: &Bundle, wide: bool) -> Vec<String> {
+    let status = bundle.status.clone().unwrap_or_default();
+    let mut row = vec![
+        bundle.name_any(),
+        bundle
+            .spec
+            .provisioner_class_name
+            .clone()
+            .unwrap_or_else(|| "<default>".into()),
+        status.phase.map(|p| p.to_string()).unwrap_or_default(),
+        condition(&status, types::READY)
+            .map(|c| c.status.clone())
+            .unwrap_or_default(),
+        resolved_digest(&status).map(short).unwrap_or_default(),
+        approval_state(&status).to_string(),
+    ];
+    if wide {
+        row.push(bundle.spec.image.clone());
+        row.push(status.resolved_image.clone().unwrap_or_default());
+    }
+    row
+}
+
+/// Prints bundles in the format asked for: a table, or one document for all of them.
+fn print_bundles(items: &[Bundle], output: Option<&OutputFormat>) -> anyhow::Result<()> {
+    if print_structured(&list_of(items)?, output)? {
+        return Ok(());
+    }
+    let wide = output == Some(&OutputFormat::Wide);
+    let mut rows = vec![list_header(wide)];
+    rows.extend(items.iter().map(|b| list_row(b, wide)));
+    print_table(&rows);
+    Ok(())
+}
+
+/// Prints one changed bundle while watching: a table row, or the object alone.
+fn print_change(bundle: &Bundle, output: Option<&OutputFormat>) -> anyhow::Result<()> {
+    if !print_structured(&clean(bundle)?, output)? {
+        let wide = output == Some(&OutputFormat::Wide);
+        // Aligned with the header's widths as far as the row allows.
+        let text = table(&[list_header(wide), list_row(bundle, wide)]);
+        print!(
+            "{}",
+            text.lines()
+                .nth(1)
+                .map(|l| format!("{l}\n"))
+                .unwrap_or_default()
+        );
+    }
+    std::io::stdout().flush()?;
+    Ok(())
+}
+
+pub async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<()> {
+    let bundles: Api<Bundle> = Api::all(global.client().await?);
     let mut items = bundles
         .list(&ListParams::default())
         .await
         .context("listing bundles")?
         .items;
     items.sort_by_key(|b| b.name_any());
-    match args.output {
-        Some(Output::Json) => {
-            println!("{}", serde_json::to_string_pretty(&items)?);
-            return Ok(());
-        }
-        Some(Output::Yaml) => {
-            print!("{}", serde_saphyr::to_string(&items)?);
-            return Ok(());
-        }
-        _ => {}
+    print_bundles(&items, args.output.as_ref())?;
+    if !args.watch {
+        return Ok(());
     }
-    let wide = matches!(args.output, Some(Output::Wide));
-    let mut rows = vec![{
-        let mut header = vec!["NAME", "CLASS", "PHASE", "READY", "DIGEST", "APPROVAL"];
-        if wide {
-            header.extend(["IMAGE", "RESOLVED"]);
-        }
-        header.into_iter().map(String::from).collect::<Vec<_>>()
-    }];
-    for bundle in &items {
-        let status = bundle.status.clone().unwrap_or_default();
-        let mut row = vec![
-            bundle.name_any(),
-            bundle
-                .spec
-                .provisioner_class_name
-                .clone()
-                .unwrap_or_else(|| "<default>".into()),
-            status.phase.map(|p| p.to_string()).unwrap_or_default(),
-            condition(&status, types::READY)
-                .map(|c| c.status.clone())
-                .unwrap_or_default(),
-            resolved_digest(&status).map(short).unwrap_or_default(),
-            approval_state(&status).to_string(),
-        ];
-        if wide {
-            row.push(bundle.spec.image.clone());
-            row.push(status.resolved_image.clone().unwrap_or_default());
-        }
-        rows.push(row);
-    }
-    print_table(&rows);
-    Ok(())
-}
-
-fn print_table(rows: &[Vec<String>]) {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
+    std::io::stdout().flush()?;
+    // What was printed last of each bundle: a change is printed once, relists print nothing new.
+    let mut printed: HashMap<String, Option<String>> = items
+        .iter()
+        .map(|b| (b.name_any(), b.resource_version()))
         .collect();
-    let mut out = std::io::stdout().lock();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(i, cell)| format!("{cell:<width$}", width = widths[i]))
-            .collect();
-        let _ = writeln!(out, "{}", line.join("   ").trim_end());
+    let mut changes = watcher(bundles, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .boxed();
+    while let Some(bundle) = changes.try_next().await.context("watching bundles")? {
+        let version = bundle.resource_version();
+        if printed.insert(bundle.name_any(), version.clone()) != Some(version) {
+            print_change(&bundle, args.output.as_ref())?;
+        }
     }
+    Ok(())
 }
 
 /// The requested permissions as a readable table, flagged objects last.
@@ -295,67 +281,91 @@ fn permissions_table(permissions: &RequestedPermissions) -> String {
     out
 }
 
-pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let client = args.cluster.client().await?;
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    let bundle = bundles
-        .get_opt(&args.name)
+pub(super) async fn get_bundle(bundles: &Api<Bundle>, name: &str) -> anyhow::Result<Bundle> {
+    bundles
+        .get_opt(name)
         .await
-        .with_context(|| format!("reading bundle {}", args.name))?
-        .with_context(|| format!("bundle {} not found", args.name))?;
-    let status = bundle.status.clone().unwrap_or_default();
-    match args.output {
-        Some(StatusOutput::Json) => {
-            println!("{}", serde_json::to_string_pretty(&status)?);
-            return Ok(());
-        }
-        Some(StatusOutput::Yaml) => {
-            print!("{}", serde_saphyr::to_string(&status)?);
-            return Ok(());
-        }
-        None => {}
+        .with_context(|| format!("reading bundle {name}"))?
+        .with_context(|| format!("bundle {name} not found"))
+}
+
+pub async fn status(global: &GlobalArgs, args: StatusArgs) -> anyhow::Result<()> {
+    let client = global.client().await?;
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let bundle = get_bundle(&bundles, &args.name).await?;
+    print_status(&client, &bundle, args.output.as_ref()).await?;
+    if !args.watch {
+        return Ok(());
     }
-    println!("Name:       {}", bundle.name_any());
-    println!("Image:      {}", bundle.spec.image);
-    println!(
-        "Class:      {}",
+    let mut last = bundle.resource_version();
+    let mut changes = watcher::watch_object(bundles, &args.name).boxed();
+    while let Some(bundle) = changes
+        .try_next()
+        .await
+        .with_context(|| format!("watching bundle {}", args.name))?
+    {
+        let Some(bundle) = bundle else {
+            bail!("bundle {} was deleted", args.name);
+        };
+        if bundle.resource_version() != last {
+            last = bundle.resource_version();
+            println!();
+            print_status(&client, &bundle, args.output.as_ref()).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn print_status(
+    client: &Client,
+    bundle: &Bundle,
+    output: Option<&OutputFormat>,
+) -> anyhow::Result<()> {
+    if print_structured(&clean(bundle)?, output)? {
+        std::io::stdout().flush()?;
+        return Ok(());
+    }
+    let status = bundle.status.clone().unwrap_or_default();
+    let mut out = String::new();
+    let mut field = |label: &str, value: &str| out.push_str(&format!("{label:<12}{value}\n"));
+    field("Name:", &bundle.name_any());
+    field("Image:", &bundle.spec.image);
+    field(
+        "Class:",
         bundle
             .spec
             .provisioner_class_name
             .as_deref()
-            .unwrap_or("<default>")
+            .unwrap_or("<default>"),
     );
-    println!(
-        "Phase:      {}",
-        status.phase.map(|p| p.to_string()).unwrap_or_default()
+    field(
+        "Phase:",
+        &status.phase.map(|p| p.to_string()).unwrap_or_default(),
     );
-    println!(
-        "Resolved:   {}",
-        status.resolved_image.as_deref().unwrap_or("-")
+    field("Resolved:", status.resolved_image.as_deref().unwrap_or("-"));
+    field(
+        "Manifest:",
+        status.manifest_digest.as_deref().unwrap_or("-"),
     );
-    println!(
-        "Manifest:   {}",
-        status.manifest_digest.as_deref().unwrap_or("-")
-    );
-    println!("Platform:   {}", status.platform.as_deref().unwrap_or("-"));
-    println!(
-        "Content:    {}",
-        status.content_digest.as_deref().unwrap_or("-")
-    );
-    println!("Approval:   {}", approval_state(&status));
+    field("Platform:", status.platform.as_deref().unwrap_or("-"));
+    field("Content:", status.content_digest.as_deref().unwrap_or("-"));
+    field("Approval:", approval_state(&status));
     if let Some(approval) = &status.approval {
-        println!(
-            "            {:?} {}{}",
-            approval.decision,
-            approval.digest,
-            approval
-                .reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default()
+        field(
+            "",
+            &format!(
+                "{:?} {}{}",
+                approval.decision,
+                approval.digest,
+                approval
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
         );
     }
-    println!("\nConditions:");
+    out.push_str("\nConditions:\n");
     let mut rows = vec![vec![
         "  TYPE".to_string(),
         "STATUS".to_string(),
@@ -370,66 +380,102 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
             c.message.clone(),
         ]);
     }
-    print_table(&rows);
+    out.push_str(&table(&rows));
     if let Some(permissions) = &status.requested_permissions {
-        println!("\nRequested permissions:");
-        print!("{}", permissions_table(permissions));
+        out.push_str("\nRequested permissions:\n");
+        out.push_str(&permissions_table(permissions));
     }
     let mut inventory: BTreeMap<String, usize> = BTreeMap::new();
     for entry in &status.inventory {
         *inventory.entry(entry.kind.clone()).or_default() += 1;
     }
-    println!("\nInventory: {} objects", status.inventory.len());
+    out.push_str(&format!(
+        "\nInventory: {} objects\n",
+        status.inventory.len()
+    ));
     for (kind, count) in inventory {
-        println!("  {kind}: {count}");
+        out.push_str(&format!("  {kind}: {count}\n"));
     }
-    // Events of cluster-scoped objects are recorded in the default namespace.
-    let events: Api<Event> = Api::namespaced(client, "default");
-    if let Ok(list) = events.list(&ListParams::default()).await {
-        let mut mine: Vec<&Event> = list
-            .items
-            .iter()
-            .filter(|e| {
-                e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some("Bundle")
-                        && r.name.as_deref() == Some(args.name.as_str())
-                })
-            })
-            .collect();
-        mine.sort_by_key(|e| {
-            e.event_time.as_ref().map(|t| t.0).or(e
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0))
-        });
-        println!("\nEvents:");
-        if mine.is_empty() {
-            println!("  <none>");
+    out.push_str("\nEvents:\n");
+    match bundle_events(client, bundle, false).await {
+        Ok(events) if events.is_empty() => out.push_str("  <none>\n"),
+        // The latest ten, oldest first.
+        Ok(events) => {
+            let shown = &events[events.len().saturating_sub(10)..];
+            for line in events_table(shown).lines() {
+                out.push_str(&format!("  {line}\n"));
+            }
         }
-        for e in mine.iter().rev().take(10).rev() {
-            println!(
-                "  {:<8} {:<20} {}",
-                e.type_.as_deref().unwrap_or(""),
-                e.reason.as_deref().unwrap_or(""),
-                e.note.as_deref().unwrap_or("")
-            );
-        }
+        Err(e) => out.push_str(&format!("  cannot list them: {e:#}\n")),
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.as_bytes())?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// The class serving a bundle: the one it names, else the default class (annotated
+/// `gantry.dev/is-default-class: "true"`; the newest when several are).
+async fn serving_class(
+    client: &Client,
+    bundle: &Bundle,
+) -> anyhow::Result<Option<ProvisionerClass>> {
+    let classes: Api<ProvisionerClass> = Api::all(client.clone());
+    if let Some(name) = &bundle.spec.provisioner_class_name {
+        return classes
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading ProvisionerClass {name}"));
+    }
+    let mut defaults: Vec<ProvisionerClass> = classes
+        .list(&ListParams::default())
+        .await
+        .context("listing ProvisionerClasses")?
+        .items
+        .into_iter()
+        .filter(|c| {
+            c.annotations()
+                .get(DEFAULT_CLASS_ANNOTATION)
+                .map(String::as_str)
+                == Some("true")
+        })
+        .collect();
+    defaults.sort_by_key(|c| {
+        (
+            c.creation_timestamp().map(|t| t.0),
+            std::cmp::Reverse(c.name_any()),
+        )
+    });
+    Ok(defaults.pop())
+}
+
+/// Refuses a decision on a bundle whose class installs every digest without one.
+async fn require_manual_class(client: &Client, bundle: &Bundle, verb: &str) -> anyhow::Result<()> {
+    let Some(class) = serving_class(client, bundle).await? else {
+        return Ok(());
+    };
+    if class.spec.approval == ApprovalPolicy::Automatic {
+        let which = match &bundle.spec.provisioner_class_name {
+            Some(_) => format!("class {}", class.name_any()),
+            None => format!("the default class {}", class.name_any()),
+        };
+        bail!(
+            "bundle {} is served by {which}, whose approval is Automatic: every digest is installed without a decision, so there is nothing to {verb}. Decisions apply to classes with `approval: Manual`",
+            bundle.name_any()
+        );
     }
     Ok(())
 }
 
 /// Why a decision cannot be made now, or the bundle and its digest.
 async fn reviewable(
-    bundles: &Api<Bundle>,
+    client: &Client,
     name: &str,
     wanted: Option<&str>,
+    verb: &str,
 ) -> anyhow::Result<(Bundle, String)> {
-    let bundle = bundles
-        .get_opt(name)
-        .await
-        .with_context(|| format!("reading bundle {name}"))?
-        .with_context(|| format!("bundle {name} not found"))?;
+    let bundle = get_bundle(&Api::all(client.clone()), name).await?;
+    require_manual_class(client, &bundle, verb).await?;
     let status = bundle.status.clone().unwrap_or_default();
     let unpacked = condition(&status, types::UNPACKED).is_some_and(|c| c.status == "True");
     let Some(digest) = resolved_digest(&status).filter(|_| unpacked) else {
@@ -492,9 +538,11 @@ async fn decide(
     }
 }
 
-pub async fn approve(args: ApproveArgs) -> anyhow::Result<()> {
-    let bundles: Api<Bundle> = Api::all(args.cluster.client().await?);
-    let (bundle, digest) = reviewable(&bundles, &args.name, args.digest.as_deref()).await?;
+pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<()> {
+    let client = global.client().await?;
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let (bundle, digest) =
+        reviewable(&client, &args.name, args.digest.as_deref(), "approve").await?;
     let status = bundle.status.clone().unwrap_or_default();
     if status
         .approval
@@ -535,14 +583,74 @@ pub async fn approve(args: ApproveArgs) -> anyhow::Result<()> {
     )
     .await?;
     println!("bundle {} approved for {digest}", args.name);
+    if args.wait {
+        wait_installed(&bundles, &args.name, &digest, args.timeout).await?;
+    }
     Ok(())
 }
 
-pub async fn deny(args: DenyArgs) -> anyhow::Result<()> {
-    let bundles: Api<Bundle> = Api::all(args.cluster.client().await?);
-    let (bundle, digest) = reviewable(&bundles, &args.name, args.digest.as_deref()).await?;
+/// Waits until the bundle is Ready with `digest` installed, or fails.
+async fn wait_installed(
+    bundles: &Api<Bundle>,
+    name: &str,
+    digest: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let settled = |bundle: Option<&Bundle>| {
+        let Some(status) = bundle.and_then(|b| b.status.as_ref()) else {
+            return true; // deleted
+        };
+        let current = resolved_digest(status) == Some(digest);
+        let ready = condition(status, types::READY).is_some_and(|c| c.status == "True");
+        !current
+            || (ready && status.observed_generation == bundle.and_then(|b| b.metadata.generation))
+            || matches!(
+                status.phase,
+                Some(BundlePhase::Failing | BundlePhase::Denied)
+            )
+    };
+    eprintln!("waiting up to {timeout:?} for bundle {name} to be Ready");
+    let outcome = tokio::time::timeout(
+        timeout,
+        kube::runtime::wait::await_condition(bundles.clone(), name, settled),
+    )
+    .await;
+    let bundle = match outcome {
+        Err(_) => bail!(
+            "bundle {name} is not Ready after {timeout:?}: see `kubectl bundle status {name}` and `kubectl bundle events {name}`"
+        ),
+        Ok(result) => result.with_context(|| format!("watching bundle {name}"))?,
+    };
+    let Some(status) = bundle.and_then(|b| b.status) else {
+        bail!("bundle {name} was deleted while waiting");
+    };
+    let ready = condition(&status, types::READY);
+    if resolved_digest(&status) != Some(digest) {
+        bail!(
+            "bundle {name} moved to {} while waiting: that digest needs its own decision",
+            status.resolved_image.as_deref().unwrap_or("another digest")
+        );
+    }
+    match ready {
+        Some(c) if c.status == "True" => {
+            println!("bundle {name} is Ready");
+            Ok(())
+        }
+        other => bail!(
+            "bundle {name} failed: phase {}{}",
+            status.phase.map(|p| p.to_string()).unwrap_or_default(),
+            other
+                .map(|c| format!(", {}: {}", c.reason, c.message))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+pub async fn deny(global: &GlobalArgs, args: DenyArgs) -> anyhow::Result<()> {
+    let client = global.client().await?;
+    let (bundle, digest) = reviewable(&client, &args.name, args.digest.as_deref(), "deny").await?;
     decide(
-        &bundles,
+        &Api::all(client),
         &bundle,
         &digest,
         ApprovalDecision::Denied,

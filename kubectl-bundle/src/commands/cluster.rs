@@ -1,0 +1,188 @@
+//! Reaching the cluster as kubectl does: kubeconfig files found and merged by kubectl's rules,
+//! `--context`, `--cluster`, `--user`, `--request-timeout`, `-v`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// kubectl's global flags. They may come before or after the command.
+#[derive(Args, Debug, Clone, Default)]
+pub struct GlobalArgs {
+    /// Path to the kubeconfig file (default: the files listed in $KUBECONFIG, else
+    /// ~/.kube/config, else the in-cluster configuration).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The kubeconfig cluster to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// The kubeconfig user to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub user: Option<String>,
+    /// How long to wait for one request to the API server before giving up (`0`: no limit;
+    /// e.g. `10s`, `1m`).
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_timeout)]
+    pub request_timeout: Option<Duration>,
+    /// Accepted for kubectl's habits and ignored: bundles are cluster-scoped.
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Log level: 4 and up log the requests made, 8 and up their details.
+    #[arg(short = 'v', long = "v", global = true, value_name = "LEVEL")]
+    pub verbosity: Option<u8>,
+}
+
+/// kubectl's request timeout: a duration (`30s`, `1m30s`, `250ms`), or a bare number of seconds.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(seconds));
+    }
+    text.parse::<k8s_openapi::jiff::SignedDuration>()
+        .ok()
+        .and_then(|d| Duration::try_from(d).ok())
+        .ok_or_else(|| {
+            format!("invalid duration {text:?}: use a number with a unit, e.g. 30s, 1m, 1h")
+        })
+}
+
+impl GlobalArgs {
+    /// Logs to stderr at the level `-v` asks for (nothing below 4).
+    pub fn init_logging(&self) {
+        let filter = match self.verbosity.unwrap_or(0) {
+            0..=3 => return,
+            4..=7 => "kube_client=debug,kubectl_bundle=debug",
+            _ => "kube_client=trace,kube_runtime=debug,kubectl_bundle=trace",
+        };
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init();
+    }
+
+    /// The kubeconfig files kubectl would read: `--kubeconfig` alone, else the existing files
+    /// of `$KUBECONFIG` (missing ones are skipped), else `~/.kube/config` if it exists.
+    fn kubeconfig_files(&self) -> Vec<PathBuf> {
+        if let Some(path) = &self.kubeconfig {
+            return vec![path.clone()];
+        }
+        if let Some(list) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
+            return std::env::split_paths(&list)
+                .filter(|p| !p.as_os_str().is_empty() && p.is_file())
+                .collect();
+        }
+        std::env::var_os("HOME")
+            .map(|home| PathBuf::from(home).join(".kube").join("config"))
+            .filter(|p| p.is_file())
+            .into_iter()
+            .collect()
+    }
+
+    fn options(&self) -> KubeConfigOptions {
+        KubeConfigOptions {
+            context: self.context.clone(),
+            cluster: self.cluster.clone(),
+            user: self.user.clone(),
+        }
+    }
+
+    /// The client configuration, with the request timeout applied.
+    pub async fn config(&self) -> anyhow::Result<Config> {
+        let files = self.kubeconfig_files();
+        let mut config = if files.is_empty() {
+            if self.context.is_some() || self.cluster.is_some() || self.user.is_some() {
+                bail!(
+                    "no kubeconfig file found ($KUBECONFIG and ~/.kube/config): --context, --cluster and --user need one"
+                );
+            }
+            Config::incluster().context(
+                "no kubeconfig file found ($KUBECONFIG, ~/.kube/config) and not running in a cluster: pass --kubeconfig FILE",
+            )?
+        } else {
+            let read = files
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let mut merged = Kubeconfig::default();
+            for file in &files {
+                let next = Kubeconfig::read_from(file)
+                    .with_context(|| format!("reading kubeconfig {}", file.display()))?;
+                merged = merged
+                    .merge(next)
+                    .with_context(|| format!("merging kubeconfig {}", file.display()))?;
+            }
+            self.check_names(&merged, &read)?;
+            Config::from_custom_kubeconfig(merged, &self.options())
+                .await
+                .with_context(|| format!("loading the kubeconfig (read: {read})"))?
+        };
+        if let Some(timeout) = self.request_timeout.filter(|t| !t.is_zero()) {
+            config.connect_timeout = Some(timeout);
+            config.read_timeout = Some(timeout);
+            config.write_timeout = Some(timeout);
+        }
+        Ok(config)
+    }
+
+    /// Names a missing context, cluster or user with the files read and what they offer.
+    fn check_names(&self, merged: &Kubeconfig, read: &str) -> anyhow::Result<()> {
+        let checks: [(&str, &Option<String>, Vec<&str>); 3] = [
+            (
+                "context",
+                &self.context,
+                merged.contexts.iter().map(|c| c.name.as_str()).collect(),
+            ),
+            (
+                "cluster",
+                &self.cluster,
+                merged.clusters.iter().map(|c| c.name.as_str()).collect(),
+            ),
+            (
+                "user",
+                &self.user,
+                merged.auth_infos.iter().map(|c| c.name.as_str()).collect(),
+            ),
+        ];
+        for (what, wanted, known) in checks {
+            if let Some(wanted) = wanted
+                && !known.contains(&wanted.as_str())
+            {
+                bail!(
+                    "{what} {wanted:?} not found in the kubeconfig (read: {read}); {what}s there: {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        Client::try_from(self.config().await?).context("building the Kubernetes client")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_read_as_kubectl_reads_them() {
+        assert_eq!(parse_timeout("5").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_timeout("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_timeout("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_timeout("0").unwrap(), Duration::ZERO);
+        assert!(parse_timeout("soon").is_err());
+        assert!(parse_timeout("5x").is_err());
+    }
+}

@@ -1,0 +1,329 @@
+//! `events` and `tree`: what happened to a bundle, and the objects it manages as they are now.
+
+use std::collections::{HashMap, HashSet};
+
+use anyhow::Context;
+use clap::Args;
+use gantry_api::{Bundle, InventoryEntry};
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::discovery::{ApiCapabilities, Scope};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::cluster::GlobalArgs;
+use super::output::{
+    OutputFormat, age, list_of, parse_output, print_structured, print_table, table,
+};
+use super::review::get_bundle;
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  kubectl bundle events my-app\n  kubectl bundle events my-app -o yaml"
+)]
+pub struct EventsArgs {
+    /// The bundle.
+    name: String,
+    /// Output format: json, yaml, name or jsonpath=TEMPLATE (a `v1 List` of Events).
+    #[arg(short = 'o', long = "output", value_parser = parse_output)]
+    output: Option<OutputFormat>,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  kubectl bundle tree my-app\n  kubectl bundle tree my-app -o json"
+)]
+pub struct TreeArgs {
+    /// The bundle.
+    name: String,
+    /// Output format: json, yaml, name or jsonpath=TEMPLATE (a `v1 List` of the objects with
+    /// `exists` and `summary`).
+    #[arg(short = 'o', long = "output", value_parser = parse_output)]
+    output: Option<OutputFormat>,
+}
+
+/// When an event last happened: its series, its last timestamp, its event time, its creation.
+fn last_seen(event: &Event) -> Option<Timestamp> {
+    event
+        .series
+        .as_ref()
+        .and_then(|s| s.last_observed_time.as_ref())
+        .map(|t| t.0)
+        .or(event.last_timestamp.as_ref().map(|t| t.0))
+        .or(event.event_time.as_ref().map(|t| t.0))
+        .or(event.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+fn count(event: &Event) -> i32 {
+    event
+        .series
+        .as_ref()
+        .and_then(|s| s.count)
+        .or(event.count)
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The bundle's own Events (matched by UID, so a re-created bundle does not show its
+/// predecessor's), plus, with `warnings_of_objects`, the Warning Events of the objects in its
+/// inventory; oldest first.
+pub async fn bundle_events(
+    client: &Client,
+    bundle: &Bundle,
+    warnings_of_objects: bool,
+) -> anyhow::Result<Vec<Event>> {
+    let events: Api<Event> = Api::all(client.clone());
+    let uid = bundle.uid().context("the bundle has no UID")?;
+    let mut found = events
+        .list(&ListParams::default().fields(&format!("involvedObject.uid={uid}")))
+        .await
+        .context("listing the bundle's Events")?
+        .items;
+    if warnings_of_objects {
+        let inventory: HashSet<(&str, &str, &str)> = bundle
+            .status
+            .iter()
+            .flat_map(|s| &s.inventory)
+            .map(|e| {
+                (
+                    e.kind.as_str(),
+                    e.namespace.as_deref().unwrap_or(""),
+                    e.name.as_str(),
+                )
+            })
+            .collect();
+        let warnings = events
+            .list(&ListParams::default().fields("type=Warning"))
+            .await
+            .context("listing Warning Events")?
+            .items;
+        found.extend(warnings.into_iter().filter(|e| {
+            let o = &e.involved_object;
+            inventory.contains(&(
+                o.kind.as_deref().unwrap_or(""),
+                o.namespace.as_deref().unwrap_or(""),
+                o.name.as_deref().unwrap_or(""),
+            ))
+        }));
+    }
+    found.sort_by_key(last_seen);
+    Ok(found)
+}
+
+/// Events as kubectl shows them: LAST SEEN, TYPE, REASON, OBJECT, COUNT, MESSAGE.
+pub fn events_table(events: &[Event]) -> String {
+    let mut rows = vec![
+        ["LAST SEEN", "TYPE", "REASON", "OBJECT", "COUNT", "MESSAGE"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for e in events {
+        let o = &e.involved_object;
+        rows.push(vec![
+            last_seen(e).map(age).unwrap_or_else(|| "-".into()),
+            e.type_.clone().unwrap_or_default(),
+            e.reason.clone().unwrap_or_default(),
+            format!(
+                "{}/{}",
+                o.kind.as_deref().unwrap_or("").to_lowercase(),
+                o.name.as_deref().unwrap_or("")
+            ),
+            count(e).to_string(),
+            e.message.clone().unwrap_or_default().replace('\n', " "),
+        ]);
+    }
+    table(&rows)
+}
+
+pub async fn events(global: &GlobalArgs, args: EventsArgs) -> anyhow::Result<()> {
+    let client = global.client().await?;
+    let bundle = get_bundle(&Api::all(client.clone()), &args.name).await?;
+    let events = bundle_events(&client, &bundle, true).await?;
+    if print_structured(&list_of(&events)?, args.output.as_ref())? {
+        return Ok(());
+    }
+    if events.is_empty() {
+        eprintln!("No events for bundle {}.", args.name);
+    } else {
+        print!("{}", events_table(&events));
+    }
+    Ok(())
+}
+
+/// One managed object as it is now.
+struct Node {
+    entry: InventoryEntry,
+    /// `None` when the object does not exist.
+    object: Option<DynamicObject>,
+}
+
+/// A short readiness summary from the status conditions and replica counts an object has.
+pub fn readiness(status: Option<&Value>) -> String {
+    let Some(status) = status else {
+        return "-".into();
+    };
+    let mut parts = Vec::new();
+    if let Some(conditions) = status.get("conditions").and_then(Value::as_array) {
+        let field = |c: &Value, f: &str| c.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+        let preferred = ["Ready", "Available", "Established", "Complete", "Succeeded"];
+        let chosen = preferred
+            .iter()
+            .find_map(|t| conditions.iter().find(|c| field(c, "type") == *t))
+            .or(conditions.first());
+        if let Some(c) = chosen {
+            let mut part = format!("{}={}", field(c, "type"), field(c, "status"));
+            if field(c, "status") != "True" && !field(c, "reason").is_empty() {
+                part.push_str(&format!(" ({})", field(c, "reason")));
+            }
+            parts.push(part);
+        }
+    }
+    let number = |f: &str| status.get(f).and_then(Value::as_i64);
+    if let Some(replicas) = number("replicas") {
+        parts.push(format!(
+            "{}/{replicas} ready",
+            number("readyReplicas").unwrap_or(0)
+        ));
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn kind_name(entry: &InventoryEntry) -> String {
+    if entry.group.is_empty() {
+        entry.kind.clone()
+    } else {
+        format!("{}.{}", entry.kind, entry.group)
+    }
+}
+
+async fn node(
+    client: &Client,
+    resources: &mut HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>,
+    entry: &InventoryEntry,
+) -> anyhow::Result<Node> {
+    let gvk = GroupVersionKind::gvk(&entry.group, &entry.version, &entry.kind);
+    if !resources.contains_key(&gvk) {
+        let found = kube::discovery::pinned_kind(client, &gvk)
+            .await
+            .with_context(|| format!("finding the API of {}", kind_name(entry)))?;
+        resources.insert(gvk.clone(), found);
+    }
+    let (resource, capabilities) = &resources[&gvk];
+    let api: Api<DynamicObject> = match (&capabilities.scope, &entry.namespace) {
+        (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, resource),
+        _ => Api::all_with(client.clone(), resource),
+    };
+    let object = api
+        .get_opt(&entry.name)
+        .await
+        .with_context(|| format!("reading {} {}", kind_name(entry), entry.name))?;
+    Ok(Node {
+        entry: entry.clone(),
+        object,
+    })
+}
+
+pub async fn tree(global: &GlobalArgs, args: TreeArgs) -> anyhow::Result<()> {
+    let client = global.client().await?;
+    let bundle = get_bundle(&Api::all(client.clone()), &args.name).await?;
+    let status = bundle.status.clone().unwrap_or_default();
+    let mut resources = HashMap::new();
+    let mut nodes = Vec::new();
+    for entry in &status.inventory {
+        nodes.push(node(&client, &mut resources, entry).await?);
+    }
+    let entries: Vec<Value> = nodes
+        .iter()
+        .map(|n| {
+            let e = &n.entry;
+            let api_version = if e.group.is_empty() {
+                e.version.clone()
+            } else {
+                format!("{}/{}", e.group, e.version)
+            };
+            let mut metadata = json!({ "name": e.name });
+            if let Some(ns) = &e.namespace {
+                metadata["namespace"] = json!(ns);
+            }
+            json!({
+                "apiVersion": api_version,
+                "kind": e.kind,
+                "metadata": metadata,
+                "exists": n.object.is_some(),
+                "summary": readiness(n.object.as_ref().and_then(|o| o.data.get("status"))),
+            })
+        })
+        .collect();
+    if print_structured(&list_of(&entries)?, args.output.as_ref())? {
+        return Ok(());
+    }
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == gantry_api::conditions::types::READY)
+        .map(|c| format!("Ready={}", c.status))
+        .unwrap_or_else(|| "-".into());
+    let mut rows = vec![
+        ["OBJECT", "NAMESPACE", "STATUS", "SUMMARY"]
+            .map(String::from)
+            .to_vec(),
+        vec![
+            format!("Bundle/{}", args.name),
+            String::new(),
+            status.phase.map(|p| p.to_string()).unwrap_or_default(),
+            ready,
+        ],
+    ];
+    for (i, (n, entry)) in nodes.iter().zip(&entries).enumerate() {
+        let branch = if i + 1 == nodes.len() {
+            "└─"
+        } else {
+            "├─"
+        };
+        rows.push(vec![
+            format!("{branch} {}/{}", kind_name(&n.entry), n.entry.name),
+            n.entry.namespace.clone().unwrap_or_default(),
+            if n.object.is_some() {
+                "Exists"
+            } else {
+                "Missing"
+            }
+            .into(),
+            entry["summary"].as_str().unwrap_or("-").to_string(),
+        ]);
+    }
+    print_table(&rows);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_reads_conditions_and_replicas() {
+        assert_eq!(readiness(None), "-");
+        assert_eq!(readiness(Some(&json!({}))), "-");
+        assert_eq!(
+            readiness(Some(&json!({
+                "replicas": 3, "readyReplicas": 1,
+                "conditions": [
+                    {"type": "Progressing", "status": "True"},
+                    {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+                ],
+            }))),
+            "Available=False (MinimumReplicasUnavailable), 1/3 ready"
+        );
+        assert_eq!(
+            readiness(Some(
+                &json!({"conditions": [{"type": "Established", "status": "True"}]})
+            )),
+            "Established=True"
+        );
+    }
+}

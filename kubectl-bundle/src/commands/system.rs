@@ -1,0 +1,315 @@
+//! `version` and `check`: what runs in the cluster, and whether it can serve bundles.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use gantry_api::conditions::types;
+use gantry_api::{Bundle, PLAIN_PROVISIONER, ProvisionerClass};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, ListParams};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+
+use super::cluster::GlobalArgs;
+use super::output::{OutputFormat, parse_output, print_structured, print_table};
+
+/// The Deployment (and Lease) of the provisioner, and the Deployment of the storage server, as
+/// `manifests/` installs them.
+const PROVISIONER: &str = "gantry-provisioner";
+const STORAGE: &str = "gantry-storage";
+/// The label read for the controller's version before the image tag.
+const VERSION_LABEL: &str = "app.kubernetes.io/version";
+
+/// Where Gantry runs.
+#[derive(Args, Debug)]
+pub struct SystemArgs {
+    /// Namespace of the provisioner and the storage server.
+    #[arg(long, default_value = "gantry-system", value_name = "NAMESPACE")]
+    system_namespace: String,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  kubectl bundle version\n  kubectl bundle version -o json")]
+pub struct VersionArgs {
+    #[command(flatten)]
+    system: SystemArgs,
+    /// Output format: json, yaml or jsonpath=TEMPLATE.
+    #[arg(short = 'o', long = "output", value_parser = parse_output)]
+    output: Option<OutputFormat>,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Example:\n  kubectl bundle check")]
+pub struct CheckArgs {
+    #[command(flatten)]
+    system: SystemArgs,
+}
+
+/// The controller's version: the Deployment's `app.kubernetes.io/version` label, else the tag
+/// of its `provisioner` container's image (else its first container's).
+fn controller_version(deployment: &Deployment) -> Option<(String, String)> {
+    let containers = &deployment.spec.as_ref()?.template.spec.as_ref()?.containers;
+    let image = containers
+        .iter()
+        .find(|c| c.name == "provisioner")
+        .or(containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default();
+    if let Some(version) = deployment.labels().get(VERSION_LABEL) {
+        return Some((version.clone(), format!("label {VERSION_LABEL}")));
+    }
+    let without_digest = image.split('@').next().unwrap_or_default();
+    let last = without_digest.rsplit('/').next().unwrap_or_default();
+    let tag = last.split_once(':').map(|(_, tag)| tag).unwrap_or("latest");
+    Some((tag.to_string(), format!("image {image}")))
+}
+
+pub async fn version(global: &GlobalArgs, args: VersionArgs) -> anyhow::Result<()> {
+    let plugin = env!("CARGO_PKG_VERSION");
+    let client = global.client().await?;
+    let kubernetes = client
+        .apiserver_version()
+        .await
+        .context("reading the API server's version")?
+        .git_version;
+    let namespace = &args.system.system_namespace;
+    let deployment = Api::<Deployment>::namespaced(client, namespace)
+        .get_opt(PROVISIONER)
+        .await
+        .with_context(|| format!("reading Deployment {namespace}/{PROVISIONER}"))?;
+    let controller = deployment.as_ref().and_then(controller_version);
+    let value = json!({
+        "plugin": plugin,
+        "kubernetes": kubernetes,
+        "controller": controller.as_ref().map(|(v, _)| v),
+        "controllerSource": controller.as_ref().map(|(_, from)| format!("Deployment {namespace}/{PROVISIONER}, {from}")),
+    });
+    if print_structured(&value, args.output.as_ref())? {
+        return Ok(());
+    }
+    println!("Plugin version:     {plugin}");
+    println!("Kubernetes version: {kubernetes}");
+    match controller {
+        Some((version, from)) => {
+            println!("Controller version: {version} (Deployment {namespace}/{PROVISIONER}, {from})")
+        }
+        None => println!(
+            "Controller version: unknown (no Deployment {namespace}/{PROVISIONER}: is Gantry installed?)"
+        ),
+    }
+    Ok(())
+}
+
+/// One preflight check: what, whether it passed, and why.
+struct Outcome {
+    what: String,
+    ok: bool,
+    detail: String,
+}
+
+fn outcome(what: impl Into<String>, result: anyhow::Result<String>) -> Outcome {
+    match result {
+        Ok(detail) => Outcome {
+            what: what.into(),
+            ok: true,
+            detail,
+        },
+        Err(e) => Outcome {
+            what: what.into(),
+            ok: false,
+            detail: format!("{e:#}"),
+        },
+    }
+}
+
+async fn crd_served(client: &Client, name: &str) -> anyhow::Result<String> {
+    let crd = Api::<CustomResourceDefinition>::all(client.clone())
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading CRD {name}"))?
+        .with_context(|| format!("CRD {name} is not installed: apply manifests/01-crds.yaml"))?;
+    let established = crd
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        });
+    let version = gantry_api::VERSION;
+    let served = crd
+        .spec
+        .versions
+        .iter()
+        .any(|v| v.name == version && v.served);
+    match (established, served) {
+        (true, true) => Ok(format!("established, {version} served")),
+        (false, _) => bail!("CRD {name} is not established yet"),
+        (true, false) => bail!("CRD {name} does not serve {version}"),
+    }
+}
+
+async fn deployment_available(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<String> {
+    let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading Deployment {namespace}/{name}"))?
+        .with_context(|| {
+            format!("Deployment {namespace}/{name} not found: is Gantry installed (manifests/)?")
+        })?;
+    let status = deployment.status.unwrap_or_default();
+    let wanted = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
+    let available = status.available_replicas.unwrap_or(0);
+    if available < 1 {
+        bail!(
+            "Deployment {namespace}/{name} has no available replica (0/{wanted}): see `kubectl -n {namespace} describe deployment {name}`"
+        );
+    }
+    Ok(format!("{available}/{wanted} replicas available"))
+}
+
+async fn lease_held(client: &Client, namespace: &str) -> anyhow::Result<String> {
+    let lease = Api::<Lease>::namespaced(client.clone(), namespace)
+        .get_opt(PROVISIONER)
+        .await
+        .with_context(|| format!("reading Lease {namespace}/{PROVISIONER}"))?
+        .with_context(|| {
+            format!("Lease {namespace}/{PROVISIONER} not found: no provisioner has led yet")
+        })?;
+    let spec = lease.spec.unwrap_or_default();
+    let holder = spec
+        .holder_identity
+        .filter(|h| !h.is_empty())
+        .with_context(|| {
+            format!("Lease {namespace}/{PROVISIONER} has no holder: no provisioner leads")
+        })?;
+    let renewed = spec.renew_time.map(|t| t.0);
+    let duration = SignedDuration::from_secs(spec.lease_duration_seconds.unwrap_or(15).into());
+    match renewed {
+        Some(renewed) if renewed + duration >= Timestamp::now() => Ok(format!("held by {holder}")),
+        _ => bail!(
+            "Lease {namespace}/{PROVISIONER} held by {holder} has expired: the leader stopped renewing it"
+        ),
+    }
+}
+
+async fn classes_accepted(client: &Client) -> anyhow::Result<String> {
+    let classes = Api::<ProvisionerClass>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing ProvisionerClasses")?
+        .items;
+    let ours: Vec<&ProvisionerClass> = classes
+        .iter()
+        .filter(|c| c.spec.provisioner == PLAIN_PROVISIONER)
+        .collect();
+    if ours.is_empty() {
+        bail!("no ProvisionerClass names {PLAIN_PROVISIONER}: apply manifests/20-classes.yaml");
+    }
+    let refused: Vec<String> = ours
+        .iter()
+        .filter_map(|c| {
+            let accepted = c
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == types::ACCEPTED));
+            match accepted {
+                Some(a) if a.status == "True" => None,
+                Some(a) => Some(format!("{} ({}: {})", c.name_any(), a.reason, a.message)),
+                None => Some(format!(
+                    "{} (not reviewed by a provisioner yet)",
+                    c.name_any()
+                )),
+            }
+        })
+        .collect();
+    if !refused.is_empty() {
+        bail!("not Accepted: {}", refused.join("; "));
+    }
+    Ok(format!(
+        "{} accepted: {}",
+        ours.len(),
+        ours.iter()
+            .map(|c| c.name_any())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+pub async fn check(global: &GlobalArgs, args: CheckArgs) -> anyhow::Result<()> {
+    let client = global.client().await?;
+    let namespace = &args.system.system_namespace;
+    let bundles = format!("{}.{}", Bundle::plural(&()), gantry_api::GROUP);
+    let classes = format!("{}.{}", ProvisionerClass::plural(&()), gantry_api::GROUP);
+    let outcomes = vec![
+        outcome(
+            format!("CRD {bundles}"),
+            crd_served(&client, &bundles).await,
+        ),
+        outcome(
+            format!("CRD {classes}"),
+            crd_served(&client, &classes).await,
+        ),
+        outcome(
+            "provisioner running",
+            deployment_available(&client, namespace, PROVISIONER).await,
+        ),
+        outcome("provisioner leading", lease_held(&client, namespace).await),
+        outcome(
+            "storage server ready",
+            deployment_available(&client, namespace, STORAGE).await,
+        ),
+        outcome("classes accepted", classes_accepted(&client).await),
+    ];
+    let mut rows = vec![vec!["CHECK".to_string(), "RESULT".into(), "DETAIL".into()]];
+    for o in &outcomes {
+        rows.push(vec![
+            o.what.clone(),
+            if o.ok { "OK" } else { "FAIL" }.into(),
+            o.detail.clone(),
+        ]);
+    }
+    print_table(&rows);
+    let failed = outcomes.iter().filter(|o| !o.ok).count();
+    if failed > 0 {
+        bail!("{failed} of {} checks failed", outcomes.len());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(image: &str, label: Option<&str>) -> Deployment {
+        let mut labels = serde_json::Map::new();
+        if let Some(v) = label {
+            labels.insert(VERSION_LABEL.into(), v.into());
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": PROVISIONER, "labels": labels},
+            "spec": {"selector": {}, "template": {"spec": {"containers": [
+                {"name": "provisioner", "image": image}
+            ]}}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_controller_version_comes_from_the_label_then_the_tag() {
+        let tag = |image, label| controller_version(&deployment(image, label)).unwrap().0;
+        assert_eq!(tag("gantry/provisioner:0.1.0", None), "0.1.0");
+        assert_eq!(
+            tag("localhost:5000/gantry/provisioner:v2@sha256:ab", None),
+            "v2"
+        );
+        assert_eq!(tag("localhost:5000/gantry/provisioner", None), "latest");
+        assert_eq!(tag("gantry/provisioner:0.1.0", Some("0.2.0")), "0.2.0");
+    }
+}

@@ -9,6 +9,8 @@
 mod control_plane;
 mod error;
 mod gantry;
+mod node;
+mod oci_image;
 mod pki;
 mod process;
 mod registry;
@@ -18,9 +20,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-pub use control_plane::{ControlPlane, control_plane};
+pub use control_plane::{ControlPlane, ControlPlaneOptions, NodeServing, control_plane};
 pub use error::HarnessError;
 pub use gantry::{Provisioner, ProvisionerOptions, StorageOptions, StorageServer, binary};
+pub use node::{
+    BRIDGE, BRIDGE_IP, CLUSTER_DOMAIN, DNS_IP, DROP_CHAIN, HOST_STATE, KUBERNETES_SERVICE_IP,
+    NODE_NAME, NodeCluster, POD_CIDR, SERVICE_CIDR, node_cluster,
+};
+pub use oci_image::{ImageConfig, push_rootfs};
 pub use pki::Pki;
 pub use process::{Lifetime, stop_detached};
 pub use registry::{Registry, RegistryOptions, registry};

@@ -1,0 +1,4 @@
+//! The node tier: tests on a real single-node cluster of processes on this machine (see
+//! `gantry_tests::node_cluster`). Needs root and the packages `.ci/run` installs.
+
+mod cluster;

@@ -61,7 +61,8 @@ fn write(path: &Path, contents: &str) -> Result<(), HarnessError> {
 }
 
 /// Starts containerd with its own root, state, socket and configuration: the CRI plugin uses
-/// the bridge CNI configuration written here, the sandbox image pushed to the cluster's
+/// the bridge CNI configuration written here (pods reach their range on the link and the
+/// Service range through the bridge; they get no default route), the sandbox image pushed to the cluster's
 /// registry, and a hosts.toml that makes that registry a plain-HTTP host.
 pub(crate) fn start_containerd(
     layout: &Layout,
@@ -87,6 +88,7 @@ pub(crate) fn start_containerd(
       "ipam": {{
         "type": "host-local",
         "ranges": [[{{ "subnet": "{POD_CIDR}", "gateway": "{BRIDGE_IP}" }}]],
+        "routes": [{{ "dst": "{SERVICE_CIDR}", "gw": "{BRIDGE_IP}" }}],
         "dataDir": "{ipam}"
       }}
     }},
@@ -406,6 +408,10 @@ shutdownGracePeriod: 0s
         .arg(format!("--config={}", config.display()))
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .arg(format!("--root-dir={}", layout.kubelet_root().display()))
+        .arg(format!(
+            "--cert-dir={}",
+            layout.kubelet_root().join("pki").display()
+        ))
         .arg(format!("--hostname-override={NODE_NAME}"))
         .arg(format!("--node-ip={BRIDGE_IP}"))
         .arg("--v=1");

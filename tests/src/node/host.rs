@@ -218,7 +218,10 @@ for link in /var/log/containers/*.log; do
   case "$(readlink "$link" 2>/dev/null)" in "$node_dir"/*) rm -f "$link" ;; esac
 done
 rm -rf /var/lib/cni/results/"$network"-* 2>/dev/null
-rmdir /var/log/containers /var/lib/cni/results /var/lib/cni 2>/dev/null
+rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
+rmdir /var/log/containers /var/lib/cni/results /var/lib/cni /var/lib/kubelet/device-plugins \
+  /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins /var/lib/kubelet \
+  /run/containerd/s /run/containerd 2>/dev/null
 rm -rf "$node_dir"
 case "$(sed -n 2p '{cleanup}' 2>/dev/null)" in "# run {run_id}") rm -f '{cleanup}' '{HOST_STATE}/owner' ;; esac
 exit 0

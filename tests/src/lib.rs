@@ -9,6 +9,7 @@
 mod control_plane;
 mod error;
 mod gantry;
+mod gantry_images;
 mod node;
 mod oci_image;
 mod pki;
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 pub use control_plane::{ControlPlane, ControlPlaneOptions, NodeServing, control_plane};
 pub use error::HarnessError;
 pub use gantry::{Provisioner, ProvisionerOptions, StorageOptions, StorageServer, binary};
+pub use gantry_images::{GantryImages, gantry_images};
 pub use node::{
     BRIDGE, BRIDGE_IP, CLUSTER_DOMAIN, DNS_IP, DROP_CHAIN, HOST_STATE, KUBERNETES_SERVICE_IP,
     NODE_NAME, NodeCluster, POD_CIDR, SERVICE_CIDR, node_cluster,

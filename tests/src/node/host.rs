@@ -15,8 +15,13 @@ use crate::process::{Lifetime, run_at_exit, spawn_daemon_with_stdin};
 /// clean-up script of the cluster that runs (or last ran) here.
 pub const HOST_STATE: &str = "/run/gantry-node";
 
-/// How long to wait for a previous cluster's clean-up to release the lock.
-const LOCK_WAIT: Duration = Duration::from_secs(60);
+/// How long to wait for another test binary's cluster (tests on one machine queue for the
+/// node) or a previous cluster's clean-up to release the lock. A detached cluster
+/// (`gantry-dev up --node`) is not waited for.
+const LOCK_WAIT: Duration = Duration::from_secs(20 * 60);
+
+/// The `owner` text of a detached cluster starts with this.
+pub(crate) const DETACHED_OWNER: &str = "gantry-dev up --node";
 
 fn lock_path() -> PathBuf {
     Path::new(HOST_STATE).join("lock")
@@ -44,16 +49,28 @@ pub(crate) fn take_machine(
         .open(lock_path())
         .context(|| format!("opening {}", lock_path().display()))?;
     let deadline = Instant::now() + LOCK_WAIT;
+    let mut told = false;
     loop {
+        let holder = || {
+            std::fs::read_to_string(Path::new(HOST_STATE).join("owner"))
+                .unwrap_or_else(|_| "unknown".into())
+        };
         match lock.try_lock() {
             Ok(()) => break,
-            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                // A previous cluster may still be cleaning up; anything else holds it longer.
+            Err(std::fs::TryLockError::WouldBlock)
+                if Instant::now() < deadline && !holder().starts_with(DETACHED_OWNER) =>
+            {
+                if !told {
+                    eprintln!(
+                        "waiting for the node cluster of {} to finish (one per machine)",
+                        holder().trim()
+                    );
+                    told = true;
+                }
                 std::thread::sleep(Duration::from_millis(200));
             }
             Err(std::fs::TryLockError::WouldBlock) => {
-                let holder = std::fs::read_to_string(Path::new(HOST_STATE).join("owner"))
-                    .unwrap_or_else(|_| "unknown".into());
+                let holder = holder();
                 return Err(HarnessError::Other(format!(
                     "another node cluster runs on this machine (only one can: bridge {BRIDGE}, \
                      {POD_CIDR}, iptables chain {DROP_CHAIN}); its owner: {}; stop it first \

@@ -90,21 +90,25 @@ pub struct NodeCluster {
 /// Blocks while starting, which is fine from async tests. Panics when the cluster cannot
 /// start (not root, a package missing, another cluster running on the machine).
 pub fn node_cluster() -> &'static NodeCluster {
-    static SHARED: OnceLock<NodeCluster> = OnceLock::new();
+    // A failed start is kept too: every test of the binary fails at once with its reason.
+    static SHARED: OnceLock<Result<NodeCluster, String>> = OnceLock::new();
     crate::init_crypto();
-    SHARED.get_or_init(|| {
-        // A runtime of its own: the callers' runtimes end with their tests.
-        std::thread::spawn(|| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("building a runtime to start the node cluster");
-            runtime.block_on(NodeCluster::start(&Lifetime::TestBinary))
+    SHARED
+        .get_or_init(|| {
+            // A runtime of its own: the callers' runtimes end with their tests.
+            std::thread::spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("building a runtime to start the node cluster");
+                runtime.block_on(NodeCluster::start(&Lifetime::TestBinary))
+            })
+            .join()
+            .map_err(|_| "the node-cluster starter panicked".to_string())?
+            .map_err(|e| e.to_string())
         })
-        .join()
-        .expect("the node-cluster starter panicked")
+        .as_ref()
         .unwrap_or_else(|e| panic!("starting the node cluster: {e}"))
-    })
 }
 
 impl NodeCluster {
@@ -134,7 +138,7 @@ impl NodeCluster {
             }
             Lifetime::Detached(root) => (
                 root.join("node"),
-                format!("gantry-dev up --node, state in {}", root.display()),
+                format!("{}, state in {}", host::DETACHED_OWNER, root.display()),
             ),
         };
         let layout = Layout {

@@ -2,3 +2,4 @@
 //! `gantry_tests::node_cluster`). Needs root and the packages `.ci/run` installs.
 
 mod cluster;
+mod gantry;

@@ -235,6 +235,9 @@ for link in /var/log/containers/*.log; do
   case "$(readlink "$link" 2>/dev/null)" in "$node_dir"/*) rm -f "$link" ;; esac
 done
 rm -rf /var/lib/cni/results/"$network"-* 2>/dev/null
+for sandbox in "$node_dir"/containerd/root/io.containerd.grpc.v1.cri/sandboxes/*; do
+  rm -f /var/lib/cni/results/cni-loopback-"${{sandbox##*/}}"-lo
+done
 rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
 rmdir /var/log/containers /var/lib/cni/results /var/lib/cni /var/lib/kubelet/device-plugins \
   /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins /var/lib/kubelet \

@@ -145,7 +145,11 @@ impl NodeCluster {
             dir: node_dir.clone(),
         };
         layout.create()?;
-        host::take_machine(lifetime, &owner, &layout.logs())?;
+        if let Err(e) = host::take_machine(lifetime, &owner, &layout.logs()) {
+            // Nothing of this cluster exists yet but its directory.
+            let _ = std::fs::remove_dir_all(&node_dir);
+            return Err(e);
+        }
         let run_id = format!(
             "{}-{}",
             std::process::id(),

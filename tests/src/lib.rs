@@ -26,8 +26,8 @@ pub use error::HarnessError;
 pub use gantry::{Provisioner, ProvisionerOptions, StorageOptions, StorageServer, binary};
 pub use gantry_images::{GantryImages, gantry_images};
 pub use node::{
-    BRIDGE, BRIDGE_IP, CLUSTER_DOMAIN, DNS_IP, DROP_CHAIN, HOST_STATE, KUBERNETES_SERVICE_IP,
-    NODE_NAME, NodeCluster, POD_CIDR, SERVICE_CIDR, node_cluster,
+    BRIDGE, BRIDGE_IP, CLUSTER_DOMAIN, DNS_IP, DROP_CHAIN, HOST_STATE, KEEP_LOGS_ENV,
+    KUBERNETES_SERVICE_IP, NODE_NAME, NodeCluster, POD_CIDR, SERVICE_CIDR, node_cluster,
 };
 pub use oci_image::{ImageConfig, push_rootfs};
 pub use pki::Pki;

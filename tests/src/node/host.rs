@@ -20,6 +20,10 @@ pub const HOST_STATE: &str = "/run/gantry-node";
 /// (`gantry-dev up --node`) is not waited for.
 const LOCK_WAIT: Duration = Duration::from_secs(20 * 60);
 
+/// Environment variable naming a directory where the clean-up copies the components' logs
+/// (into a directory per cluster) before it removes the node's files.
+pub const KEEP_LOGS_ENV: &str = "GANTRY_NODE_KEEP_LOGS";
+
 /// The `owner` text of a detached cluster starts with this.
 pub(crate) const DETACHED_OWNER: &str = "gantry-dev up --node";
 
@@ -178,6 +182,7 @@ bridge='{BRIDGE}'
 chain='{DROP_CHAIN}'
 pods='{POD_CIDR}'
 network='{CNI_NETWORK}'
+keep_logs='{keep_logs}'
 
 # Processes whose command line names the node's directory: the components and the shims.
 for proc in /proc/[0-9]*; do
@@ -242,6 +247,7 @@ rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugi
 rmdir /var/log/containers /var/lib/cni/results /var/lib/cni /var/lib/kubelet/device-plugins \
   /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins /var/lib/kubelet \
   /run/containerd/s /run/containerd 2>/dev/null
+[ -n "$keep_logs" ] && mkdir -p "$keep_logs/{run_id}" && cp -r "$node_dir/logs/." "$keep_logs/{run_id}/"
 rm -rf "$node_dir"
 case "$(sed -n 2p '{cleanup}' 2>/dev/null)" in "# run {run_id}") rm -f '{cleanup}' '{HOST_STATE}/owner' ;; esac
 exit 0
@@ -250,6 +256,9 @@ exit 0
         node_dir = plan.node_dir.display(),
         kube_proxy = plan.kube_proxy.display(),
         cleanup = cleanup_path().display(),
+        keep_logs = std::env::var(KEEP_LOGS_ENV)
+            .unwrap_or_default()
+            .replace('\'', ""),
     )
 }
 

@@ -35,7 +35,7 @@ use crate::oci_image::{ImageConfig, push_busybox_image, push_pause_image, push_r
 use crate::process::{Lifetime, require_program, stop_groups};
 use crate::registry::{Registry, RegistryOptions};
 use components::{Kubeconfigs, Layout};
-pub use host::HOST_STATE;
+pub use host::{HOST_STATE, KEEP_LOGS_ENV};
 
 /// The pod range; the bridge holds its first address.
 pub const POD_CIDR: &str = "10.213.0.0/24";
@@ -319,6 +319,30 @@ impl NodeCluster {
             self.registry(),
             repository_and_tag,
             work.path(),
+        )
+    }
+
+    /// What to print when something on the node did not happen in time: the pods and events
+    /// of `namespace` (`kubectl describe`), and the last lines of the kubelet's and
+    /// containerd's logs.
+    pub fn diagnostics(&self, namespace: &str) -> String {
+        let describe = self
+            .kubectl()
+            .args(["describe", "pods", "--namespace", namespace])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("(kubectl: {e})"));
+        let events = self
+            .kubectl()
+            .args(["get", "events", "--namespace", namespace])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("(kubectl: {e})"));
+        let logs = self.node_dir.join("logs");
+        format!(
+            "pods of {namespace}:\n{describe}\nevents of {namespace}:\n{events}\nkubelet log:\n{}\ncontainerd log:\n{}",
+            crate::process::tail(&logs.join("kubelet.log"), 30),
+            crate::process::tail(&logs.join("containerd.log"), 20)
         )
     }
 

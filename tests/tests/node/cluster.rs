@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use std::future::Future;
+
 use gantry_tests::{NODE_NAME, NodeCluster, node_cluster, unique_name, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Service};
@@ -13,6 +15,21 @@ use serde_json::json;
 /// Pulls, sandbox and container starts on a busy machine.
 const START: Duration = Duration::from_secs(180);
 
+/// [`wait_until`] with [`START`] as deadline that tells what the node did when it fails.
+async fn wait<T, F, Fut>(cluster: &NodeCluster, namespace: &str, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match tokio::time::timeout(START, wait_until(what, START * 2, check)).await {
+        Ok(value) => value,
+        Err(_) => panic!(
+            "timed out after {START:?} waiting for {what}\n{}",
+            cluster.diagnostics(namespace)
+        ),
+    }
+}
+
 async fn namespace(cluster: &NodeCluster, prefix: &str) -> String {
     let name = unique_name(prefix);
     cluster.create_namespace(&name).await;
@@ -20,14 +37,20 @@ async fn namespace(cluster: &NodeCluster, prefix: &str) -> String {
 }
 
 /// Creates `pod` in `namespace` and waits until it has `Succeeded`, returning its log.
-async fn run_to_completion(client: &Client, namespace: &str, pod: serde_json::Value) -> String {
+async fn run_to_completion(
+    cluster: &NodeCluster,
+    client: &Client,
+    namespace: &str,
+    pod: serde_json::Value,
+) -> String {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let pod: Pod = serde_json::from_value(pod).unwrap();
     let name = pod.metadata.name.clone().unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    let phase = wait_until(
+    let phase = wait(
+        cluster,
+        namespace,
         &format!("pod {namespace}/{name} to finish"),
-        START,
         || async {
             let pod = pods.get(&name).await.ok()?;
             let phase = pod.status?.phase?;
@@ -78,6 +101,7 @@ async fn the_node_registers_ready_and_runs_a_pod() {
     );
     let ns = namespace(cluster, "pod").await;
     let log = run_to_completion(
+        cluster,
         &client,
         &ns,
         busybox_pod(cluster, "hello", "echo hello from $(hostname); ip route"),
@@ -154,10 +178,15 @@ async fn a_service_answers_another_pod_by_its_dns_name() {
     let ns = namespace(cluster, "web").await;
     web_deployment(cluster, &client, &ns, "hello from web").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let available = wait_until("Deployment web to become Available", START, || async {
-        let deployment = deployments.get("web").await.ok()?;
-        deployment_available(&deployment).then_some(deployment)
-    })
+    let available = wait(
+        cluster,
+        &ns,
+        "Deployment web to become Available",
+        || async {
+            let deployment = deployments.get("web").await.ok()?;
+            deployment_available(&deployment).then_some(deployment)
+        },
+    )
     .await;
     assert_eq!(available.status.unwrap().ready_replicas, Some(2));
 
@@ -171,7 +200,13 @@ async fn a_service_answers_another_pod_by_its_dns_name() {
            sleep 1; \
          done; nslookup {name}; exit 1"
     );
-    let log = run_to_completion(&client, &ns, busybox_pod(cluster, "client", &script)).await;
+    let log = run_to_completion(
+        cluster,
+        &client,
+        &ns,
+        busybox_pod(cluster, "client", &script),
+    )
+    .await;
     assert!(
         log.contains("hello from web"),
         "the Service answered: {log}"
@@ -201,7 +236,13 @@ async fn a_pods_service_account_token_authenticates_it_to_the_api_server() {
           --post-data '{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"SelfSubjectReview\"}' \
           https://kubernetes.default.svc.cluster.local/apis/authentication.k8s.io/v1/selfsubjectreviews \
         && test -s $dir/ca.crt && echo && echo namespace=$(cat $dir/namespace)";
-    let log = run_to_completion(&client, &ns, busybox_pod(cluster, "whoami", script)).await;
+    let log = run_to_completion(
+        cluster,
+        &client,
+        &ns,
+        busybox_pod(cluster, "whoami", script),
+    )
+    .await;
     let (review, namespace) = log
         .rsplit_once("namespace=")
         .unwrap_or_else(|| panic!("the pod printed its namespace: {log}"));
@@ -231,7 +272,7 @@ async fn deleting_a_namespace_removes_its_objects_and_finishes() {
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    wait_until("the Deployment's pods to run", START, || async {
+    wait(cluster, &ns, "the Deployment's pods to run", || async {
         let list = pods.list(&Default::default()).await.ok()?;
         let running = list
             .items
@@ -249,11 +290,16 @@ async fn deleting_a_namespace_removes_its_objects_and_finishes() {
         .unwrap();
     // The namespace controller deletes the objects, the garbage collector the ReplicaSet's
     // pods, the kubelet stops them; only then the namespace goes.
-    wait_until(&format!("namespace {ns} to be gone"), START, || async {
-        match namespaces.get_opt(&ns).await {
-            Ok(None) => Some(()),
-            _ => None,
-        }
-    })
+    wait(
+        cluster,
+        &ns,
+        &format!("namespace {ns} to be gone"),
+        || async {
+            match namespaces.get_opt(&ns).await {
+                Ok(None) => Some(()),
+                _ => None,
+            }
+        },
+    )
     .await;
 }

@@ -212,7 +212,7 @@ done
 # iptables: kube-proxy's chains, portmap's rules for this network, the harness's drop rule.
 [ -x "$kube_proxy" ] && "$kube_proxy" --cleanup >/dev/null 2>&1
 for table in nat filter; do
-  iptables-save -t "$table" 2>/dev/null | grep -e "-A " | grep -F "\"$network\"" | sed 's/^-A/-D/' |
+  iptables-save -t "$table" 2>/dev/null | grep -e "-A " | grep -F -e "$network" | sed 's/^-A/-D/' |
     while IFS= read -r rule; do eval "iptables -t $table $rule" 2>/dev/null; done
 done
 for dnat in $(iptables-save -t nat 2>/dev/null | sed -n 's/^:\(CNI-DN-[^ ]*\) .*/\1/p'); do

@@ -1,5 +1,6 @@
 //! A real kube-apiserver and etcd on loopback, one per test binary.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -16,7 +17,8 @@ use kube::{Client, Config};
 use crate::error::{HarnessError, IoContext, KubeContext};
 use crate::pki::{Pki, service_account_keys};
 use crate::process::{
-    Lifetime, free_port, require_program, spawn_daemon, state_dir, tail, wait_for_port,
+    Lifetime, free_port, free_port_on, require_program, spawn_daemon, state_dir, tail,
+    wait_for_port,
 };
 
 /// Environment variable naming a directory that holds `kube-apiserver` and `etcd` to use
@@ -24,6 +26,27 @@ use crate::process::{
 pub const CONTROL_PLANE_DIR_ENV: &str = "GANTRY_CONTROL_PLANE_DIR";
 
 const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How to start a control plane. The default is the loopback control plane of the API tests:
+/// no ServiceAccount admission, Service IPs only allocated, nothing reachable off loopback.
+#[derive(Clone, Debug, Default)]
+pub struct ControlPlaneOptions {
+    /// Serve for a node cluster: bind and advertise on this address (the node's bridge),
+    /// with this Service range; ServiceAccount admission on, Node authorization, and a client
+    /// certificate for talking to kubelets.
+    pub node: Option<NodeServing>,
+}
+
+/// Where a node cluster's API server serves.
+#[derive(Clone, Debug)]
+pub struct NodeServing {
+    /// The bridge address the API server binds and advertises (the `kubernetes` endpoint).
+    pub address: IpAddr,
+    /// The Service range, e.g. `10.213.128.0/24`.
+    pub service_cidr: String,
+    /// The first address of the Service range (the `kubernetes` Service's ClusterIP).
+    pub kubernetes_service_ip: IpAddr,
+}
 
 /// A running kube-apiserver + etcd with Gantry's CRDs installed.
 pub struct ControlPlane {
@@ -58,6 +81,14 @@ impl ControlPlane {
     /// Starts a control plane that lives as long as `lifetime` says (the tests use
     /// [`control_plane`]; the local development environment a detached one).
     pub async fn start(lifetime: &Lifetime) -> Result<Self, HarnessError> {
+        Self::start_with(&ControlPlaneOptions::default(), lifetime).await
+    }
+
+    /// Starts a control plane as `options` say that lives as long as `lifetime` says.
+    pub async fn start_with(
+        options: &ControlPlaneOptions,
+        lifetime: &Lifetime,
+    ) -> Result<Self, HarnessError> {
         let binaries = binaries()?;
         let dir = state_dir(lifetime, "control-plane")?;
         let pki = Pki::new("gantry-tests-ca")?;
@@ -89,7 +120,18 @@ impl ControlPlane {
         // kube-apiserver with our own serving certificate, client CA and ServiceAccount keys.
         let pki_dir = dir.join("pki");
         std::fs::create_dir_all(&pki_dir).context(|| format!("creating {}", pki_dir.display()))?;
-        let serving = pki.loopback_server()?;
+        let serving = match &options.node {
+            None => pki.loopback_server()?,
+            Some(node) => pki.server(
+                &[
+                    "kubernetes",
+                    "kubernetes.default",
+                    "kubernetes.default.svc",
+                    "kubernetes.default.svc.cluster.local",
+                ],
+                &[node.address, node.kubernetes_service_ip],
+            )?,
+        };
         let (sa_key, sa_pub) = service_account_keys()?;
         let write = |name: &str, contents: &str| -> Result<PathBuf, HarnessError> {
             let path = pki_dir.join(name);
@@ -102,8 +144,12 @@ impl ControlPlane {
         let sa_key_file = write("sa.key", &sa_key)?;
         let sa_pub_file = write("sa.pub", &sa_pub)?;
 
-        let port = free_port()?;
-        let server = format!("https://127.0.0.1:{port}");
+        let address = options
+            .node
+            .as_ref()
+            .map_or(IpAddr::from(Ipv4Addr::LOCALHOST), |node| node.address);
+        let port = free_port_on(address)?;
+        let server = format!("https://{address}:{port}");
         let apiserver_log = dir.join("kube-apiserver.log");
         let mut apiserver = Command::new(binaries.join("kube-apiserver"));
         apiserver
@@ -116,15 +162,39 @@ impl ControlPlane {
             .arg(format!("--tls-private-key-file={}", serving_key.display()))
             .arg(format!("--client-ca-file={}", ca_file.display()))
             .arg(format!("--secure-port={port}"))
-            .arg("--bind-address=127.0.0.1")
-            .arg("--advertise-address=127.0.0.1")
-            // With a loopback advertise address the endpoint reconciler must stay off.
-            .arg("--endpoint-reconciler-type=none")
-            // Service IPs are only allocated, never routed: no kube-proxy runs here.
-            .arg("--service-cluster-ip-range=127.16.0.0/16")
-            .arg("--allow-privileged=true")
-            .arg("--authorization-mode=RBAC")
-            .arg("--disable-admission-plugins=ServiceAccount")
+            .arg(format!("--bind-address={address}"))
+            .arg(format!("--advertise-address={address}"))
+            .arg("--allow-privileged=true");
+        match &options.node {
+            None => {
+                apiserver
+                    // With a loopback advertise address the endpoint reconciler must stay off.
+                    .arg("--endpoint-reconciler-type=none")
+                    // Service IPs are only allocated, never routed: no kube-proxy runs here.
+                    .arg("--service-cluster-ip-range=127.16.0.0/16")
+                    .arg("--authorization-mode=RBAC")
+                    .arg("--disable-admission-plugins=ServiceAccount");
+            }
+            Some(node) => {
+                // The API server reaches kubelets (logs, exec, port-forward) by the node's
+                // InternalIP with a client certificate of its own.
+                let kubelet_client =
+                    pki.client("kube-apiserver-kubelet-client", Some("system:masters"))?;
+                let kubelet_cert = write("kubelet-client.crt", &kubelet_client.cert_pem)?;
+                let kubelet_key = write("kubelet-client.key", &kubelet_client.key_pem)?;
+                apiserver
+                    .arg(format!("--service-cluster-ip-range={}", node.service_cidr))
+                    .arg("--authorization-mode=Node,RBAC")
+                    .arg("--enable-admission-plugins=NodeRestriction")
+                    .arg(format!(
+                        "--kubelet-client-certificate={}",
+                        kubelet_cert.display()
+                    ))
+                    .arg(format!("--kubelet-client-key={}", kubelet_key.display()))
+                    .arg("--kubelet-preferred-address-types=InternalIP");
+            }
+        }
+        apiserver
             .arg(format!("--service-account-issuer={server}"))
             .arg(format!(
                 "--service-account-key-file={}",
@@ -193,7 +263,7 @@ impl ControlPlane {
         &self.kubeconfig
     }
 
-    /// `https://127.0.0.1:PORT`.
+    /// `https://127.0.0.1:PORT` (a node cluster's: `https://<bridge address>:PORT`).
     pub fn server_url(&self) -> &str {
         &self.server
     }
@@ -206,6 +276,30 @@ impl ControlPlane {
     /// A directory for files that live as long as the control plane.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// A file of the control plane's PKI directory: `ca.crt`, `sa.key` (the ServiceAccount
+    /// signing key), `sa.pub`.
+    pub fn pki_file(&self, name: &str) -> PathBuf {
+        self.dir.join("pki").join(name)
+    }
+
+    /// Writes a kubeconfig at `path` for user `user` in group `group` (a client certificate
+    /// signed by the cluster CA), pointing at this API server.
+    pub fn write_user_kubeconfig(
+        &self,
+        path: &Path,
+        user: &str,
+        group: Option<&str>,
+    ) -> Result<(), HarnessError> {
+        let cert = self.pki.client(user, group)?;
+        write_kubeconfig(
+            path,
+            &self.server,
+            self.pki.ca_pem(),
+            &cert.cert_pem,
+            &cert.key_pem,
+        )
     }
 
     /// An admin client. Make one per test: a client belongs to the runtime it was made on.
@@ -315,22 +409,40 @@ impl ControlPlane {
 /// Where the control-plane binaries are: `$GANTRY_CONTROL_PLANE_DIR`, or what
 /// `tools/control-plane/build.sh` prints (it builds them once and caches them).
 fn binaries() -> Result<PathBuf, HarnessError> {
-    if let Some(dir) = std::env::var_os(CONTROL_PLANE_DIR_ENV) {
+    built_tools(
+        CONTROL_PLANE_DIR_ENV,
+        "tools/control-plane/build.sh",
+        &[],
+        &["kube-apiserver", "etcd"],
+    )
+}
+
+/// Where the binaries `needed` are: the directory `$env` names (it must hold each of them),
+/// or the one `script args...` prints (the script builds them once and caches them).
+pub(crate) fn built_tools(
+    env: &str,
+    script: &str,
+    args: &[&str],
+    needed: &[&str],
+) -> Result<PathBuf, HarnessError> {
+    if let Some(dir) = std::env::var_os(env) {
         let dir = PathBuf::from(dir);
-        for binary in ["kube-apiserver", "etcd"] {
+        for binary in needed {
             if !dir.join(binary).is_file() {
                 return Err(HarnessError::Other(format!(
-                    "{CONTROL_PLANE_DIR_ENV}={} has no {binary}",
-                    dir.display()
+                    "{env}={} has no {binary} (`{script} {}` builds it)",
+                    dir.display(),
+                    args.join(" ")
                 )));
             }
         }
         return Ok(dir);
     }
     require_program("go", "golang-go")?;
-    let script = crate::workspace_root().join("tools/control-plane/build.sh");
+    let script = crate::workspace_root().join(script);
     let output = Command::new("bash")
         .arg(&script)
+        .args(args)
         .output()
         .context(|| format!("running {}", script.display()))?;
     if !output.status.success() {
@@ -346,7 +458,7 @@ fn binaries() -> Result<PathBuf, HarnessError> {
     ))
 }
 
-fn write_kubeconfig(
+pub(crate) fn write_kubeconfig(
     path: &Path,
     server: &str,
     ca_pem: &str,
@@ -363,7 +475,7 @@ fn write_kubeconfig(
     std::fs::write(path, yaml).context(|| format!("writing {}", path.display()))
 }
 
-async fn client_from_kubeconfig(path: &Path) -> Result<Client, HarnessError> {
+pub(crate) async fn client_from_kubeconfig(path: &Path) -> Result<Client, HarnessError> {
     let kubeconfig = Kubeconfig::read_from(path)
         .map_err(|e| HarnessError::Other(format!("reading {}: {e}", path.display())))?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())

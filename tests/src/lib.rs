@@ -10,6 +10,9 @@ mod bundles;
 mod control_plane;
 mod error;
 mod gantry;
+mod gantry_images;
+mod node;
+mod oci_image;
 mod pki;
 mod process;
 mod registry;
@@ -20,9 +23,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub use bundles::{bundle_dir, read_dir_files, run_ok};
-pub use control_plane::{ControlPlane, control_plane};
+pub use control_plane::{ControlPlane, ControlPlaneOptions, NodeServing, control_plane};
 pub use error::HarnessError;
 pub use gantry::{Provisioner, ProvisionerOptions, StorageOptions, StorageServer, binary};
+pub use gantry_images::{GantryImages, gantry_images};
+pub use node::{
+    BRIDGE, BRIDGE_IP, CLUSTER_DOMAIN, DNS_IP, DROP_CHAIN, HOST_STATE, KEEP_LOGS_ENV,
+    KUBERNETES_SERVICE_IP, NODE_NAME, NodeCluster, POD_CIDR, SERVICE_CIDR, node_cluster,
+};
+pub use oci_image::{ImageConfig, push_rootfs};
 pub use pki::Pki;
 pub use process::{Lifetime, stop_detached};
 pub use registry::{Registry, RegistryOptions, registry};

@@ -1,5 +1,7 @@
 //! Certificates for the control plane and the registry, generated per test binary.
 
+use std::net::IpAddr;
+
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
@@ -47,10 +49,21 @@ impl Pki {
 
     /// A serving certificate for `127.0.0.1` and `localhost`.
     pub fn loopback_server(&self) -> Result<IssuedCert, HarnessError> {
-        let mut params = CertificateParams::new(vec!["localhost".to_string()])?;
+        self.server(&["localhost"], &[])
+    }
+
+    /// A serving certificate for `127.0.0.1`, `localhost`, the DNS `names` and the `addresses`.
+    pub fn server(&self, names: &[&str], addresses: &[IpAddr]) -> Result<IssuedCert, HarnessError> {
+        let mut dns: Vec<String> = vec!["localhost".to_string()];
+        dns.extend(names.iter().map(|n| n.to_string()));
+        dns.dedup();
+        let mut params = CertificateParams::new(dns)?;
         params
             .subject_alt_names
             .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        for address in addresses {
+            params.subject_alt_names.push(SanType::IpAddress(*address));
+        }
         params
             .distinguished_name
             .push(DnType::CommonName, "localhost");

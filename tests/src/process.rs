@@ -1,7 +1,7 @@
 //! Processes started by the harness: one process group per test binary, led by a watchdog.
 
 use std::fs::File;
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use crate::error::{HarnessError, IoContext};
 
 /// The watchdog leads the process group every daemon joins. It polls for the test process to
-/// be gone, then terminates the group and removes the state directories registered with it.
+/// be gone, then terminates the group, runs the clean-up commands registered with it and
+/// removes the state directories registered with it.
 /// Polling is fine here: it is cleanup, not synchronisation of a test.
 const WATCHDOG: &str = r#"
 trap '' TERM INT HUP
@@ -19,6 +20,8 @@ parent="$1"; state="$2"
 while kill -0 "$parent" 2>/dev/null; do sleep 0.5; done
 kill -TERM 0 2>/dev/null
 sleep 1
+[ -f "$state.run" ] && while IFS= read -r command; do sh -c "$command" </dev/null >/dev/null 2>&1; done < "$state.run"
+rm -f -- "$state.run"
 [ -f "$state" ] && while IFS= read -r dir; do rm -rf -- "$dir"; done < "$state"
 rm -f -- "$state"
 kill -KILL 0
@@ -58,14 +61,25 @@ fn watchdog() -> Result<&'static Watchdog, HarnessError> {
 
 /// Registers a directory for removal when the test binary exits.
 pub(crate) fn remove_at_exit(dir: &Path) -> Result<(), HarnessError> {
+    append_line(&watchdog()?.state_list, &dir.display().to_string())
+}
+
+/// Registers a shell command that the watchdog runs once the test binary has exited and its
+/// processes were told to stop, before the state directories are removed.
+pub(crate) fn run_at_exit(command: &str) -> Result<(), HarnessError> {
+    let mut list = watchdog()?.state_list.clone().into_os_string();
+    list.push(".run");
+    append_line(Path::new(&list), command)
+}
+
+fn append_line(path: &Path, line: &str) -> Result<(), HarnessError> {
     use std::io::Write;
-    let watchdog = watchdog()?;
     let mut list = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&watchdog.state_list)
-        .context(|| format!("opening {}", watchdog.state_list.display()))?;
-    writeln!(list, "{}", dir.display()).context(|| "registering a state directory".into())
+        .open(path)
+        .context(|| format!("opening {}", path.display()))?;
+    writeln!(list, "{line}").context(|| format!("writing {}", path.display()))
 }
 
 /// How long what the harness starts lives.
@@ -101,15 +115,26 @@ pub(crate) fn state_dir(lifetime: &Lifetime, prefix: &str) -> Result<PathBuf, Ha
 /// Starts `command` with its output in `log`, living as long as `lifetime` says.
 pub(crate) fn spawn_daemon(
     lifetime: &Lifetime,
+    command: Command,
+    log: &Path,
+) -> Result<Child, HarnessError> {
+    spawn_daemon_with_stdin(lifetime, command, log, Stdio::null())
+}
+
+/// [`spawn_daemon`] with `stdin` as the daemon's standard input (e.g. a locked file the
+/// daemon keeps locked for as long as it runs).
+pub(crate) fn spawn_daemon_with_stdin(
+    lifetime: &Lifetime,
     mut command: Command,
     log: &Path,
+    stdin: Stdio,
 ) -> Result<Child, HarnessError> {
     let out = File::create(log).context(|| format!("creating {}", log.display()))?;
     let err = out
         .try_clone()
         .context(|| format!("opening {}", log.display()))?;
     let program = command.get_program().to_string_lossy().into_owned();
-    command.stdin(Stdio::null()).stdout(out).stderr(err);
+    command.stdin(stdin).stdout(out).stderr(err);
     match lifetime {
         Lifetime::TestBinary => {
             command.process_group(watchdog()?.pgid);
@@ -135,6 +160,16 @@ pub(crate) fn spawn_daemon(
 /// Stops every process group listed in `root/pids` (TERM, then KILL after `grace`) and
 /// removes `root`. Returns how many groups were still running.
 pub fn stop_detached(root: &Path, grace: Duration) -> Result<usize, HarnessError> {
+    let running = stop_groups(root, grace)?;
+    if root.exists() {
+        std::fs::remove_dir_all(root).context(|| format!("removing {}", root.display()))?;
+    }
+    Ok(running)
+}
+
+/// Stops every process group listed in `root/pids` (TERM, then KILL after `grace`), leaving
+/// `root` in place. Returns how many groups were still running.
+pub(crate) fn stop_groups(root: &Path, grace: Duration) -> Result<usize, HarnessError> {
     let pids = root.join("pids");
     let listed = match std::fs::read_to_string(&pids) {
         Ok(text) => text,
@@ -171,16 +206,18 @@ pub fn stop_detached(root: &Path, grace: Duration) -> Result<usize, HarnessError
     for &pid in &running {
         signal("-KILL", pid);
     }
-    if root.exists() {
-        std::fs::remove_dir_all(root).context(|| format!("removing {}", root.display()))?;
-    }
     Ok(running.len())
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub(crate) fn free_port() -> Result<u16, HarnessError> {
+    free_port_on(Ipv4Addr::LOCALHOST.into())
+}
+
+/// A TCP port on `address` (an address of this machine) that was free a moment ago.
+pub(crate) fn free_port_on(address: IpAddr) -> Result<u16, HarnessError> {
     let listener =
-        TcpListener::bind("127.0.0.1:0").context(|| "finding a free loopback port".into())?;
+        TcpListener::bind((address, 0)).context(|| format!("finding a free port on {address}"))?;
     Ok(listener
         .local_addr()
         .context(|| "reading a bound port".into())?
@@ -202,9 +239,21 @@ pub(crate) fn wait_for_port(
     log: &Path,
     timeout: Duration,
 ) -> Result<(), HarnessError> {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    wait_for_address(what, address, child, log, timeout)
+}
+
+/// Waits until something accepts connections on `address`, or the process exits.
+pub(crate) fn wait_for_address(
+    what: &str,
+    address: SocketAddr,
+    child: &mut Child,
+    log: &Path,
+    timeout: Duration,
+) -> Result<(), HarnessError> {
     let deadline = Instant::now() + timeout;
     loop {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok() {
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {

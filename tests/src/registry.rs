@@ -1,5 +1,6 @@
 //! Debian's `docker-registry` (CNCF distribution) on loopback.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::OnceLock;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use crate::error::{HarnessError, IoContext};
 use crate::pki::Pki;
 use crate::process::{
-    Lifetime, free_port, require_program, spawn_daemon, state_dir, wait_for_port,
+    Lifetime, free_port_on, require_program, spawn_daemon, state_dir, wait_for_address,
 };
 
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -49,12 +50,22 @@ impl Registry {
     /// Starts a registry that lives as long as `lifetime` says. A detached registry keeps
     /// running when this value is dropped.
     pub fn start_with(options: RegistryOptions, lifetime: &Lifetime) -> Result<Self, HarnessError> {
+        Self::start_on(options, Ipv4Addr::LOCALHOST.into(), lifetime)
+    }
+
+    /// Like [`Self::start_with`], listening on `address` (an address of this machine, e.g. a
+    /// node cluster's bridge) instead of 127.0.0.1.
+    pub fn start_on(
+        options: RegistryOptions,
+        address: IpAddr,
+        lifetime: &Lifetime,
+    ) -> Result<Self, HarnessError> {
         let program = require_program("docker-registry", "docker-registry")?;
         let dir = state_dir(lifetime, "registry")?;
         let root = dir.join("storage");
         std::fs::create_dir_all(&root).context(|| format!("creating {}", root.display()))?;
-        let port = free_port()?;
-        let host = format!("127.0.0.1:{port}");
+        let port = free_port_on(address)?;
+        let host = format!("{address}:{port}");
 
         let mut config = format!(
             "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {root}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: gantry-tests-{port}\n",
@@ -100,7 +111,13 @@ impl Registry {
         let mut command = Command::new(program);
         command.arg("serve").arg(&config_file);
         let mut process = spawn_daemon(lifetime, command, &log)?;
-        wait_for_port("docker-registry", port, &mut process, &log, START_TIMEOUT)?;
+        wait_for_address(
+            "docker-registry",
+            (address, port).into(),
+            &mut process,
+            &log,
+            START_TIMEOUT,
+        )?;
         let process = match lifetime {
             Lifetime::TestBinary => Some(process),
             Lifetime::Detached(_) => None,
@@ -116,7 +133,7 @@ impl Registry {
         })
     }
 
-    /// `127.0.0.1:PORT`.
+    /// `127.0.0.1:PORT` (or `ADDRESS:PORT` for [`Self::start_on`]).
     pub fn host(&self) -> &str {
         &self.host
     }

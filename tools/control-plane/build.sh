@@ -4,12 +4,18 @@
 #
 #   build.sh            kube-apiserver and etcd (what the tests need)
 #   build.sh kubectl    also kubectl (for machines without one)
+#   build.sh node       also what a node cluster runs: kube-controller-manager, kube-scheduler,
+#                       kubelet, kube-proxy (CoreDNS is built by tools/coredns/build.sh)
 #
 #   GANTRY_CONTROL_PLANE_DIR=/path/with/binaries  skips the build and uses those binaries.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-wanted=(kube-apiserver etcd "$@")
+node_set=(kube-controller-manager kube-scheduler kubelet kube-proxy)
+wanted=(kube-apiserver etcd)
+for arg in "$@"; do
+  if [[ "$arg" == node ]]; then wanted+=("${node_set[@]}"); else wanted+=("$arg"); fi
+done
 
 if [[ -n "${GANTRY_CONTROL_PLANE_DIR:-}" ]]; then
   for bin in "${wanted[@]}"; do
@@ -48,8 +54,9 @@ for bin in "${wanted[@]}"; do
   case "$bin" in
     kube-apiserver) build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$version_flags" ;;
     etcd) build etcd go.etcd.io/etcd/server/v3 "" ;;
-    kubectl) build kubectl k8s.io/kubernetes/cmd/kubectl "$version_flags" ;;
-    *) echo "unknown binary $bin (known: kube-apiserver etcd kubectl)" >&2; exit 2 ;;
+    kubectl | kube-controller-manager | kube-scheduler | kubelet | kube-proxy)
+      build "$bin" "k8s.io/kubernetes/cmd/$bin" "$version_flags" ;;
+    *) echo "unknown binary $bin (known: kube-apiserver etcd kubectl ${node_set[*]}; node for the node set)" >&2; exit 2 ;;
   esac
 done
 echo "$cache"

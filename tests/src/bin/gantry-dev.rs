@@ -1,6 +1,7 @@
 //! A local Gantry environment for trying it out: a real kube-apiserver + etcd, a registry, the
 //! storage server and the provisioner, all on loopback, running in the background until
-//! `gantry-dev down`.
+//! `gantry-dev down`. With `--node`: a real single-node cluster instead (the node tier's, see
+//! `gantry_tests::NodeCluster`), for running Gantry as Pods.
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -9,8 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use gantry_tests::{
-    ControlPlane, Lifetime, Provisioner, ProvisionerOptions, Registry, RegistryOptions,
-    StorageOptions, StorageServer, stop_detached,
+    ControlPlane, Lifetime, NodeCluster, Provisioner, ProvisionerOptions, Registry,
+    RegistryOptions, StorageOptions, StorageServer, stop_detached,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams};
@@ -35,6 +36,10 @@ enum Command {
         /// A flag for the provisioner (repeatable), e.g. --provisioner-arg=--apply-concurrency=32.
         #[arg(long = "provisioner-arg", allow_hyphen_values = true)]
         provisioner_args: Vec<String>,
+        /// Start a real single-node cluster (kubelet, containerd, kube-proxy, CoreDNS, a
+        /// registry on the node's bridge) instead; needs root. Gantry itself is not started.
+        #[arg(long, conflicts_with = "provisioner_args")]
+        node: bool,
     },
     /// Stop everything and remove the state directory.
     Down,
@@ -46,10 +51,23 @@ async fn main() -> anyhow::Result<()> {
     let state = std::path::absolute(&cli.state_dir)
         .with_context(|| format!("resolving {}", cli.state_dir.display()))?;
     match cli.command {
-        Command::Up { provisioner_args } => up(&state, provisioner_args).await,
+        Command::Up {
+            node: true,
+            provisioner_args: _,
+        } => up_node(&state).await,
+        Command::Up {
+            node: false,
+            provisioner_args,
+        } => up(&state, provisioner_args).await,
         Command::Down => {
-            let stopped = stop_detached(&state, Duration::from_secs(10))
-                .with_context(|| format!("stopping the environment in {}", state.display()))?;
+            let grace = Duration::from_secs(10);
+            // A node cluster leaves mounts, a bridge and iptables rules: its own stop removes them.
+            let stopped = if state.join("node").exists() {
+                NodeCluster::stop_detached(&state, grace)
+            } else {
+                stop_detached(&state, grace)
+            }
+            .with_context(|| format!("stopping the environment in {}", state.display()))?;
             println!(
                 "stopped {stopped} process group(s) and removed {}",
                 state.display()
@@ -59,7 +77,9 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn up(state: &Path, provisioner_args: Vec<String>) -> anyhow::Result<()> {
+/// Fails when an environment already runs in `state`, then creates `state`; returns the path
+/// of its `env` file.
+fn prepare(state: &Path) -> anyhow::Result<PathBuf> {
     let env_file = state.join("env");
     if env_file.exists() {
         bail!(
@@ -69,6 +89,48 @@ async fn up(state: &Path, provisioner_args: Vec<String>) -> anyhow::Result<()> {
         );
     }
     std::fs::create_dir_all(state).with_context(|| format!("creating {}", state.display()))?;
+    Ok(env_file)
+}
+
+async fn up_node(state: &Path) -> anyhow::Result<()> {
+    let env_file = prepare(state)?;
+    eprintln!(
+        "starting a single-node cluster (the first run builds the Kubernetes components and CoreDNS from the Go modules; that takes minutes)"
+    );
+    let cluster = match NodeCluster::start(&Lifetime::Detached(state.to_path_buf())).await {
+        Ok(cluster) => cluster,
+        Err(e) => {
+            // Leave nothing half-started behind.
+            let _ = NodeCluster::stop_detached(state, Duration::from_secs(5));
+            return Err(e).context("starting the node cluster");
+        }
+    };
+    let kubeconfig = state.join("kubeconfig");
+    std::fs::copy(cluster.kubeconfig(), &kubeconfig)
+        .with_context(|| format!("writing {}", kubeconfig.display()))?;
+    let vars = [
+        ("KUBECONFIG", kubeconfig.display().to_string()),
+        ("GANTRY_REGISTRY", cluster.registry().to_string()),
+        ("GANTRY_BUSYBOX_IMAGE", cluster.busybox_image().to_string()),
+        (
+            "GANTRY_NODE_LOGS",
+            cluster.node_dir().join("logs").display().to_string(),
+        ),
+    ];
+    let env: String = vars
+        .iter()
+        .map(|(name, value)| format!("export {name}={value}\n"))
+        .collect();
+    std::fs::write(&env_file, env).with_context(|| format!("writing {}", env_file.display()))?;
+    for (name, value) in vars {
+        println!("{name}={value}");
+    }
+    println!("API_SERVER={}", cluster.control_plane().server_url());
+    Ok(())
+}
+
+async fn up(state: &Path, provisioner_args: Vec<String>) -> anyhow::Result<()> {
+    let env_file = prepare(state)?;
     let lifetime = Lifetime::Detached(state.to_path_buf());
     let started = async {
         eprintln!("starting kube-apiserver and etcd (the first run builds them from the Go modules; that takes minutes)");

@@ -1,0 +1,748 @@
+//! Gantry as Pods on the node: its images, built here by `scripts/images`, run from
+//! `manifests/` as shipped; only the image references change, through a kustomization, as
+//! docs/install.md tells users to do. The one test tells a story in order: install, a real
+//! workload installed from a bundle, leader failover, a storage server restart, uninstall.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use gantry_api::conditions::types;
+use gantry_api::{Bundle, BundleSpec, PLAIN_PROVISIONER, ProvisionerClass, ProvisionerClassSpec};
+use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
+use gantry_tests::{GantryImages, NodeCluster, gantry_images, node_cluster, unique_name};
+use k8s_openapi::Resource;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+const NAMESPACE: &str = "gantry-system";
+/// Image pulls, container starts and probes of a fresh install.
+const START: Duration = Duration::from_secs(300);
+/// A bundle installing, a Pod replaced, a leader taking over.
+const WAIT: Duration = Duration::from_secs(180);
+const PROVISIONER: &str = "gantry-provisioner";
+const STORAGE: &str = "gantry-storage";
+/// The namespace of the Pod that calls Services.
+const PROBE_NAMESPACE: &str = "gantry-node-probe";
+
+#[tokio::test]
+async fn gantry_runs_as_pods_from_the_manifests() {
+    let cluster = node_cluster();
+    let client = cluster.client().await;
+    let images = gantry_images(cluster.registry()).unwrap_or_else(|e| panic!("{e}"));
+
+    // Install as the docs say, with a volume for the storage server's claim.
+    let volume = storage_volume(&client).await;
+    let manifests = kustomization(&images);
+    install(cluster, manifests.path());
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
+    wait(
+        cluster,
+        "the storage server's PVC to bind",
+        START,
+        || async {
+            let pvc = pvcs.get_opt(STORAGE).await.ok()??;
+            (pvc.status?.phase.as_deref() == Some("Bound")).then_some(())
+        },
+    )
+    .await;
+    wait_available(cluster, &client, NAMESPACE, STORAGE, 1, START).await;
+    wait_available(cluster, &client, NAMESPACE, PROVISIONER, 2, START).await;
+    let leader = wait_leader(cluster, &client, None).await;
+
+    // A class of the test's own: the node's registry speaks plain HTTP.
+    let class = unique_name("node");
+    apply(
+        &Api::all(client.clone()),
+        &ProvisionerClass::new(
+            &class,
+            ProvisionerClassSpec {
+                provisioner: PLAIN_PROVISIONER.into(),
+                insecure_registries: vec![cluster.registry().to_string()],
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+
+    // A real workload: busybox httpd behind a Service, answering another Pod by DNS name.
+    let web = unique_name("web");
+    let message = format!("served-by-{web}");
+    let image = push_bundle(
+        cluster,
+        &format!("{web}/bundle:v1"),
+        &web_bundle(cluster, &web, &message),
+    )
+    .await;
+    create_bundle(&client, &web, &image, &class).await;
+    wait_ready(cluster, &client, &web, &[&web]).await;
+    wait_available(cluster, &client, &web, "web", 1, START).await;
+    let probe = probe_pod(cluster, &client).await;
+    let url = format!("http://web.{web}.svc.cluster.local/");
+    let answer = format!("{url} to answer {message:?} in Pod {probe}");
+    let last = std::sync::Mutex::new(String::new());
+    wait_dumping(cluster, &answer, WAIT, &[&web, PROBE_NAMESPACE], || async {
+        // `timeout`, not wget's -T: Debian's busybox 1.35 wget crashes with -T.
+        let output = exec(
+            cluster,
+            &probe,
+            &["timeout", "5", "wget", "-q", "-O", "-", &url],
+        );
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if output.status.success() && said.trim() == message {
+            return Some(());
+        }
+        let mut last = last.lock().unwrap();
+        if *last != said {
+            eprintln!("wget {url} in {probe}: {said}");
+            *last = said;
+        }
+        None
+    })
+    .await;
+
+    // Leader failover: the other replica takes over and finds everything as desired.
+    let managed = resource_versions(&client, &web).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    pods.delete(&leader, &DeleteParams::default())
+        .await
+        .expect("deleting the leader's Pod");
+    let new_leader = wait_leader(cluster, &client, Some(&leader)).await;
+    let metrics = wait(
+        cluster,
+        &format!("{new_leader} to reconcile {web} after taking over"),
+        WAIT,
+        || async {
+            let metrics = pod_metrics(&client, &new_leader).await?;
+            (metric(&metrics, "gantry_provisioner_objects_unchanged_total")?
+                >= managed.len() as u64)
+                .then_some(metrics)
+        },
+    )
+    .await;
+    assert_eq!(
+        metric(&metrics, "gantry_provisioner_objects_applied_total"),
+        Some(0),
+        "the new leader re-applied objects that were as desired:\n{metrics}"
+    );
+    assert_eq!(
+        resource_versions(&client, &web).await,
+        managed,
+        "the bundle's objects changed when the leader changed"
+    );
+
+    // The storage server's Pod goes: the content stays on the volume.
+    // A reader of the content: the provisioner's ServiceAccount, for the storage audience.
+    let token = cluster
+        .control_plane()
+        .service_account_token_for(NAMESPACE, PROVISIONER, &[STORAGE])
+        .await;
+    let (url, digest) = stored_content(&bundle(&client, &web).await);
+    assert_eq!(
+        read_stored(cluster, &probe, &token, &url),
+        Ok(digest.clone()),
+        "the content served before the restart"
+    );
+    let old = storage_pod(&client).await;
+    pods.delete(&old, &DeleteParams::default())
+        .await
+        .expect("deleting the storage server's Pod");
+    wait(
+        cluster,
+        "a new storage server Pod to be ready",
+        WAIT,
+        || async {
+            let pod = storage_pod(&client).await;
+            (pod != old && pod_ready(&pods.get(&pod).await.ok()?)).then_some(())
+        },
+    )
+    .await;
+    wait(
+        cluster,
+        "the stored content to be served again",
+        WAIT,
+        || async { (read_stored(cluster, &probe, &token, &url).ok()? == digest).then_some(()) },
+    )
+    .await;
+    assert!(
+        is_ready(&bundle(&client, &web).await),
+        "{web} stays Ready across the storage server's restart"
+    );
+    let config = unique_name("config");
+    let image = push_bundle(
+        cluster,
+        &format!("{config}/bundle:v1"),
+        &[
+            ("00-namespace.yaml", namespace_yaml(&config)),
+            ("10-config.yaml", config_map_yaml(&config, &message)),
+        ],
+    )
+    .await;
+    create_bundle(&client, &config, &image, &class).await;
+    wait_ready(cluster, &client, &config, &[&config]).await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &config);
+    assert!(
+        config_maps.get_opt("installed").await.unwrap().is_some(),
+        "the bundle installed after the restart created its ConfigMap"
+    );
+
+    // Uninstall: the objects go, then the namespaces finish terminating, then the content.
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    for name in [&web, &config] {
+        bundles
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("deleting a Bundle");
+    }
+    for name in [&web, &config] {
+        wait(
+            cluster,
+            &format!("Bundle {name} and its namespace to be gone"),
+            WAIT,
+            || async {
+                let namespaces: Api<Namespace> = Api::all(client.clone());
+                (bundles.get_opt(name).await.ok()?.is_none()
+                    && namespaces.get_opt(name).await.ok()?.is_none())
+                .then_some(())
+            },
+        )
+        .await;
+    }
+    match read_stored(cluster, &probe, &token, &url) {
+        Err(complaint) if complaint.contains("404") => {}
+        other => panic!("the stored content of {web} is still there after uninstalling: {other:?}"),
+    }
+    drop(volume);
+}
+
+// --- installing -------------------------------------------------------------------------
+
+/// A copy of `manifests/` with a kustomization that only points the images at `images`.
+fn kustomization(images: &GantryImages) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("gantry-manifests")
+        .tempdir()
+        .unwrap();
+    let source = gantry_tests::workspace_root().join("manifests");
+    let mut resources: Vec<String> = std::fs::read_dir(&source)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            std::fs::copy(&path, dir.path().join(&name)).unwrap();
+            name
+        })
+        .collect();
+    resources.sort();
+    let mut kustomization = String::from(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n",
+    );
+    for name in &resources {
+        kustomization.push_str(&format!("- {name}\n"));
+    }
+    kustomization.push_str(&images.kustomize_images().unwrap());
+    std::fs::write(dir.path().join("kustomization.yaml"), kustomization).unwrap();
+    dir
+}
+
+/// The steps of docs/install.md: the CRDs first, established, then everything.
+fn install(cluster: &NodeCluster, dir: &Path) {
+    let crds = dir.join("01-crds.yaml");
+    kubectl_ok(cluster, &["apply", "-f", crds.to_str().unwrap()]);
+    kubectl_ok(
+        cluster,
+        &[
+            "wait",
+            "--for=condition=established",
+            "--timeout=60s",
+            "crd/bundles.gantry.dev",
+            "crd/provisionerclasses.gantry.dev",
+        ],
+    );
+    kubectl_ok(cluster, &["apply", "-k", dir.to_str().unwrap()]);
+}
+
+/// A host directory the storage server (UID and GID 65532) may write, as a PersistentVolume
+/// reserved for the shipped claim, in the default StorageClass if the cluster has one.
+async fn storage_volume(client: &Client) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("gantry-storage-volume")
+        .tempdir()
+        .unwrap();
+    std::os::unix::fs::chown(dir.path(), Some(65532), Some(65532)).unwrap();
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let default_class = classes
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|class| {
+            class
+                .annotations()
+                .get("storageclass.kubernetes.io/is-default-class")
+                == Some(&"true".to_string())
+        })
+        .map(|class| class.name_any())
+        .unwrap_or_default();
+    let volume: PersistentVolume = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": { "name": unique_name("gantry-storage") },
+        "spec": {
+            "capacity": { "storage": "10Gi" },
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": default_class,
+            "claimRef": { "namespace": NAMESPACE, "name": STORAGE },
+            "hostPath": { "path": dir.path(), "type": "Directory" }
+        }
+    }))
+    .unwrap();
+    apply(&Api::all(client.clone()), &volume).await;
+    dir
+}
+
+// --- bundles ------------------------------------------------------------------------------
+
+/// Pushes `files` (under `manifests/`) to the node's registry; returns the pinned reference.
+async fn push_bundle(cluster: &NodeCluster, repository: &str, files: &[(&str, String)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    for (name, content) in files {
+        std::fs::write(manifests.join(name), content).unwrap();
+    }
+    RegistryClient::new(RegistryOptions {
+        insecure_registries: vec![cluster.registry().to_string()],
+        ..Default::default()
+    })
+    .unwrap()
+    .push_dir(
+        dir.path(),
+        &format!("{}/{repository}", cluster.registry()),
+        &[Platform::current()],
+        &EffectiveLimits::default(),
+    )
+    .await
+    .expect("pushing a bundle image")
+    .pinned
+}
+
+fn namespace_yaml(name: &str) -> String {
+    format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n")
+}
+
+fn config_map_yaml(namespace: &str, value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: installed\n  namespace: {namespace}\ndata:\n  value: {value}\n"
+    )
+}
+
+/// A Namespace, and in it busybox's httpd serving `message` behind the Service `web`.
+fn web_bundle(
+    cluster: &NodeCluster,
+    namespace: &str,
+    message: &str,
+) -> Vec<(&'static str, String)> {
+    let image = cluster.busybox_image();
+    let workload = format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: {namespace}
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: httpd
+        image: {image}
+        command: ["sh", "-c", "mkdir -p /tmp/www && echo {message} > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"]
+        ports:
+        - name: http
+          containerPort: 8080
+        readinessProbe:
+          tcpSocket:
+            port: http
+          periodSeconds: 2
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: {namespace}
+spec:
+  selector:
+    app: web
+  ports:
+  - name: http
+    port: 80
+    targetPort: http
+"#
+    );
+    vec![
+        ("00-namespace.yaml", namespace_yaml(namespace)),
+        ("10-web.yaml", workload),
+    ]
+}
+
+async fn create_bundle(client: &Client, name: &str, image: &str, class: &str) {
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let spec = BundleSpec {
+        image: image.into(),
+        provisioner_class_name: Some(class.into()),
+        ..Default::default()
+    };
+    bundles
+        .create(&PostParams::default(), &Bundle::new(name, spec))
+        .await
+        .expect("creating a Bundle");
+}
+
+fn is_ready(bundle: &Bundle) -> bool {
+    bundle.status.as_ref().is_some_and(|status| {
+        status.conditions.iter().any(|c| {
+            c.type_ == types::READY
+                && c.status == "True"
+                && c.observed_generation == bundle.metadata.generation
+        })
+    })
+}
+
+async fn bundle(client: &Client, name: &str) -> Bundle {
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    bundles.get(name).await.expect("reading a Bundle")
+}
+
+async fn wait_ready(cluster: &NodeCluster, client: &Client, name: &str, namespaces: &[&str]) {
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let what = format!("Bundle {name} to be Ready");
+    wait_dumping(cluster, &what, WAIT, namespaces, || async {
+        bundles.get(name).await.ok().filter(is_ready).map(drop)
+    })
+    .await;
+}
+
+// --- the storage server ---------------------------------------------------------------------
+
+/// The bundle's content URL and the hex sha256 of the stored tarball.
+fn stored_content(bundle: &Bundle) -> (String, String) {
+    let status = bundle.status.as_ref().expect("a status");
+    let url = status.content_url.clone().expect("a content URL");
+    let digest = status.content_digest.as_deref().expect("a content digest");
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest).to_string();
+    (url, hex)
+}
+
+/// Reads `url` from the storage server in Pod `probe` with `token`: the sha256 of what was
+/// served, or wget's complaint (`... 404 Not Found`, or the server not answering).
+fn read_stored(
+    cluster: &NodeCluster,
+    probe: &str,
+    token: &str,
+    url: &str,
+) -> Result<String, String> {
+    let script = format!(
+        "timeout 5 wget -q -O /tmp/content --header 'Authorization: Bearer {token}' '{url}' && sha256sum /tmp/content"
+    );
+    let output = exec(cluster, probe, &["sh", "-c", &script]);
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .next()
+        .map(str::to_string)
+        .ok_or_else(|| "sha256sum printed nothing".to_string())
+}
+
+async fn storage_pod(client: &Client) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let list = pods
+        .list(&kube::api::ListParams::default().labels("app.kubernetes.io/name=gantry-storage"))
+        .await
+        .expect("listing the storage server's Pods");
+    list.items
+        .into_iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .map(|pod| pod.name_any())
+        .next()
+        .unwrap_or_default()
+}
+
+// --- the provisioner ------------------------------------------------------------------------
+
+/// Waits until the Lease names a running, ready provisioner Pod other than `previous`.
+async fn wait_leader(cluster: &NodeCluster, client: &Client, previous: Option<&str>) -> String {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    wait(
+        cluster,
+        "the Lease to name a ready provisioner Pod",
+        WAIT,
+        || async {
+            let holder = leases
+                .get_opt(PROVISIONER)
+                .await
+                .ok()??
+                .spec?
+                .holder_identity?;
+            let pod = pods.get_opt(&holder).await.ok()??;
+            let candidate = pod
+                .labels()
+                .get("app.kubernetes.io/name")
+                .map(String::as_str)
+                == Some(PROVISIONER)
+                && pod.metadata.deletion_timestamp.is_none()
+                && pod_ready(&pod)
+                && Some(holder.as_str()) != previous;
+            candidate.then_some(holder)
+        },
+    )
+    .await
+}
+
+/// The Prometheus text of a Pod's /metrics, through the API server's Pod proxy.
+async fn pod_metrics(client: &Client, pod: &str) -> Option<String> {
+    let request = http::Request::get(format!(
+        "/api/v1/namespaces/{NAMESPACE}/pods/{pod}:8080/proxy/metrics"
+    ))
+    .body(Vec::new())
+    .ok()?;
+    client.request_text(request).await.ok()
+}
+
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// `kind/name -> resourceVersion` of the web bundle's objects.
+async fn resource_versions(client: &Client, namespace: &str) -> Vec<(String, String)> {
+    async fn version<K>(api: Api<K>, name: &str) -> (String, String)
+    where
+        K: kube::Resource + Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        let object = api.get(name).await.expect("reading a managed object");
+        (
+            format!("{}/{name}", K::KIND),
+            object.resource_version().unwrap_or_default(),
+        )
+    }
+    vec![
+        version(Api::<Namespace>::all(client.clone()), namespace).await,
+        version(
+            Api::<Deployment>::namespaced(client.clone(), namespace),
+            "web",
+        )
+        .await,
+        version(Api::<Service>::namespaced(client.clone(), namespace), "web").await,
+    ]
+}
+
+// --- Pods and waiting ---------------------------------------------------------------------
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn wait_available(
+    cluster: &NodeCluster,
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    replicas: i32,
+    timeout: Duration,
+) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let what = format!("Deployment {namespace}/{name} to have {replicas} available replica(s)");
+    wait_dumping(cluster, &what, timeout, &[namespace], || async {
+        let deployment = deployments.get_opt(name).await.ok()??;
+        let status = deployment.status?;
+        let available = status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Available" && c.status == "True");
+        (available
+            && status.observed_generation == deployment.metadata.generation
+            && status.ready_replicas == Some(replicas)
+            && status.updated_replicas == Some(replicas))
+        .then_some(())
+    })
+    .await;
+}
+
+/// A long-running busybox Pod in a namespace of its own, to call Services from.
+async fn probe_pod(cluster: &NodeCluster, client: &Client) -> String {
+    let namespace = PROBE_NAMESPACE;
+    cluster.create_namespace(namespace).await;
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": "probe", "namespace": namespace },
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "probe", "image": cluster.busybox_image(),
+                "command": ["sleep", "86400"]
+            }]
+        }
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    apply(&pods, &pod).await;
+    wait_dumping(
+        cluster,
+        "the probe Pod to be ready",
+        START,
+        &[namespace],
+        || async { pod_ready(&pods.get("probe").await.ok()?).then_some(()) },
+    )
+    .await;
+    format!("{namespace}/probe")
+}
+
+/// Runs `command` in the probe Pod (`namespace/name`).
+fn exec(cluster: &NodeCluster, pod: &str, command: &[&str]) -> Output {
+    let (namespace, name) = pod.split_once('/').expect("namespace/name");
+    let mut args = vec!["-n", namespace, "exec", name, "--"];
+    args.extend_from_slice(command);
+    kubectl(cluster, &args)
+}
+
+/// Server-side applies `object` through `api` as the test's field manager.
+async fn apply<K>(api: &Api<K>, object: &K)
+where
+    K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.patch(
+        &object.name_any(),
+        &PatchParams::apply("gantry-tests").force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {}: {e}", object.name_any()));
+}
+
+/// Waits for `check` within `timeout`; on timeout the failure shows gantry-system's Pods.
+async fn wait<T, F, Fut>(cluster: &NodeCluster, what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    wait_dumping(cluster, what, timeout, &[], check).await
+}
+
+/// Waits for `check` within `timeout`; on timeout the failure shows the Pods, their logs and
+/// the events of gantry-system and of `namespaces`.
+async fn wait_dumping<T, F, Fut>(
+    cluster: &NodeCluster,
+    what: &str,
+    timeout: Duration,
+    namespaces: &[&str],
+    check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    // wait_until's own deadline is later: this one decides, and dumps what is relevant.
+    match tokio::time::timeout(timeout, gantry_tests::wait_until(what, timeout * 2, check)).await {
+        Ok(value) => value,
+        Err(_) => {
+            let mut report = dump(cluster, NAMESPACE);
+            for namespace in namespaces.iter().filter(|n| **n != NAMESPACE) {
+                report.push_str(&dump(cluster, namespace));
+            }
+            panic!("timed out after {timeout:?} waiting for {what}\n{report}")
+        }
+    }
+}
+
+/// Pods, their recent logs and the events of `namespace`, for failure messages.
+fn dump(cluster: &NodeCluster, namespace: &str) -> String {
+    let text = |args: &[&str]| {
+        let output = kubectl(cluster, args);
+        format!(
+            "$ kubectl {}\n{}{}\n",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    };
+    let mut report = format!("\n===== namespace {namespace} =====\n");
+    if namespace == NAMESPACE {
+        report.push_str(&text(&["get", "bundles,provisionerclasses", "-o", "yaml"]));
+    }
+    report.push_str(&text(&[
+        "-n",
+        namespace,
+        "get",
+        "pods,pvc,deployments",
+        "-o",
+        "wide",
+    ]));
+    report.push_str(&text(&[
+        "-n",
+        namespace,
+        "get",
+        "events",
+        "--sort-by=.lastTimestamp",
+    ]));
+    let pods = kubectl(cluster, &["-n", namespace, "get", "pods", "-o", "name"]);
+    for pod in String::from_utf8_lossy(&pods.stdout).lines() {
+        report.push_str(&text(&[
+            "-n",
+            namespace,
+            "logs",
+            pod,
+            "--all-containers",
+            "--tail=40",
+        ]));
+    }
+    report
+}
+
+fn kubectl(cluster: &NodeCluster, args: &[&str]) -> Output {
+    cluster
+        .kubectl()
+        .args(args)
+        .output()
+        .expect("running kubectl")
+}
+
+fn kubectl_ok(cluster: &NodeCluster, args: &[&str]) -> Output {
+    let output = kubectl(cluster, args);
+    assert!(
+        output.status.success(),
+        "kubectl {} failed:\n{}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}

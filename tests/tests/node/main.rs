@@ -1,0 +1,5 @@
+//! The node tier: tests on a real single-node cluster of processes on this machine (see
+//! `gantry_tests::node_cluster`). Needs root and the packages `.ci/run` installs.
+
+mod cluster;
+mod gantry;

@@ -132,7 +132,7 @@ async fn web_deployment(cluster: &NodeCluster, client: &Client, ns: &str, messag
             "selector": { "matchLabels": { "app": "web" } },
             "template": {
                 "metadata": { "labels": { "app": "web" } },
-                "spec": { "containers": [{
+                "spec": { "terminationGracePeriodSeconds": 2, "containers": [{
                     "name": "httpd", "image": cluster.busybox_image(),
                     "command": ["sh", "-c",
                         format!("echo '{message}' > /www/index.html && exec httpd -f -p 8080 -h /www")],

@@ -216,6 +216,8 @@ impl NodeCluster {
         let client = cluster.plane.client().await;
         create_dns_service(&client, dns_port).await?;
         cluster.try_wait_ready(READY_TIMEOUT).await?;
+        // Pods need their namespace's default ServiceAccount (ServiceAccount admission).
+        wait_for_service_account(&client, "default", READY_TIMEOUT).await?;
         Ok(cluster)
     }
 
@@ -390,14 +392,31 @@ impl NodeCluster {
             )
             .await
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
-        let accounts: Api<ServiceAccount> = Api::namespaced(client, name);
-        crate::wait_until(
-            &format!("the default ServiceAccount of namespace {name}"),
-            Duration::from_secs(60),
-            || async { accounts.get_opt("default").await.ok().flatten() },
-        )
-        .await;
+        wait_for_service_account(&client, name, Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+/// Waits until the `default` ServiceAccount of `namespace` exists (the controller-manager
+/// creates it).
+async fn wait_for_service_account(
+    client: &Client,
+    namespace: &str,
+    timeout: Duration,
+) -> Result<(), HarnessError> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + timeout;
+    while accounts.get_opt("default").await.ok().flatten().is_none() {
+        if Instant::now() >= deadline {
+            return Err(HarnessError::Other(format!(
+                "the default ServiceAccount of namespace {namespace} did not appear within {}s (see kube-controller-manager.log)",
+                timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }
 
 fn node_ready(node: &Node) -> bool {

@@ -328,18 +328,16 @@ impl NodeCluster {
     /// of `namespace` (`kubectl describe`), and the last lines of the kubelet's and
     /// containerd's logs.
     pub fn diagnostics(&self, namespace: &str) -> String {
-        let describe = self
-            .kubectl()
-            .args(["describe", "pods", "--namespace", namespace])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_else(|e| format!("(kubectl: {e})"));
-        let events = self
-            .kubectl()
-            .args(["get", "events", "--namespace", namespace])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_else(|e| format!("(kubectl: {e})"));
+        let kubectl = |args: &[&str]| {
+            self.kubectl()
+                .args(args)
+                .args(["--namespace", namespace])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_else(|e| format!("(kubectl: {e})"))
+        };
+        let describe = kubectl(&["describe", "pods"]);
+        let events = kubectl(&["get", "events"]);
         let logs = self.node_dir.join("logs");
         format!(
             "pods of {namespace}:\n{describe}\nevents of {namespace}:\n{events}\nkubelet log:\n{}\ncontainerd log:\n{}",

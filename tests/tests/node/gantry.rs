@@ -549,16 +549,20 @@ async fn wait_available(
     timeout: Duration,
 ) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let what = format!("Deployment {namespace}/{name} to have {replicas} available replica(s)");
+    let what = format!("Deployment {namespace}/{name} to roll out {replicas} available replica(s)");
     wait_dumping(cluster, &what, timeout, &[namespace], || async {
         let deployment = deployments.get_opt(name).await.ok()??;
         let status = deployment.status?;
-        let available = status
-            .conditions
-            .unwrap_or_default()
+        let conditions = status.conditions.unwrap_or_default();
+        let available = conditions
             .iter()
             .any(|c| c.type_ == "Available" && c.status == "True");
+        // The rollout is complete: the controller writes no more status for it.
+        let complete = conditions.iter().any(|c| {
+            c.type_ == "Progressing" && c.reason.as_deref() == Some("NewReplicaSetAvailable")
+        });
         (available
+            && complete
             && status.observed_generation == deployment.metadata.generation
             && status.ready_replicas == Some(replicas)
             && status.updated_replicas == Some(replicas))

@@ -2,50 +2,66 @@
 //! `target/static`, one image per binary from the repository's `Dockerfile` with buildah (no
 //! Docker daemon), each checked by unpacking it, then pushed to a registry.
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 
 use crate::error::{HarnessError, IoContext};
+
+/// Prefixes of the variables cargo sets for the crate it runs.
+const CARGO_SETS: [&str; 8] = [
+    "CARGO_PKG_",
+    "CARGO_MANIFEST_",
+    "CARGO_CRATE_",
+    "CARGO_BIN_",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+    "CARGO_CFG_",
+];
 
 /// The pushed images, pinned by digest (`host:port/gantry/provisioner@sha256:...`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GantryImages {
     pub provisioner: String,
     pub storage: String,
+    /// A copy of `manifests/` with a `kustomization.yaml` whose `images` point at these images
+    /// (removed when the test binary exits): `kubectl apply -k` it.
+    pub kustomization: PathBuf,
 }
 
-impl GantryImages {
-    /// The `images:` entries of a kustomization that points the shipped manifests
-    /// (`gantry/provisioner`, `gantry/storage-server`) at these images.
-    pub fn kustomize_images(&self) -> Result<String, HarnessError> {
-        let mut entries = String::from("images:\n");
-        for (name, pinned) in [
-            ("gantry/provisioner", &self.provisioner),
-            ("gantry/storage-server", &self.storage),
-        ] {
-            let (new_name, digest) = pinned
-                .split_once('@')
-                .ok_or_else(|| HarnessError::Other(format!("{pinned} is not pinned by digest")))?;
-            entries.push_str(&format!(
-                "- name: {name}\n  newName: {new_name}\n  digest: {digest}\n"
-            ));
-        }
-        Ok(entries)
-    }
-}
-
-/// Builds both images (the binaries only if cargo finds them stale) and pushes them to the
-/// plain-HTTP registry `registry` (`host:port`). Runs once per test binary and registry.
+/// Builds both images (the binaries only if cargo finds them stale), pushes them to the
+/// plain-HTTP registry `registry` (`host:port`) and writes a kustomization of `manifests/` for
+/// them. Runs once per test binary and registry.
 pub fn gantry_images(registry: &str) -> Result<GantryImages, HarnessError> {
     static PUSHED: Mutex<Vec<(String, GantryImages)>> = Mutex::new(Vec::new());
     let mut pushed = PUSHED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, images)) = pushed.iter().find(|(r, _)| r == registry) {
         return Ok(images.clone());
     }
+    let kustomization = tempfile::Builder::new()
+        .prefix("gantry-install-")
+        .tempdir()
+        .context(|| "creating a directory for the kustomization".into())?
+        .keep();
+    crate::process::remove_at_exit(&kustomization)?;
     let script = crate::workspace_root().join("scripts/images");
-    let output = Command::new("bash")
+    let mut command = Command::new("bash");
+    // What cargo sets for this test binary (CARGO_PKG_NAME, CARGO_MANIFEST_DIR, ...) would reach
+    // the build scripts that watch those variables (ring's does), and every build from a test
+    // would then differ from one run by hand, and rebuild most dependencies.
+    for (name, _) in std::env::vars_os() {
+        let set_by_cargo = name.to_str().is_some_and(|name| {
+            CARGO_SETS.iter().any(|prefix| name.starts_with(prefix)) || name == "OUT_DIR"
+        });
+        if set_by_cargo {
+            command.env_remove(name);
+        }
+    }
+    let output = command
         .arg(&script)
-        .args(["--push", registry, "--plain-http"])
+        .args(["--push", registry, "--plain-http", "--kustomize"])
+        .arg(&kustomization)
         .env(
             "CARGO",
             std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
@@ -76,6 +92,7 @@ pub fn gantry_images(registry: &str) -> Result<GantryImages, HarnessError> {
     let images = GantryImages {
         provisioner: reference("gantry-provisioner")?,
         storage: reference("gantry-storage")?,
+        kustomization,
     };
     pushed.push((registry.to_string(), images.clone()));
     Ok(images)

@@ -251,9 +251,23 @@ pub(crate) fn wait_for_address(
     log: &Path,
     timeout: Duration,
 ) -> Result<(), HarnessError> {
+    wait_for(what, child, log, timeout, || {
+        TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok()
+    })
+}
+
+/// Waits until `ready` says so, failing with the end of `log` when the process exits first or
+/// `timeout` passes.
+pub(crate) fn wait_for(
+    what: &str,
+    child: &mut Child,
+    log: &Path,
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), HarnessError> {
     let deadline = Instant::now() + timeout;
     loop {
-        if TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok() {
+        if ready() {
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {

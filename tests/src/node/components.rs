@@ -5,14 +5,14 @@ use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{
     BRIDGE, BRIDGE_IP, CLUSTER_DOMAIN, CNI_NETWORK, DNS_IP, NODE_NAME, POD_CIDR, SERVICE_CIDR,
 };
 use crate::control_plane::ControlPlane;
 use crate::error::{HarnessError, IoContext};
-use crate::process::{Lifetime, free_port, free_port_on, spawn_daemon, tail, wait_for_address};
+use crate::process::{Lifetime, free_port, free_port_on, spawn_daemon, wait_for, wait_for_address};
 
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -162,37 +162,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     let mut command = Command::new("containerd");
     command.arg("--config").arg(&config);
     let mut child = spawn_daemon(lifetime, command, &log)?;
-    let deadline = Instant::now() + START_TIMEOUT;
-    while UnixStream::connect(layout.containerd_socket()).is_err() {
-        check_running("containerd", &mut child, &log, deadline)?;
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let socket = layout.containerd_socket();
+    wait_for("containerd", &mut child, &log, START_TIMEOUT, || {
+        UnixStream::connect(&socket).is_ok()
+    })?;
     std::mem::forget(child);
-    Ok(())
-}
-
-/// Fails when `child` exited or `deadline` passed.
-fn check_running(
-    what: &str,
-    child: &mut Child,
-    log: &Path,
-    deadline: Instant,
-) -> Result<(), HarnessError> {
-    if let Ok(Some(status)) = child.try_wait() {
-        return Err(HarnessError::Other(format!(
-            "{what} exited with {status}; last lines of {}:\n{}",
-            log.display(),
-            tail(log, 30)
-        )));
-    }
-    if Instant::now() >= deadline {
-        return Err(HarnessError::NotReady {
-            what: what.into(),
-            seconds: START_TIMEOUT.as_secs(),
-            log_path: log.into(),
-            log: tail(log, 30),
-        });
-    }
     Ok(())
 }
 

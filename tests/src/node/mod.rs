@@ -216,6 +216,8 @@ impl NodeCluster {
         let client = cluster.plane.client().await;
         create_dns_service(&client, dns_port).await?;
         cluster.try_wait_ready(READY_TIMEOUT).await?;
+        // Pods need their namespace's default ServiceAccount (ServiceAccount admission).
+        wait_for_service_account(&client, "default", READY_TIMEOUT).await?;
         Ok(cluster)
     }
 
@@ -326,18 +328,16 @@ impl NodeCluster {
     /// of `namespace` (`kubectl describe`), and the last lines of the kubelet's and
     /// containerd's logs.
     pub fn diagnostics(&self, namespace: &str) -> String {
-        let describe = self
-            .kubectl()
-            .args(["describe", "pods", "--namespace", namespace])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_else(|e| format!("(kubectl: {e})"));
-        let events = self
-            .kubectl()
-            .args(["get", "events", "--namespace", namespace])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_else(|e| format!("(kubectl: {e})"));
+        let kubectl = |args: &[&str]| {
+            self.kubectl()
+                .args(args)
+                .args(["--namespace", namespace])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_else(|e| format!("(kubectl: {e})"))
+        };
+        let describe = kubectl(&["describe", "pods"]);
+        let events = kubectl(&["get", "events"]);
         let logs = self.node_dir.join("logs");
         format!(
             "pods of {namespace}:\n{describe}\nevents of {namespace}:\n{events}\nkubelet log:\n{}\ncontainerd log:\n{}",
@@ -390,14 +390,31 @@ impl NodeCluster {
             )
             .await
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
-        let accounts: Api<ServiceAccount> = Api::namespaced(client, name);
-        crate::wait_until(
-            &format!("the default ServiceAccount of namespace {name}"),
-            Duration::from_secs(60),
-            || async { accounts.get_opt("default").await.ok().flatten() },
-        )
-        .await;
+        wait_for_service_account(&client, name, Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+/// Waits until the `default` ServiceAccount of `namespace` exists (the controller-manager
+/// creates it).
+async fn wait_for_service_account(
+    client: &Client,
+    namespace: &str,
+    timeout: Duration,
+) -> Result<(), HarnessError> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + timeout;
+    while accounts.get_opt("default").await.ok().flatten().is_none() {
+        if Instant::now() >= deadline {
+            return Err(HarnessError::Other(format!(
+                "the default ServiceAccount of namespace {namespace} did not appear within {}s (see kube-controller-manager.log)",
+                timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }
 
 fn node_ready(node: &Node) -> bool {

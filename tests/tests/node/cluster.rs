@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use std::future::Future;
 
-use gantry_tests::{NODE_NAME, NodeCluster, node_cluster, unique_name, wait_until};
+use gantry_tests::{DROP_CHAIN, NODE_NAME, NodeCluster, node_cluster, unique_name, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Service};
 use kube::Client;
@@ -120,6 +120,20 @@ async fn the_node_registers_ready_and_runs_a_pod() {
         !routes.iter().any(|r| r.starts_with("default")),
         "no default route: {routes:?}"
     );
+    // And what pods send anywhere else is dropped on this machine.
+    let rules = std::process::Command::new("iptables")
+        .arg("-S")
+        .output()
+        .unwrap();
+    let rules = String::from_utf8_lossy(&rules.stdout);
+    let pods = cluster.pod_cidr();
+    for rule in [
+        format!("-A INPUT -s {pods} -j {DROP_CHAIN}"),
+        format!("-A FORWARD -s {pods} -j {DROP_CHAIN}"),
+        format!("-A {DROP_CHAIN} -j DROP"),
+    ] {
+        assert!(rules.lines().any(|l| l == rule), "{rule} in: {rules}");
+    }
 }
 
 /// A Deployment of busybox httpd serving `message`, and a Service `web` in front of it.
@@ -132,7 +146,7 @@ async fn web_deployment(cluster: &NodeCluster, client: &Client, ns: &str, messag
             "selector": { "matchLabels": { "app": "web" } },
             "template": {
                 "metadata": { "labels": { "app": "web" } },
-                "spec": { "containers": [{
+                "spec": { "terminationGracePeriodSeconds": 2, "containers": [{
                     "name": "httpd", "image": cluster.busybox_image(),
                     "command": ["sh", "-c",
                         format!("echo '{message}' > /www/index.html && exec httpd -f -p 8080 -h /www")],

@@ -10,7 +10,7 @@ use std::time::Duration;
 use gantry_api::conditions::types;
 use gantry_api::{Bundle, BundleSpec, PLAIN_PROVISIONER, ProvisionerClass, ProvisionerClassSpec};
 use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
-use gantry_tests::{GantryImages, NodeCluster, gantry_images, node_cluster, unique_name};
+use gantry_tests::{NodeCluster, gantry_images, node_cluster, unique_name};
 use k8s_openapi::Resource;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -41,8 +41,7 @@ async fn gantry_runs_as_pods_from_the_manifests() {
 
     // Install as the docs say, with a volume for the storage server's claim.
     let volume = storage_volume(&client).await;
-    let manifests = kustomization(&images);
-    install(cluster, manifests.path());
+    install(cluster, &images.kustomization);
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
     wait(
         cluster,
@@ -228,35 +227,6 @@ async fn gantry_runs_as_pods_from_the_manifests() {
 }
 
 // --- installing -------------------------------------------------------------------------
-
-/// A copy of `manifests/` with a kustomization that only points the images at `images`.
-fn kustomization(images: &GantryImages) -> tempfile::TempDir {
-    let dir = tempfile::Builder::new()
-        .prefix("gantry-manifests")
-        .tempdir()
-        .unwrap();
-    let source = gantry_tests::workspace_root().join("manifests");
-    let mut resources: Vec<String> = std::fs::read_dir(&source)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
-        .map(|path| {
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            std::fs::copy(&path, dir.path().join(&name)).unwrap();
-            name
-        })
-        .collect();
-    resources.sort();
-    let mut kustomization = String::from(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n",
-    );
-    for name in &resources {
-        kustomization.push_str(&format!("- {name}\n"));
-    }
-    kustomization.push_str(&images.kustomize_images().unwrap());
-    std::fs::write(dir.path().join("kustomization.yaml"), kustomization).unwrap();
-    dir
-}
 
 /// The steps of docs/install.md: the CRDs first, established, then everything.
 fn install(cluster: &NodeCluster, dir: &Path) {
@@ -579,16 +549,20 @@ async fn wait_available(
     timeout: Duration,
 ) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let what = format!("Deployment {namespace}/{name} to have {replicas} available replica(s)");
+    let what = format!("Deployment {namespace}/{name} to roll out {replicas} available replica(s)");
     wait_dumping(cluster, &what, timeout, &[namespace], || async {
         let deployment = deployments.get_opt(name).await.ok()??;
         let status = deployment.status?;
-        let available = status
-            .conditions
-            .unwrap_or_default()
+        let conditions = status.conditions.unwrap_or_default();
+        let available = conditions
             .iter()
             .any(|c| c.type_ == "Available" && c.status == "True");
+        // The rollout is complete: the controller writes no more status for it.
+        let complete = conditions.iter().any(|c| {
+            c.type_ == "Progressing" && c.reason.as_deref() == Some("NewReplicaSetAvailable")
+        });
         (available
+            && complete
             && status.observed_generation == deployment.metadata.generation
             && status.ready_replicas == Some(replicas)
             && status.updated_replicas == Some(replicas))

@@ -338,9 +338,16 @@ impl NodeCluster {
         };
         let describe = kubectl(&["describe", "pods"]);
         let events = kubectl(&["get", "events"]);
+        // A taint (disk or memory pressure on a crowded machine) keeps every pod Pending.
+        let node = kubectl(&[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} taints={.spec.taints} {range .status.conditions[?(@.status==\"True\")]}{.type} {end}{\"\\n\"}{end}",
+        ]);
         let logs = self.node_dir.join("logs");
         format!(
-            "pods of {namespace}:\n{describe}\nevents of {namespace}:\n{events}\nkubelet log:\n{}\ncontainerd log:\n{}",
+            "node:\n{node}\npods of {namespace}:\n{describe}\nevents of {namespace}:\n{events}\nkubelet log:\n{}\ncontainerd log:\n{}",
             crate::process::tail(&logs.join("kubelet.log"), 30),
             crate::process::tail(&logs.join("containerd.log"), 20)
         )

@@ -6,6 +6,7 @@
 #   ca-certificates.crt   (e.g. /etc/ssl/certs/ca-certificates.crt)
 #   gantry-provisioner    (static: RUSTFLAGS="-C target-feature=+crt-static",
 #   gantry-storage         --target x86_64-unknown-linux-gnu, or a musl target)
+#   gantry-unpack         (static too; shipped in the provisioner's image)
 #
 #   buildah bud --build-arg BINARY=gantry-provisioner -t gantry/provisioner:0.1.0    target/static/context
 #   buildah bud --build-arg BINARY=gantry-storage     -t gantry/storage-server:0.1.0 target/static/context
@@ -20,6 +21,8 @@ USER 65532:65532
 
 FROM base AS gantry-provisioner
 COPY gantry-provisioner /usr/local/bin/gantry-provisioner
+# The unpack program of pullMode: Node, copied by unpack Pods into their bundle image's Pod.
+COPY gantry-unpack /usr/local/bin/gantry-unpack
 ENTRYPOINT ["/usr/local/bin/gantry-provisioner"]
 
 FROM base AS gantry-storage

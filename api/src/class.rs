@@ -71,6 +71,28 @@ pub struct ProvisionerClassSpec {
     /// Limits on the content of bundles; absent fields take safe defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
+
+    /// How bundle images are pulled: `Direct` (the provisioner asks the registry) or `Node`
+    /// (an unpack Pod runs the image, pulled by the node's container runtime).
+    #[serde(default, skip_serializing_if = "PullMode::is_direct")]
+    pub pull_mode: PullMode,
+}
+
+/// Who pulls a bundle's image.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PullMode {
+    /// The provisioner pulls from the registry itself.
+    #[default]
+    Direct,
+    /// The node's container runtime pulls the image for an unpack Pod.
+    Node,
+}
+
+impl PullMode {
+    /// Whether this is the default, `Direct`.
+    pub fn is_direct(&self) -> bool {
+        *self == PullMode::Direct
+    }
 }
 
 /// Whether installs wait for an approver.

@@ -80,6 +80,9 @@ pub mod reasons {
         INVALID_BUNDLE = "InvalidBundle" => Failure;
         /// The content could not be written to or read from the storage server.
         STORAGE_FAILED = "StorageFailed" => Failure;
+        /// `pullMode: Node`: the unpack Pod could not be scheduled, did not finish within its
+        /// deadline, or failed for another reason than the image or its content.
+        UNPACK_POD_FAILED = "UnpackPodFailed" => Failure;
 
         // `Approved`.
         /// The class approves every digest.

@@ -15,6 +15,7 @@ pub use bundle::{
 };
 pub use class::{
     ApprovalPolicy, Limits, ProvisionerClass, ProvisionerClassSpec, ProvisionerClassStatus,
+    PullMode,
 };
 pub use names::*;
 

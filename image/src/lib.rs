@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod canonical;
 pub mod client;
+pub mod dir;
 pub mod error;
 pub mod layer;
 pub mod limits;
@@ -24,6 +25,7 @@ pub use canonical::{
     write_canonical_file_objects, write_canonical_objects,
 };
 pub use client::{RegistryClient, RegistryOptions, ResolvedReference, parse_reference, pinned};
+pub use dir::canonical_from_root;
 pub use error::ImageError;
 pub use layer::{BundleFiles, StoredFile};
 pub use limits::{EffectiveLimits, LimitKind};

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use gantry_image::Platform;
+use gantry_provisioner::controller::node_pull::NodePullSettings;
 use gantry_provisioner::controller::{Settings, Token};
 use gantry_provisioner::run::Options;
 
@@ -77,6 +78,22 @@ struct Flags {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Image holding gantry-unpack, for unpack Pods (`pullMode: Node`); default: the image of
+    /// the provisioner's own Pod ($POD_NAME).
+    #[arg(long, env = "GANTRY_UNPACK_IMAGE")]
+    unpack_image: Option<String>,
+    /// Storage server URL as unpack Pods reach it (default: --storage-url).
+    #[arg(long)]
+    unpack_storage_url: Option<String>,
+    /// ServiceAccount of unpack Pods.
+    #[arg(long, default_value = NodePullSettings::DEFAULT_SERVICE_ACCOUNT)]
+    unpack_service_account: String,
+    /// Unpack Pods running at once.
+    #[arg(long, default_value_t = NodePullSettings::DEFAULT_CONCURRENCY)]
+    unpack_concurrency: usize,
+    /// Deadline of an unpack Pod (activeDeadlineSeconds).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    unpack_timeout: Duration,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -133,6 +150,18 @@ fn options(flags: Flags) -> anyhow::Result<Options> {
         backoff_base: flags.backoff_base,
         backoff_cap: flags.backoff_cap,
         scratch_dir: flags.scratch_dir,
+        node_pull: NodePullSettings {
+            unpack_image: flags.unpack_image,
+            own_pod: flags.identity.clone(),
+            service_account: flags.unpack_service_account,
+            ..NodePullSettings::new(
+                flags
+                    .unpack_storage_url
+                    .unwrap_or_else(|| flags.storage_url.clone()),
+                flags.unpack_concurrency,
+                flags.unpack_timeout,
+            )
+        },
     };
     let storage_token = match (flags.storage_token_file, flags.storage_token) {
         (Some(path), _) => Token::File(path),

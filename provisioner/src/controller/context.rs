@@ -13,6 +13,7 @@ use super::caches::{InstalledChecks, ResolvedTags};
 use super::discovery::KindCache;
 use super::drift::DriftWatches;
 use super::metrics::Metrics;
+use super::node_pull::NodePullSettings;
 use super::storage::StorageClient;
 use gantry_image::Platform;
 
@@ -35,6 +36,8 @@ pub struct Settings {
     pub backoff_cap: Duration,
     /// Where pulls unpack (default: the system's temporary directory).
     pub scratch_dir: Option<PathBuf>,
+    /// Unpack Pods of classes with `pullMode: Node`.
+    pub node_pull: NodePullSettings,
 }
 
 impl Default for Settings {
@@ -49,6 +52,7 @@ impl Default for Settings {
             backoff_base: Duration::from_secs(2),
             backoff_cap: Duration::from_secs(300),
             scratch_dir: None,
+            node_pull: NodePullSettings::default(),
         }
     }
 }

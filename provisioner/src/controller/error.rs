@@ -42,6 +42,19 @@ pub enum Error {
     #[error("storage server: {0}")]
     Storage(String),
 
+    /// `pullMode: Node`: the kubelet could not pull the image (its reason and message).
+    #[error("pulling {image}: {message}")]
+    NodePull { image: String, message: String },
+
+    /// `pullMode: Node`: the unpack program refused the content, with the same text as a
+    /// direct pull's [`Error::InvalidBundle`].
+    #[error("invalid bundle {image}: {message}")]
+    InvalidBundleReported { image: String, message: String },
+
+    /// `pullMode: Node`: the unpack Pod was not scheduled, did not finish or failed otherwise.
+    #[error("unpacking {image} on a node: {message}")]
+    UnpackPod { image: String, message: String },
+
     #[error("namespaced objects carry no namespace and spec.installNamespace is not set: {}", .0.join(", "))]
     NamespaceRequired(Vec<String>),
 
@@ -76,8 +89,13 @@ impl Error {
             Error::ClassNotFound(_) | Error::NoDefaultClass => (UNPACKED, reasons::CLASS_NOT_FOUND),
             Error::InvalidClass { .. } => (UNPACKED, reasons::INVALID_PARAMETERS),
             Error::DigestRequired { .. } => (UNPACKED, reasons::DIGEST_REQUIRED),
-            Error::PullSecret { .. } | Error::Pull { .. } => (UNPACKED, reasons::PULL_FAILED),
-            Error::InvalidBundle { .. } => (UNPACKED, reasons::INVALID_BUNDLE),
+            Error::PullSecret { .. } | Error::Pull { .. } | Error::NodePull { .. } => {
+                (UNPACKED, reasons::PULL_FAILED)
+            }
+            Error::InvalidBundle { .. } | Error::InvalidBundleReported { .. } => {
+                (UNPACKED, reasons::INVALID_BUNDLE)
+            }
+            Error::UnpackPod { .. } => (UNPACKED, reasons::UNPACK_POD_FAILED),
             Error::Storage(_) => (UNPACKED, reasons::STORAGE_FAILED),
             Error::NamespaceRequired(_) => (INSTALLED, reasons::NAMESPACE_REQUIRED),
             Error::NamespaceNotFound(_) => (INSTALLED, reasons::NAMESPACE_NOT_FOUND),

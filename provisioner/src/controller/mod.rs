@@ -13,6 +13,7 @@ pub mod drift;
 pub mod error;
 pub mod inventory;
 pub mod metrics;
+pub mod node_pull;
 pub mod permissions;
 pub mod plan;
 pub mod server;

@@ -1,6 +1,6 @@
 //! Step 2: the image reference to a digest, and the shortcut for bundles that nothing changed.
 
-use gantry_api::ProvisionerClass;
+use gantry_api::{ProvisionerClass, PullMode};
 use gantry_image::RegistryClient;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -36,6 +36,11 @@ pub(super) async fn resolve(
     let resolved = match reusable_resolution(pass) {
         Some(image) => Resolved {
             image,
+            registry: None,
+        },
+        // The node's runtime resolves the reference when it pulls (see unpack).
+        None if class.spec.pull_mode == PullMode::Node => Resolved {
+            image: image.to_string(),
             registry: None,
         },
         None => {

@@ -1,14 +1,15 @@
 //! Step 3: the content of the resolved digest, read back from storage when it is stored there,
 //! pulled, validated and stored otherwise.
 
-use gantry_api::ProvisionerClass;
 use gantry_api::conditions::{reasons, types};
+use gantry_api::{ProvisionerClass, PullMode};
 use gantry_image::{BundleObject, EffectiveLimits, PullRequest, RegistryClient, read_canonical};
 use kube::ResourceExt;
 
 use super::resolve::Resolved;
 use super::{Flow, Pass};
 use crate::controller::error::{Error, Result};
+use crate::controller::node_pull::driver::unpack_on_node;
 use crate::controller::source::registry_client;
 
 /// The content to install.
@@ -32,8 +33,14 @@ pub(super) async fn unpack_and_store(
     } = resolved;
     let limits = EffectiveLimits::from_api(class.spec.limits.as_ref());
     let content_before = pass.status.content_digest.clone();
+    let mut resolved_image = resolved_image;
     let objects = match stored_content(pass, &resolved_image).await? {
         Some(content_digest) => read_stored(pass, &content_digest, &limits).await?,
+        None if class.spec.pull_mode == PullMode::Node => {
+            let pulled = unpack_with_node(pass, class, limits).await?;
+            resolved_image = pulled.0;
+            pulled.1
+        }
         None => pull_and_store(pass, class, &resolved_image, registry, limits).await?,
     };
     pass.status.resolved_image = Some(resolved_image.clone());
@@ -143,4 +150,39 @@ async fn pull_and_store(
     status.content_url = Some(ctx.storage.content_url(&pass.name, canonical.digest.hex()));
     status.content_digest = Some(canonical.digest.digest.clone());
     Ok(canonical.objects)
+}
+
+/// `pullMode: Node`: an unpack Pod pulls, validates and stores; the stored content is read
+/// back (digest and limits checked again). Returns the resolved image and the objects.
+async fn unpack_with_node(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    limits: EffectiveLimits,
+) -> Result<(String, Vec<BundleObject>)> {
+    let (bundle, ctx) = (pass.bundle, pass.ctx);
+    pass.set_condition(
+        types::UNPACKED,
+        false,
+        reasons::UNPACKING,
+        format!("pulling {} on a node", bundle.spec.image),
+    );
+    pass.show_progress().await?;
+    let unpacked = unpack_on_node(
+        &ctx.client,
+        &ctx.settings.namespace,
+        &ctx.settings.node_pull,
+        class,
+        bundle,
+        limits,
+    )
+    .await?;
+    ctx.resolved.record(&pass.name, bundle.spec.image.clone());
+    let objects = read_stored(pass, &unpacked.content_digest, &limits).await?;
+    let hex = unpacked.content_digest.trim_start_matches("sha256:");
+    let status = &mut pass.status;
+    status.manifest_digest = Some(unpacked.manifest_digest);
+    status.platform = Some(unpacked.platform);
+    status.content_url = Some(ctx.storage.content_url(&pass.name, hex));
+    status.content_digest = Some(unpacked.content_digest.clone());
+    Ok((unpacked.resolved_image, objects))
 }

@@ -19,6 +19,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::sync::OnceLock;
 
+pub mod kubectl;
+
 pub const NAMESPACE: &str = "gantry-system";
 /// The default class created by [`gantry`].
 pub const DEFAULT_CLASS: &str = "plain";
@@ -228,40 +230,46 @@ pub async fn status_writes() -> u64 {
 pub fn gantry() -> &'static Gantry {
     static GANTRY: OnceLock<Gantry> = OnceLock::new();
     GANTRY.get_or_init(|| {
-        let plane = control_plane();
-        std::thread::spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async {
-                    let client = control_plane().client().await;
-                    ensure_namespace(&client, NAMESPACE).await;
-                    let mut class = class_spec(ApprovalPolicy::Automatic);
-                    class.require_digest = false;
-                    apply_class(&client, DEFAULT_CLASS, class, true).await;
-                })
-        })
-        .join()
-        .unwrap();
-        let storage = StorageServer::start(StorageOptions::default());
-        let provisioner = Provisioner::start(ProvisionerOptions {
-            kubeconfig: plane.kubeconfig().to_path_buf(),
-            storage_url: storage.url().to_string(),
-            storage_token: None,
-            namespace: NAMESPACE.into(),
-            args: vec![
-                "--resolve-interval=1s".into(),
-                "--resync-interval=30s".into(),
-                "--backoff-base=200ms".into(),
-                "--backoff-cap=5s".into(),
-            ],
-        });
-        Gantry {
-            storage,
-            provisioner,
-        }
+        start_gantry(&[
+            "--resolve-interval=1s",
+            "--resync-interval=30s",
+            "--backoff-base=200ms",
+            "--backoff-cap=5s",
+        ])
     })
+}
+
+/// Starts a storage server and a provisioner run with `args`, after the namespace and the
+/// default class `plain` (Automatic, plain HTTP to the test registry).
+pub fn start_gantry(args: &[&str]) -> Gantry {
+    let plane = control_plane();
+    std::thread::spawn(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let client = control_plane().client().await;
+                ensure_namespace(&client, NAMESPACE).await;
+                let mut class = class_spec(ApprovalPolicy::Automatic);
+                class.require_digest = false;
+                apply_class(&client, DEFAULT_CLASS, class, true).await;
+            })
+    })
+    .join()
+    .unwrap();
+    let storage = StorageServer::start(StorageOptions::default());
+    let provisioner = Provisioner::start(ProvisionerOptions {
+        kubeconfig: plane.kubeconfig().to_path_buf(),
+        storage_url: storage.url().to_string(),
+        storage_token: None,
+        namespace: NAMESPACE.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+    });
+    Gantry {
+        storage,
+        provisioner,
+    }
 }
 
 /// A provisioner of its own (for binaries where it must be the only one).

@@ -256,7 +256,7 @@ mod tests {
         let a = bundle("a", &[], true);
         let b = bundle("b", &[], false);
         assert_eq!(
-            verdict(&bundle("c", &["a"], false), &[a.clone()]).await,
+            verdict(&bundle("c", &["a"], false), std::slice::from_ref(&a)).await,
             Verdict::Ready
         );
         match verdict(&bundle("c", &["a", "b"], false), &[a.clone(), b]).await {

@@ -15,8 +15,7 @@ use gantry_api::{ApprovalPolicy, Bundle, BundlePhase, RECONCILE_REQUESTED_ANNOTA
 use gantry_tests::{control_plane, registry, unique_name, wait_until};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 /// One storage server and one provisioner, backing off from 30 s, for this binary.
@@ -350,24 +349,12 @@ async fn crd_bundle_installs(client: &Client, widget_first: bool) {
     let name = unique_name("crd-order");
     create_bundle(client, &name, spec(&pinned, Some(&ns))).await;
     let bundle = wait_bundle(client, &name, "Ready", is_ready).await;
-    let kinds: Vec<&str> = bundle
-        .status
-        .as_ref()
-        .unwrap()
-        .inventory
-        .iter()
-        .map(|e| e.kind.as_str())
-        .collect();
     assert_eq!(
-        kinds,
+        inventory_kinds(&bundle),
         ["CustomResourceDefinition", "Widget"],
         "the CRD goes first"
     );
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(&group, "v1", "Widget"),
-        "widgets",
-    );
-    let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    let widgets = widgets(client, &ns, &group);
     assert!(
         widgets.get_opt("w").await.unwrap().is_some(),
         "the Widget exists"
@@ -442,14 +429,6 @@ async fn deletion_waits_for_objects_with_finalizers() {
         )
         .await
         .unwrap();
-    wait_until("the bundle gone", WAIT, || async {
-        bundles
-            .get_opt(&name)
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_bundle_gone(&client, &name).await;
     assert!(!exists(&client, &ns, "held").await);
 }

@@ -96,9 +96,14 @@ async fn live_object(
         return Ok(None);
     };
     let api = kind.api(client, entry.namespace.as_deref());
-    Ok(api
-        .get_opt(&entry.name)
-        .await
-        .map_err(failed)?
-        .map(|live| (api, live)))
+    match api.get_opt(&entry.name).await {
+        Ok(live) => Ok(live.map(|live| (api, live))),
+        // A plain 404: the kind is not served any more (its CRD is being deleted), so its
+        // objects are going too.
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            kinds.forget(&gvk);
+            Ok(None)
+        }
+        Err(e) => Err(failed(e)),
+    }
 }

@@ -353,3 +353,38 @@ pub async fn under_review(
         bundle,
     }
 }
+
+/// The kinds of a bundle's inventory, in order.
+pub fn inventory_kinds(bundle: &Bundle) -> Vec<String> {
+    bundle
+        .status
+        .iter()
+        .flat_map(|s| s.inventory.iter().map(|e| e.kind.clone()))
+        .collect()
+}
+
+/// The Widgets (`widgets.<group>`, version v1) of namespace `ns`.
+pub fn widgets(client: &Client, ns: &str, group: &str) -> Api<kube::api::DynamicObject> {
+    let resource = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(group, "v1", "Widget"),
+        "widgets",
+    );
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Waits until Bundle `name` is gone; the failure shows what its conditions say it waits for.
+pub async fn wait_bundle_gone(client: &Client, name: &str) {
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let Some(bundle) = bundles.get_opt(name).await.unwrap() else {
+            return;
+        };
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bundle {name} is still there after {WAIT:?}: {}",
+            serde_json::to_string(&bundle.status.map(|s| s.conditions)).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

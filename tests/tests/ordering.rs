@@ -151,13 +151,19 @@ async fn a_chain_installs_in_order() {
     assert!(exists(&client, &ns, "b").await && exists(&client, &ns, "a").await);
 }
 
+/// A client, a namespace, images of ConfigMaps `first` and `second` (pinned), and two bundle
+/// names, for `prefix`.
+async fn two_images(prefix: &str) -> (Client, String, Vec<String>, [String; 2]) {
+    let client = client().await;
+    let ns = unique_name(prefix);
+    let pinned = images(&client, &ns, &["first", "second"]).await;
+    let names = ["first", "second"].map(|n| unique_name(&format!("{prefix}-{n}")));
+    (client, ns, pinned, names)
+}
+
 #[tokio::test]
 async fn a_missing_dependency_is_reported_then_resolved_when_created() {
-    let client = client().await;
-    let ns = unique_name("missing");
-    let pinned = images(&client, &ns, &["first", "second"]).await;
-    let first = unique_name("missing-first");
-    let second = unique_name("missing-second");
+    let (client, ns, pinned, [first, second]) = two_images("missing").await;
     create_bundle(&client, &second, depending(&pinned[1], &ns, &[&first])).await;
     let bundle = wait_ready_reason(
         &client,
@@ -181,12 +187,7 @@ async fn a_missing_dependency_is_reported_then_resolved_when_created() {
 
 #[tokio::test]
 async fn a_cycle_is_reported_and_broken() {
-    let client = client().await;
-    let ns = unique_name("cycle");
-    // Not "y": YAML 1.1 reads it as a boolean.
-    let pinned = images(&client, &ns, &["first", "second"]).await;
-    let x = unique_name("cycle-x");
-    let y = unique_name("cycle-y");
+    let (client, ns, pinned, [x, y]) = two_images("cycle").await;
     create_bundle(&client, &x, depending(&pinned[0], &ns, &[&y])).await;
     create_bundle(&client, &y, depending(&pinned[1], &ns, &[&x])).await;
     let cycle = format!("{x} -> {y} -> {x}");

@@ -116,7 +116,7 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
     let name = bundle.name_any();
     let deleting = bundle.metadata.deletion_timestamp.is_some();
     let fingerprint = fingerprint(bundle, ctx);
-    if !deleting && let Some(wait) = ctx.backoff.pending(&name, fingerprint) {
+    if let Some(wait) = ctx.backoff.pending(&name, fingerprint) {
         return Ok(Action::requeue(wait));
     }
     let current = bundle.status.clone().unwrap_or_default();

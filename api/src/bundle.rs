@@ -58,6 +58,18 @@ pub struct BundleSpec {
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     )]
     pub install_namespace: Option<String>,
+
+    /// Names of Bundles that must be Ready before this one is installed or updated. A bundle
+    /// waiting on them reports which in its `Ready` condition (reason `DependencyNotReady`);
+    /// a missing bundle (`DependencyNotFound`) or a cycle (`DependencyCycle`) is reported too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub depends_on: Vec<String>,
+
+    /// When true, Gantry stops reconciling the bundle: nothing is pulled, applied, pruned or
+    /// repaired until it is false again. Deleting a suspended bundle still uninstalls it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
 }
 
 /// Where a bundle stands. Written by the controller, except `approval`, which only approvers write.
@@ -109,6 +121,11 @@ pub struct BundleStatus {
     /// Every object applied for this bundle.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inventory: Vec<InventoryEntry>,
+
+    /// The value of the annotation `gantry.dev/reconcile-requested-at` that the last reconcile
+    /// handled (as Flux's `lastHandledReconcileAt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 
     /// `Unpacked`, `Approved`, `Installed` and the summary `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -112,9 +112,23 @@ pub mod reasons {
         /// A CRD of the bundle was not established in time.
         CRD_NOT_ESTABLISHED = "CRDNotEstablished" => Failure;
 
+        // `Ready`, when the bundle is held back (set over the summary).
+        /// `spec.suspend` is true: nothing is applied, pruned or repaired. `Ready` keeps the
+        /// status it had.
+        SUSPENDED = "Suspended" => Progress;
+        /// A bundle of `spec.dependsOn` is not Ready yet; the message names it.
+        DEPENDENCY_NOT_READY = "DependencyNotReady" => Progress;
+        /// A bundle of `spec.dependsOn` does not exist; the message names it.
+        DEPENDENCY_NOT_FOUND = "DependencyNotFound" => Failure;
+        /// `spec.dependsOn` leads back to the bundle; the message names the cycle.
+        DEPENDENCY_CYCLE = "DependencyCycle" => Failure;
+
         // Deletion.
         /// The bundle's objects and stored content were removed (an Event).
         UNINSTALLED = "Uninstalled" => Success;
+        /// Deletion was requested and objects of the bundle are still there (finalizers, a
+        /// CRD whose custom resources are cleaned up); the message names them.
+        UNINSTALLING = "Uninstalling" => Progress;
         /// An object of the bundle could not be removed; the message names it.
         UNINSTALL_FAILED = "UninstallFailed" => Failure;
     }

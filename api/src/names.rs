@@ -24,3 +24,7 @@ pub const FIELD_MANAGER: &str = "gantry";
 
 /// Finalizer that makes Gantry uninstall a bundle's objects before the bundle goes away.
 pub const UNINSTALL_FINALIZER: &str = "gantry.dev/uninstall";
+
+/// Annotation on a Bundle: any new value makes it reconcile at once, skipping its backoff and
+/// resolving its tag again; `status.lastHandledReconcileAt` echoes the value handled.
+pub const RECONCILE_REQUESTED_ANNOTATION: &str = "gantry.dev/reconcile-requested-at";

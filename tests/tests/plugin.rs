@@ -5,79 +5,21 @@
 mod common;
 
 use std::io::BufRead;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
 
+use common::kubectl::*;
 use common::*;
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{ApprovalPolicy, Bundle, BundlePhase};
-use gantry_tests::{binary, bundle_dir, control_plane, registry, unique_name, wait_until};
+use gantry_tests::{bundle_dir, control_plane, registry, unique_name, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-
-/// `kubectl bundle ARGS` with the plugin's directory first on PATH and no $KUBECONFIG.
-fn kubectl_bundle_command(args: &[&str]) -> Command {
-    let plugin = binary("kubectl-bundle", "kubectl-bundle");
-    let dir = plugin.parent().unwrap().to_path_buf();
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let path =
-        std::env::join_paths(std::iter::once(dir).chain(std::env::split_paths(&path))).unwrap();
-    // kubectl refuses flags before a plugin's name: the plugin parses --kubeconfig itself.
-    let mut command = Command::new("kubectl");
-    command
-        .arg("bundle")
-        .args(args)
-        .env("PATH", path)
-        .env_remove("KUBECONFIG");
-    command
-}
-
-fn kubectl_bundle(args: &[&str]) -> Output {
-    kubectl_bundle_command(args)
-        .output()
-        .expect("running kubectl bundle")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// Runs `kubectl bundle ARGS --kubeconfig KC`, failing the test unless it succeeds; its stdout.
-fn ok(args: &[&str]) -> String {
-    let kc = kubeconfig();
-    let mut all = args.to_vec();
-    all.extend(["--kubeconfig", kc.as_str()]);
-    let output = kubectl_bundle(&all);
-    assert!(output.status.success(), "{args:?}: {}", text(&output));
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// Runs `kubectl bundle ARGS --kubeconfig KC`, failing the test if it succeeds; its output.
-fn fails(args: &[&str]) -> String {
-    let kc = kubeconfig();
-    let mut all = args.to_vec();
-    all.extend(["--kubeconfig", kc.as_str()]);
-    let output = kubectl_bundle(&all);
-    assert!(
-        !output.status.success(),
-        "{args:?} succeeded: {}",
-        text(&output)
-    );
-    text(&output)
-}
-
-fn kubeconfig() -> String {
-    control_plane().kubeconfig().display().to_string()
-}
 
 /// A running `kubectl bundle ... --watch` whose stdout lines arrive on a channel.
 struct Watching {

@@ -557,25 +557,11 @@ async fn a_crd_and_its_resources_install_together() {
     let name = unique_name("crd");
     create_bundle(&client, &name, spec(&image, Some(&ns))).await;
     let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
-    let kinds: Vec<&str> = bundle
-        .status
-        .as_ref()
-        .unwrap()
-        .inventory
-        .iter()
-        .map(|e| e.kind.as_str())
-        .collect();
     assert_eq!(
-        kinds,
+        inventory_kinds(&bundle),
         ["Namespace", "CustomResourceDefinition", "Widget", "Widget"]
     );
-    let resource = kube::core::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk(&group, "v1", "Widget"),
-        "widgets",
-    );
-    let widgets: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns, &resource);
-    let small = widgets
+    let small = widgets(&client, &ns, &group)
         .get("small")
         .await
         .expect("the custom resource exists");
@@ -588,19 +574,7 @@ async fn a_crd_and_its_resources_install_together() {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    wait_until("the bundle to be gone", WAIT, || {
-        let bundles = bundles.clone();
-        let name = name.clone();
-        async move {
-            bundles
-                .get_opt(&name)
-                .await
-                .unwrap()
-                .is_none()
-                .then_some(())
-        }
-    })
-    .await;
+    wait_bundle_gone(&client, &name).await;
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
     let crd = crds.get_opt(&format!("widgets.{group}")).await.unwrap();
     assert!(

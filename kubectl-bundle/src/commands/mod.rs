@@ -1,6 +1,7 @@
 //! Sub-commands. Each lives in its own module; shared code belongs in the libraries.
 
 mod cluster;
+mod control;
 mod image;
 mod inspect;
 mod output;
@@ -44,6 +45,13 @@ pub enum Command {
     Approve(review::ApproveArgs),
     /// Deny the digest a bundle resolves to: nothing of it is installed.
     Deny(review::DenyArgs),
+    /// Stop reconciling a bundle: nothing is applied, pruned or repaired until it is resumed.
+    Suspend(control::SuspendArgs),
+    /// Reconcile a suspended bundle again.
+    Resume(control::ResumeArgs),
+    /// Reconcile a bundle now (skipping its backoff, resolving its tag again) and wait for the
+    /// outcome.
+    Reconcile(control::ReconcileArgs),
     /// Print the plugin's version, the API server's and the controller's.
     Version(system::VersionArgs),
     /// Check that Gantry can serve bundles: CRDs, provisioner, leader, storage, classes.
@@ -71,6 +79,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tree(args) => inspect::tree(global, args).await,
         Command::Approve(args) => review::approve(global, args).await,
         Command::Deny(args) => review::deny(global, args).await,
+        Command::Suspend(args) => control::suspend(global, args).await,
+        Command::Resume(args) => control::resume(global, args).await,
+        Command::Reconcile(args) => control::reconcile(global, args).await,
         Command::Version(args) => system::version(global, args).await,
         Command::Check(args) => system::check(global, args).await,
         Command::Completion { shell } => {

@@ -331,10 +331,8 @@ mod tests {
         assert_eq!(
             names,
             [
-                vec!["app", "widgets.example.com"],
-                vec!["a", "b"],
-                vec!["other"],
-                vec!["w"]
+                vec!["app", "widgets.example.com", "other"],
+                vec!["a", "b", "w"]
             ]
         );
         assert!(waves(&[]).is_empty());

@@ -71,7 +71,7 @@ pub async fn run(
     let bundles_api: Api<Bundle> = Api::all(client.clone());
     let class_controller = Controller::new(classes_api.clone(), watcher::Config::default());
     let class_store = class_controller.store();
-    let bundle_controller = Controller::new(bundles_api, watcher::Config::default());
+    let bundle_controller = Controller::new(bundles_api.clone(), watcher::Config::default());
     let bundle_store = bundle_controller.store();
 
     let (drift, drift_events) = DriftWatches::new();
@@ -122,9 +122,14 @@ pub async fn run(
                 return;
             }
             let store = bundle_store.clone();
+            let dependents = bundle_store.clone();
             bundle_controller
                 .watches(classes_api, watcher::Config::default(), move |class| {
                     bundles_of_class(&store.state(), &class)
+                })
+                // A bundle that changes (becomes Ready, appears, goes) wakes those depending on it.
+                .watches(bundles_api.clone(), watcher::Config::default(), move |b| {
+                    bundle::dependents_of(&dependents.state(), &b)
                 })
                 .reconcile_on(drift_stream)
                 .with_config(

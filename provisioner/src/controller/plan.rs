@@ -175,7 +175,7 @@ fn bundle_crd_kinds(objects: &[BundleObject]) -> HashMap<GroupVersionKind, (Kind
 /// Plans `objects` for bundle `bundle` without asking anything: kinds come from the bundle's
 /// own CRDs first, then from `served` (what the API server serves; `None` when it does not);
 /// namespaced objects without a namespace get `install_namespace`; every object gets the
-/// bundle label.
+/// bundle label. Namespaces and CRDs are planned first, everything else after them.
 pub fn plan_objects(
     objects: &[BundleObject],
     bundle: &str,
@@ -277,6 +277,10 @@ pub fn plan_objects(
     if !without_namespace.is_empty() {
         return Err(Error::NamespaceRequired(without_namespace));
     }
+    // Namespaces and CRDs go first (as Flux and kapp do), each group keeping filename and
+    // document order: a custom resource before the CRD that defines it, or an object before
+    // its Namespace, then installs as well. Uninstall removes in reverse, so they go last.
+    planned.sort_by_key(|object| !object.is_barrier());
     Ok(Plan { objects: planned })
 }
 
@@ -388,6 +392,24 @@ pub(crate) mod tests {
             Some("widgets.example.com")
         );
         assert_eq!(plan.objects[1].resource.plural, "widgets");
+
+        let reversed = plan_objects(
+            &[
+                widget.clone(),
+                config_map("c"),
+                crd("example.com", "Widget", "widgets"),
+            ],
+            "b",
+            Some("app"),
+            served,
+        )
+        .unwrap();
+        let order: Vec<&str> = reversed.objects.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(
+            order,
+            ["widgets.example.com", "w", "c"],
+            "the CRD goes first, the rest keeps its order"
+        );
 
         let error = plan_objects(&[widget], "b", Some("app"), served).unwrap_err();
         assert!(

@@ -19,6 +19,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::sync::OnceLock;
 
+pub mod kubectl;
+
 pub const NAMESPACE: &str = "gantry-system";
 /// The default class created by [`gantry`].
 pub const DEFAULT_CLASS: &str = "plain";
@@ -228,40 +230,46 @@ pub async fn status_writes() -> u64 {
 pub fn gantry() -> &'static Gantry {
     static GANTRY: OnceLock<Gantry> = OnceLock::new();
     GANTRY.get_or_init(|| {
-        let plane = control_plane();
-        std::thread::spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async {
-                    let client = control_plane().client().await;
-                    ensure_namespace(&client, NAMESPACE).await;
-                    let mut class = class_spec(ApprovalPolicy::Automatic);
-                    class.require_digest = false;
-                    apply_class(&client, DEFAULT_CLASS, class, true).await;
-                })
-        })
-        .join()
-        .unwrap();
-        let storage = StorageServer::start(StorageOptions::default());
-        let provisioner = Provisioner::start(ProvisionerOptions {
-            kubeconfig: plane.kubeconfig().to_path_buf(),
-            storage_url: storage.url().to_string(),
-            storage_token: None,
-            namespace: NAMESPACE.into(),
-            args: vec![
-                "--resolve-interval=1s".into(),
-                "--resync-interval=30s".into(),
-                "--backoff-base=200ms".into(),
-                "--backoff-cap=5s".into(),
-            ],
-        });
-        Gantry {
-            storage,
-            provisioner,
-        }
+        start_gantry(&[
+            "--resolve-interval=1s",
+            "--resync-interval=30s",
+            "--backoff-base=200ms",
+            "--backoff-cap=5s",
+        ])
     })
+}
+
+/// Starts a storage server and a provisioner run with `args`, after the namespace and the
+/// default class `plain` (Automatic, plain HTTP to the test registry).
+pub fn start_gantry(args: &[&str]) -> Gantry {
+    let plane = control_plane();
+    std::thread::spawn(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let client = control_plane().client().await;
+                ensure_namespace(&client, NAMESPACE).await;
+                let mut class = class_spec(ApprovalPolicy::Automatic);
+                class.require_digest = false;
+                apply_class(&client, DEFAULT_CLASS, class, true).await;
+            })
+    })
+    .join()
+    .unwrap();
+    let storage = StorageServer::start(StorageOptions::default());
+    let provisioner = Provisioner::start(ProvisionerOptions {
+        kubeconfig: plane.kubeconfig().to_path_buf(),
+        storage_url: storage.url().to_string(),
+        storage_token: None,
+        namespace: NAMESPACE.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+    });
+    Gantry {
+        storage,
+        provisioner,
+    }
 }
 
 /// A provisioner of its own (for binaries where it must be the only one).
@@ -343,5 +351,40 @@ pub async fn under_review(
         repository,
         pinned,
         bundle,
+    }
+}
+
+/// The kinds of a bundle's inventory, in order.
+pub fn inventory_kinds(bundle: &Bundle) -> Vec<String> {
+    bundle
+        .status
+        .iter()
+        .flat_map(|s| s.inventory.iter().map(|e| e.kind.clone()))
+        .collect()
+}
+
+/// The Widgets (`widgets.<group>`, version v1) of namespace `ns`.
+pub fn widgets(client: &Client, ns: &str, group: &str) -> Api<kube::api::DynamicObject> {
+    let resource = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(group, "v1", "Widget"),
+        "widgets",
+    );
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Waits until Bundle `name` is gone; the failure shows what its conditions say it waits for.
+pub async fn wait_bundle_gone(client: &Client, name: &str) {
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let Some(bundle) = bundles.get_opt(name).await.unwrap() else {
+            return;
+        };
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bundle {name} is still there after {WAIT:?}: {}",
+            serde_json::to_string(&bundle.status.map(|s| s.conditions)).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -8,11 +8,15 @@
 
 mod apply;
 mod approve;
+mod dependencies;
 mod plan;
 mod resolve;
 mod select;
+mod suspend;
 mod uninstall;
 mod unpack;
+
+pub(crate) use dependencies::dependents_of;
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -68,6 +72,8 @@ pub(crate) struct Pass<'a> {
     pub status: BundleStatus,
     /// What the API server holds: progress writes update it.
     pub written: BundleStatus,
+    /// What held the bundle back (suspended, waiting for dependencies): reported on `Ready`.
+    pub hold: Option<suspend::Hold>,
 }
 
 impl Pass<'_> {
@@ -110,7 +116,7 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
     let name = bundle.name_any();
     let deleting = bundle.metadata.deletion_timestamp.is_some();
     let fingerprint = fingerprint(bundle, ctx);
-    if !deleting && let Some(wait) = ctx.backoff.pending(&name, fingerprint) {
+    if let Some(wait) = ctx.backoff.pending(&name, fingerprint) {
         return Ok(Action::requeue(wait));
     }
     let current = bundle.status.clone().unwrap_or_default();
@@ -121,6 +127,7 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
         generation: bundle.metadata.generation,
         status: current.clone(),
         written: current,
+        hold: None,
     };
 
     let outcome = if deleting {
@@ -159,12 +166,17 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
         mut status,
         written,
         generation,
+        hold,
         ..
     } = pass;
     if !deleting {
         status.observed_generation = generation;
+        status.last_handled_reconcile_at = reconcile_requested(bundle).map(str::to_string);
     }
     summarize(&mut status, generation);
+    if let Some(hold) = hold {
+        hold.report(&mut status, generation);
+    }
     if deleting {
         status.phase = Some(BundlePhase::Deleting);
     }
@@ -198,6 +210,8 @@ fn record_failure(pass: &mut Pass<'_>, fingerprint: u64, error: &Error) -> Actio
 /// The steps of an install, in order.
 async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
     let class = proceed!(select::class(pass).await);
+    proceed!(suspend::check(pass));
+    proceed!(dependencies::check(pass).await);
     let resolved = proceed!(resolve::resolve(pass, &class).await);
     let content = proceed!(unpack::unpack_and_store(pass, &class, resolved).await);
     let plan = proceed!(plan::plan(pass, &content).await);
@@ -224,11 +238,27 @@ async fn remove_objects<'e>(
     Ok(())
 }
 
+/// The value of the annotation `gantry.dev/reconcile-requested-at`, if any.
+fn reconcile_requested(bundle: &Bundle) -> Option<&str> {
+    bundle
+        .annotations()
+        .get(gantry_api::RECONCILE_REQUESTED_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// Whether the bundle carries a request to reconcile that no pass handled yet.
+fn reconcile_pending(pass: &Pass<'_>) -> bool {
+    reconcile_requested(pass.bundle).is_some_and(|requested| {
+        pass.status.last_handled_reconcile_at.as_deref() != Some(requested)
+    })
+}
+
 /// What, when it changes, must let a bundle through its backoff: its spec, its approval, its
-/// deletion, and its class (the named one, or the default classes).
+/// deletion, a request to reconcile, and its class (the named one, or the default classes).
 fn fingerprint(bundle: &Bundle, ctx: &Context) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     bundle.metadata.generation.hash(&mut hasher);
+    reconcile_requested(bundle).hash(&mut hasher);
     bundle
         .metadata
         .deletion_timestamp

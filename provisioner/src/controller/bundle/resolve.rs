@@ -5,7 +5,7 @@ use gantry_image::RegistryClient;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use super::{Flow, Outcome, Pass, installed_fingerprint, next_visit};
+use super::{Flow, Outcome, Pass, installed_fingerprint, next_visit, reconcile_pending};
 use crate::controller::error::{Error, Result};
 use crate::controller::source::{digest_of, is_digest_reference, registry_client};
 
@@ -64,6 +64,7 @@ pub(super) async fn resolve(
 
     let check = installed_fingerprint(bundle, class, &resolved.image, &pass.status);
     if let Some(check) = check
+        && !reconcile_pending(pass)
         && !ctx.drift.take_dirty(&pass.name)
         && ctx
             .checked
@@ -77,10 +78,11 @@ pub(super) async fn resolve(
 }
 
 /// The resolved image to reuse without asking the registry: a digest reference is its own
-/// answer; a tag is asked again when the spec changed or the resolve interval passed.
+/// answer; a tag is asked again when the spec changed, the resolve interval passed, or a
+/// reconcile was requested.
 fn reusable_resolution(pass: &Pass<'_>) -> Option<String> {
     let previous = pass.status.resolved_image.clone()?;
-    if pass.status.observed_generation != pass.generation {
+    if pass.status.observed_generation != pass.generation || reconcile_pending(pass) {
         return None;
     }
     let ctx = pass.ctx;

@@ -1,26 +1,61 @@
-//! On deletion: remove the inventory's objects in reverse order, then the stored content, then
-//! the finalizer.
+//! On deletion: remove the inventory's objects in reverse order, wait until they are gone
+//! (finalizers, CRDs whose custom resources are cleaned up), then remove the stored content,
+//! then the finalizer.
 
-use gantry_api::conditions::reasons;
+use std::time::Duration;
+
+use gantry_api::conditions::{reasons, types};
 use gantry_api::{Bundle, UNINSTALL_FINALIZER};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::{Outcome, Pass, remove_objects};
 use crate::controller::error::{Error, Result};
+use crate::controller::inventory::still_present;
 use crate::controller::status::publish;
+
+/// How often a bundle whose objects are still being deleted looks again.
+const UNINSTALL_RECHECK: Duration = Duration::from_secs(2);
+
+/// The inventory's objects that are still there, described with their finalizers.
+async fn remaining(pass: &Pass<'_>) -> Result<Vec<String>> {
+    let mut remaining = Vec::new();
+    for entry in &pass.status.inventory {
+        let present = still_present(&pass.ctx.client, &pass.ctx.kinds, entry, &pass.name)
+            .await
+            .map_err(|(object, message)| Error::Uninstall { object, message })?;
+        remaining.extend(present);
+    }
+    Ok(remaining)
+}
 
 pub(super) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
     let (bundle, ctx) = (pass.bundle, pass.ctx);
     if !bundle.finalizers().iter().any(|f| f == UNINSTALL_FINALIZER) {
         return Ok(Outcome::Gone);
     }
-    let name = pass.name.as_str();
+    let name = &pass.name.clone();
     remove_objects(pass, pass.status.inventory.iter().rev())
         .await
         .map_err(|(object, message)| Error::Uninstall { object, message })?;
+    let remaining = remaining(pass).await?;
+    if !remaining.is_empty() {
+        pass.set_condition(
+            types::INSTALLED,
+            false,
+            reasons::UNINSTALLING,
+            format!(
+                "waiting for {} object(s) to be deleted: {}",
+                remaining.len(),
+                remaining.join(", ")
+            ),
+        );
+        // The objects' watches wake the bundle when they go; the requeue is a safety net.
+        return Ok(Outcome::Done(Action::requeue(UNINSTALL_RECHECK)));
+    }
     ctx.storage.delete_bundle(name).await?;
     let finalizers: Vec<String> = bundle
         .finalizers()

@@ -71,6 +71,11 @@ pub struct ProvisionerClassSpec {
     /// Limits on the content of bundles; absent fields take safe defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
+
+    /// Whether `Ready` waits for a bundle's objects to be healthy, and for how long (default:
+    /// `wait: false`, `timeout: 5m`); a bundle's `spec.health` overrides each field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::HealthPolicy>,
 }
 
 /// Whether installs wait for an approver.

@@ -1,6 +1,7 @@
 //! Sub-commands. Each lives in its own module; shared code belongs in the libraries.
 
 mod cluster;
+mod health;
 mod image;
 mod inspect;
 mod output;

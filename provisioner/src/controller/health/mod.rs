@@ -143,9 +143,19 @@ fn pod_selector(object: &Value) -> Option<String> {
     (!selector.is_empty()).then(|| selector.join(","))
 }
 
-/// `; Pod web-1: container web waiting: ImagePullBackOff: …` for the first Pods with a problem.
+/// `; Pod web-1: container web waiting: ImagePullBackOff: …` for the first Pods with a problem;
+/// Pods that still run (or wait to) come before those that are finished or being deleted.
 fn explain_pods(pods: &[Value]) -> String {
-    pods.iter()
+    let finished = |pod: &&Value| {
+        pod.pointer("/metadata/deletionTimestamp").is_some()
+            || matches!(
+                pod.pointer("/status/phase").and_then(Value::as_str),
+                Some("Failed" | "Succeeded")
+            )
+    };
+    let (done, live): (Vec<&Value>, Vec<&Value>) = pods.iter().partition(finished);
+    live.into_iter()
+        .chain(done)
         .filter_map(|pod| {
             let problems = container_problems(pod);
             let name = pod.pointer("/metadata/name").and_then(Value::as_str)?;

@@ -238,11 +238,15 @@ fn workloads_are_explained_by_their_pods() {
     let pods = [
         json!({"metadata": {"name": "ok"}, "status": {"containerStatuses": [
             {"name": "web", "state": {"running": {}}}]}}),
+        json!({"metadata": {"name": "gone"}, "status": {"phase": "Failed", "containerStatuses": [
+            {"name": "web", "state": {"terminated": {"exitCode": 137,
+                "reason": "ContainerStatusUnknown"}}}]}}),
         json!({"metadata": {"name": "web-1"}, "status": {"containerStatuses": [
             {"name": "web", "state": {"waiting": {"reason": "ErrImagePull"}}}]}}),
     ];
     assert_eq!(
         explain_pods(&pods),
-        "; Pod web-1: container web waiting: ErrImagePull"
+        "; Pod web-1: container web waiting: ErrImagePull; Pod gone: container web terminated: ContainerStatusUnknown",
+        "Pods still running come first"
     );
 }

@@ -94,7 +94,8 @@ fn host_gantry(cluster: &'static NodeCluster) -> &'static HostGantry {
     })
 }
 
-/// [`wait_until`] with [`START`] as deadline that tells what the node did when it fails.
+/// [`wait_until`] with [`START`] as deadline that tells what the node did, and where the
+/// bundles of `namespace`'s test stand, when it fails.
 async fn wait<T, F, Fut>(cluster: &NodeCluster, namespace: &str, what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
@@ -102,10 +103,24 @@ where
 {
     match tokio::time::timeout(START, wait_until(what, START * 2, check)).await {
         Ok(value) => value,
-        Err(_) => panic!(
-            "timed out after {START:?} waiting for {what}\n{}",
-            cluster.diagnostics(namespace)
-        ),
+        Err(_) => {
+            let bundles = Api::<Bundle>::all(cluster.client().await)
+                .list(&Default::default())
+                .await
+                .map(|list| {
+                    list.items
+                        .into_iter()
+                        .filter(|b| b.spec.install_namespace.as_deref() == Some(namespace))
+                        .map(|b| format!("{:?}", b.status))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .unwrap_or_default();
+            panic!(
+                "timed out after {START:?} waiting for {what}\nbundles: {bundles}\n{}",
+                cluster.diagnostics(namespace)
+            )
+        }
     }
 }
 
@@ -315,12 +330,8 @@ spec:
         "Healthy=False HealthCheckFailed",
         || async {
             let bundle = bundles.get(&name).await.ok()?;
-            // The message follows the Pods at every assessment (at the latest the resync).
-            condition(&bundle, types::HEALTHY).filter(|(s, r, m)| {
-                s == "False"
-                    && r == reasons::HEALTH_CHECK_FAILED
-                    && (m.contains("ImagePullBackOff") || m.contains("ErrImagePull"))
-            })
+            condition(&bundle, types::HEALTHY)
+                .filter(|(s, r, _)| s == "False" && r == reasons::HEALTH_CHECK_FAILED)
         },
     )
     .await;

@@ -12,7 +12,6 @@ use gantry_api::{
     ApprovalPolicy, Bundle, BundleSpec, HealthPolicy, PLAIN_PROVISIONER, ProvisionerClass,
     ProvisionerClassSpec,
 };
-use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
 use gantry_tests::{
     NodeCluster, Provisioner, ProvisionerOptions, StorageOptions, StorageServer, node_cluster,
     unique_name, wait_until,
@@ -21,6 +20,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+
+use super::gantry::push_bundle;
 
 /// Pulls, sandbox and container starts on a busy machine.
 const START: Duration = Duration::from_secs(180);
@@ -94,58 +95,37 @@ fn host_gantry(cluster: &'static NodeCluster) -> &'static HostGantry {
     })
 }
 
-/// [`wait_until`] with [`START`] as deadline that tells what the node did, and where the
-/// bundles of `namespace`'s test stand, when it fails.
-async fn wait<T, F, Fut>(cluster: &NodeCluster, namespace: &str, what: &str, check: F) -> T
+/// Waits (with [`START`] as deadline) for `check`; on a timeout, tells where the bundles of the
+/// test's `namespace` stand and what the node did.
+async fn wait<T, Fut>(
+    cluster: &NodeCluster,
+    namespace: &str,
+    what: &str,
+    check: impl FnMut() -> Fut,
+) -> T
 where
-    F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    match tokio::time::timeout(START, wait_until(what, START * 2, check)).await {
-        Ok(value) => value,
-        Err(_) => {
-            let bundles = Api::<Bundle>::all(cluster.client().await)
-                .list(&Default::default())
-                .await
-                .map(|list| {
-                    list.items
-                        .into_iter()
-                        .filter(|b| b.spec.install_namespace.as_deref() == Some(namespace))
-                        .map(|b| format!("{:?}", b.status))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                })
-                .unwrap_or_default();
-            panic!(
-                "timed out after {START:?} waiting for {what}\nbundles: {bundles}\n{}",
-                cluster.diagnostics(namespace)
-            )
-        }
+    let outcome = tokio::time::timeout(START, wait_until(what, START * 2, check)).await;
+    if let Ok(value) = outcome {
+        return value;
     }
-}
-
-/// Pushes `files` (under `manifests/`) to the node's registry; returns the pinned reference.
-async fn push_bundle(cluster: &NodeCluster, repository: &str, files: &[(&str, String)]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let manifests = dir.path().join("manifests");
-    std::fs::create_dir(&manifests).unwrap();
-    for (name, content) in files {
-        std::fs::write(manifests.join(name), content).unwrap();
-    }
-    RegistryClient::new(RegistryOptions {
-        insecure_registries: vec![cluster.registry().to_string()],
-        ..Default::default()
-    })
-    .unwrap()
-    .push_dir(
-        dir.path(),
-        &format!("{}/{repository}", cluster.registry()),
-        &[Platform::current()],
-        &EffectiveLimits::default(),
+    let bundles = Api::<Bundle>::all(cluster.client().await)
+        .list(&Default::default())
+        .await
+        .map(|list| {
+            list.items
+                .into_iter()
+                .filter(|b| b.spec.install_namespace.as_deref() == Some(namespace))
+                .map(|b| format!("{:?}", b.status))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default();
+    panic!(
+        "timed out after {START:?} waiting for {what}\nbundles: {bundles}\n{}",
+        cluster.diagnostics(namespace)
     )
-    .await
-    .expect("pushing a bundle image")
-    .pinned
 }
 
 /// A bundle of the host Gantry's class in `namespace`, with a health timeout of `timeout`.

@@ -146,12 +146,19 @@ fn spec_replicas(object: &Value) -> i64 {
     int_at(object, "/spec/replicas").unwrap_or(1)
 }
 
-/// The first `(what, have)` count below `want`, as kstatus reports it.
-fn short_of(want: i64, counts: &[(&str, i64)]) -> Option<Assessment> {
-    counts
-        .iter()
-        .find(|(_, have)| *have < want)
-        .map(|(what, have)| Assessment::in_progress(format!("{what}: {have}/{want}")))
+/// The first of `fields` (`(label, status field)`) short of `want`, then replicas beyond it
+/// (`status.replicas`), as kstatus reports them.
+fn rollout(object: &Value, want: i64, fields: &[(&str, &str)]) -> Option<Assessment> {
+    let count = |field: &str| int_at(object, &format!("/status/{field}")).unwrap_or(0);
+    if let Some((label, field)) = fields.iter().find(|(_, field)| count(field) < want) {
+        return Some(Assessment::in_progress(format!(
+            "{label}: {}/{want}",
+            count(field)
+        )));
+    }
+    let replicas = count("replicas");
+    (replicas > want)
+        .then(|| Assessment::in_progress(format!("Pending termination: {}", replicas - want)))
 }
 
 fn deployment(object: &Value) -> Assessment {
@@ -164,30 +171,14 @@ fn deployment(object: &Value) -> Assessment {
         return not_observed;
     }
     let want = spec_replicas(object);
-    let count = |field: &str| int_at(object, &format!("/status/{field}")).unwrap_or(0);
-    if let Some(short) = short_of(
-        want,
-        &[
-            ("Replicas", count("replicas")),
-            ("Updated", count("updatedReplicas")),
-        ],
-    ) {
-        return short;
-    }
-    if count("replicas") > want {
-        return Assessment::in_progress(format!(
-            "Pending termination: {}",
-            count("replicas") - want
-        ));
-    }
-    if let Some(short) = short_of(
-        want,
-        &[
-            ("Available", count("availableReplicas")),
-            ("Ready", count("readyReplicas")),
-        ],
-    ) {
-        return short;
+    let fields = [
+        ("Replicas", "replicas"),
+        ("Updated", "updatedReplicas"),
+        ("Available", "availableReplicas"),
+        ("Ready", "readyReplicas"),
+    ];
+    if let Some(behind) = rollout(object, want, &fields) {
+        return behind;
     }
     if !condition_is(object, "Available", "True") && want > 0 {
         return Assessment::in_progress("Deployment not Available");
@@ -204,14 +195,12 @@ fn stateful_set(object: &Value) -> Assessment {
     }
     let want = spec_replicas(object);
     let count = |field: &str| int_at(object, &format!("/status/{field}")).unwrap_or(0);
-    if let Some(short) = short_of(
+    if let Some(behind) = rollout(
+        object,
         want,
-        &[
-            ("Replicas", count("replicas")),
-            ("Ready", count("readyReplicas")),
-        ],
+        &[("Replicas", "replicas"), ("Ready", "readyReplicas")],
     ) {
-        return short;
+        return behind;
     }
     if let Some(partition) = int_at(object, "/spec/updateStrategy/rollingUpdate/partition") {
         if count("updatedReplicas") < want - partition {
@@ -242,16 +231,14 @@ fn daemon_set(object: &Value) -> Assessment {
     }
     let count = |field: &str| int_at(object, &format!("/status/{field}")).unwrap_or(0);
     let want = count("desiredNumberScheduled");
-    if let Some(short) = short_of(
-        want,
-        &[
-            ("Current", count("currentNumberScheduled")),
-            ("Updated", count("updatedNumberScheduled")),
-            ("Available", count("numberAvailable")),
-            ("Ready", count("numberReady")),
-        ],
-    ) {
-        return short;
+    let fields = [
+        ("Current", "currentNumberScheduled"),
+        ("Updated", "updatedNumberScheduled"),
+        ("Available", "numberAvailable"),
+        ("Ready", "numberReady"),
+    ];
+    if let Some(behind) = rollout(object, want, &fields) {
+        return behind;
     }
     Assessment::current(format!(
         "All replicas scheduled as expected. Replicas: {want}"
@@ -267,24 +254,14 @@ fn replica_set(object: &Value) -> Assessment {
         return Assessment::in_progress(format!("Replica Failure: {}", explain(c)));
     }
     let want = spec_replicas(object);
-    let count = |field: &str| int_at(object, &format!("/status/{field}")).unwrap_or(0);
-    if let Some(short) = short_of(
-        want,
-        &[
-            ("Labelled", count("fullyLabeledReplicas")),
-            ("Available", count("availableReplicas")),
-            ("Ready", count("readyReplicas")),
-        ],
-    ) {
-        return short;
-    }
-    if count("replicas") > want {
-        return Assessment::in_progress(format!(
-            "Pending termination: {}",
-            count("replicas") - want
-        ));
-    }
-    Assessment::current(format!("ReplicaSet is available. Replicas: {want}"))
+    let fields = [
+        ("Labelled", "fullyLabeledReplicas"),
+        ("Available", "availableReplicas"),
+        ("Ready", "readyReplicas"),
+    ];
+    rollout(object, want, &fields).unwrap_or_else(|| {
+        Assessment::current(format!("ReplicaSet is available. Replicas: {want}"))
+    })
 }
 
 fn job(object: &Value) -> Assessment {

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Healthy","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Healthy\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Resolved","type":"string","priority":1,"jsonPath":".status.resolvedImage","description":"the image reference pinned to the digest being installed"}"#
 )]
@@ -70,6 +71,11 @@ pub struct BundleSpec {
     /// repaired until it is false again. Deleting a suspended bundle still uninstalls it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+
+    /// Whether `Ready` waits for the objects to be healthy, and for how long; each field set
+    /// here overrides the class's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::HealthPolicy>,
 }
 
 /// Where a bundle stands. Written by the controller, except `approval`, which only approvers write.
@@ -127,7 +133,7 @@ pub struct BundleStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
 
-    /// `Unpacked`, `Approved`, `Installed` and the summary `Ready`.
+    /// `Unpacked`, `Approved`, `Installed`, `Healthy` and the summary `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

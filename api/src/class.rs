@@ -76,6 +76,11 @@ pub struct ProvisionerClassSpec {
     /// (an unpack Pod runs the image, pulled by the node's container runtime).
     #[serde(default, skip_serializing_if = "PullMode::is_direct")]
     pub pull_mode: PullMode,
+
+    /// Whether `Ready` waits for a bundle's objects to be healthy, and for how long (default:
+    /// `wait: false`, `timeout: 5m`); a bundle's `spec.health` overrides each field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::HealthPolicy>,
 }
 
 /// Who pulls a bundle's image.

@@ -12,7 +12,10 @@ pub mod types {
     pub const APPROVED: &str = "Approved";
     /// The objects were applied and the inventory recorded.
     pub const INSTALLED: &str = "Installed";
-    /// Summary: true when the bundle is installed at its current generation.
+    /// Every object of the bundle is healthy (kstatus `Current`).
+    pub const HEALTHY: &str = "Healthy";
+    /// Summary: true when the bundle is installed at its current generation (and healthy, when
+    /// its health policy says `wait`).
     pub const READY: &str = "Ready";
     /// Condition type of a `ProvisionerClass`: the class's parameters are valid.
     pub const ACCEPTED: &str = "Accepted";
@@ -122,6 +125,15 @@ pub mod reasons {
         DEPENDENCY_NOT_FOUND = "DependencyNotFound" => Failure;
         /// `spec.dependsOn` leads back to the bundle; the message names the cycle.
         DEPENDENCY_CYCLE = "DependencyCycle" => Failure;
+        // `Healthy`.
+        /// Every object of the bundle is healthy.
+        HEALTHY = "Healthy" => Success;
+        /// Objects are not healthy yet and the health timeout has not passed; the message
+        /// names them.
+        PROGRESSING = "Progressing" => Progress;
+        /// An object failed (a Job), or objects were not healthy within the health timeout; the
+        /// message names each with its status.
+        HEALTH_CHECK_FAILED = "HealthCheckFailed" => Failure;
 
         // Deletion.
         /// The bundle's objects and stored content were removed (an Event).

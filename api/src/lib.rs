@@ -6,6 +6,7 @@ mod bundle;
 mod class;
 pub mod conditions;
 pub mod crd;
+pub mod health;
 mod names;
 pub mod storage;
 
@@ -17,6 +18,7 @@ pub use class::{
     ApprovalPolicy, Limits, ProvisionerClass, ProvisionerClassSpec, ProvisionerClassStatus,
     PullMode,
 };
+pub use health::{EffectiveHealth, HealthPolicy};
 pub use names::*;
 
 /// Re-exported so users of the API name one `Condition` type.

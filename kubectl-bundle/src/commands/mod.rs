@@ -2,6 +2,7 @@
 
 mod cluster;
 mod control;
+mod health;
 mod image;
 mod inspect;
 mod output;

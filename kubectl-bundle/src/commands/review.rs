@@ -377,10 +377,17 @@ async fn print_status(
             format!("  {}", c.type_),
             c.status.clone(),
             c.reason.clone(),
-            c.message.clone(),
+            super::health::table_message(c).to_string(),
         ]);
     }
     out.push_str(&table(&rows));
+    let unhealthy = super::health::unhealthy_objects(&status);
+    if !unhealthy.is_empty() {
+        out.push_str("\nNot healthy:\n");
+        for object in unhealthy {
+            out.push_str(&format!("  {object}\n"));
+        }
+    }
     if let Some(permissions) = &status.requested_permissions {
         out.push_str("\nRequested permissions:\n");
         out.push_str(&permissions_table(permissions));

@@ -17,6 +17,12 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HealthLabels {
+    /// `healthy`, `progressing` or `failed`.
+    pub state: &'static str,
+}
+
 /// Every metric the provisioner exports.
 pub struct Metrics {
     pub registry: Registry,
@@ -29,6 +35,7 @@ pub struct Metrics {
     pub bytes_pulled: Counter,
     pub status_writes: Counter,
     pub leader: Gauge,
+    pub health_transitions: Family<HealthLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -84,6 +91,12 @@ impl Default for Metrics {
         );
         let leader = Gauge::default();
         registry.register("leader", "1 while this replica leads", leader.clone());
+        let health_transitions = Family::<HealthLabels, Counter>::default();
+        registry.register(
+            "health_transitions",
+            "Changes of bundles' Healthy condition, by the state entered",
+            health_transitions.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -95,6 +108,7 @@ impl Default for Metrics {
             bytes_pulled,
             status_writes,
             leader,
+            health_transitions,
         }
     }
 }

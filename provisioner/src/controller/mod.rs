@@ -11,6 +11,7 @@ pub mod context;
 pub mod discovery;
 pub mod drift;
 pub mod error;
+pub mod health;
 pub mod inventory;
 pub mod metrics;
 pub mod node_pull;

@@ -288,7 +288,11 @@ async fn storage_volume(client: &Client) -> tempfile::TempDir {
 // --- bundles ------------------------------------------------------------------------------
 
 /// Pushes `files` (under `manifests/`) to the node's registry; returns the pinned reference.
-async fn push_bundle(cluster: &NodeCluster, repository: &str, files: &[(&str, String)]) -> String {
+pub(super) async fn push_bundle(
+    cluster: &NodeCluster,
+    repository: &str,
+    files: &[(&str, String)],
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     let manifests = dir.path().join("manifests");
     std::fs::create_dir(&manifests).unwrap();

@@ -22,12 +22,15 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gantry_api::{Bundle, BundlePhase, BundleStatus, InventoryEntry, ProvisionerClass};
+use gantry_api::{
+    Bundle, BundlePhase, BundleStatus, EffectiveHealth, InventoryEntry, ProvisionerClass,
+};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use super::context::Context;
 use super::error::{Error, Result};
+use super::health;
 use super::inventory::{Removal, remove};
 use super::metrics::{ReasonLabels, ResultLabels};
 use super::source::is_digest_reference;
@@ -174,6 +177,9 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
         status.last_handled_reconcile_at = reconcile_requested(bundle).map(str::to_string);
     }
     summarize(&mut status, generation);
+    if !deleting {
+        health::gate(&mut status, health::policy(bundle, ctx), generation);
+    }
     if let Some(hold) = hold {
         hold.report(&mut status, generation);
     }
@@ -217,10 +223,12 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
     let plan = proceed!(plan::plan(pass, &content).await);
     proceed!(approve::approve(pass, &class, &content).await);
     proceed!(apply::apply_and_prune(pass, &class, &content, &plan).await);
-    Ok(Outcome::Done(Action::requeue(next_visit(
-        pass.bundle,
-        pass.ctx,
-    ))))
+    let policy = EffectiveHealth::of(class.spec.health.as_ref(), pass.bundle.spec.health.as_ref());
+    let wake = health::check(pass, policy).await;
+    let visit = next_visit(pass.bundle, pass.ctx);
+    Ok(Outcome::Done(Action::requeue(
+        wake.map_or(visit, |w| w.min(visit)),
+    )))
 }
 
 /// Removes `entries` (in the order given) that are still managed by the bundle. A failure

@@ -1,0 +1,171 @@
+//! Health on the loopback tier, where no Pods run: a CRD becomes established and a custom
+//! resource follows its `Ready` condition (`Healthy` and a waiting `Ready` follow them, woken by
+//! the object's changes); with `wait: false`, `Ready` does not wait for a Deployment that never
+//! rolls out here, and `Healthy` turns false once the timeout passes, woken by no change at all.
+
+use gantry_api::HealthPolicy;
+use gantry_api::conditions::{reasons, types};
+use gantry_tests::unique_name;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+
+mod common;
+
+use common::*;
+
+fn crd(group: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names:\n    kind: Widget\n    plural: widgets\n    singular: widget\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    subresources:\n      status: {{}}\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n"
+    )
+}
+
+fn health(wait: bool, timeout: &str) -> Option<HealthPolicy> {
+    Some(HealthPolicy {
+        wait: Some(wait),
+        timeout: Some(timeout.into()),
+    })
+}
+
+/// Whether condition `type_` is at `status` with `reason`, at the bundle's generation.
+fn at(
+    type_: &'static str,
+    status: &'static str,
+    reason: &'static str,
+) -> impl Fn(&gantry_api::Bundle) -> bool {
+    move |bundle| {
+        condition(bundle, type_).is_some_and(|c| {
+            c.status == status
+                && c.reason == reason
+                && c.observed_generation == bundle.metadata.generation
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_waiting_bundle_is_ready_once_its_crd_is_established_and_its_resource_ready() {
+    gantry();
+    let client = control_plane_client().await;
+    let ns = unique_name("health-cr");
+    ensure_namespace(&client, &ns).await;
+    let group = format!("{ns}.example.com");
+    let widget =
+        format!("apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: w\nspec:\n  size: 1\n");
+    let image = push(
+        &format!("{ns}/app:v1"),
+        &[("00-crd.yaml", crd(&group)), ("10-widget.yaml", widget)],
+    )
+    .await;
+    let name = unique_name("health-cr");
+    let mut bundle_spec = spec(&image, Some(&ns));
+    bundle_spec.health = health(true, "5m");
+    create_bundle(&client, &name, bundle_spec).await;
+    let bundle = wait_bundle(
+        &client,
+        &name,
+        "Healthy",
+        at(types::HEALTHY, "True", reasons::HEALTHY),
+    )
+    .await;
+    assert!(is_ready(&bundle), "{:?}", bundle.status);
+
+    // The resource says it is not Ready: the bundle is not healthy, and not Ready either.
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", "Widget"));
+    let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    let set_ready = |status: &'static str| {
+        let widgets = widgets.clone();
+        async move {
+            widgets
+                .patch_status(
+                    "w",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"conditions": [{
+                        "type": "Ready", "status": status, "reason": "Checked",
+                        "message": "the widget checked itself",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+                )
+                .await
+                .expect("patching the widget's status");
+        }
+    };
+    set_ready("False").await;
+    let bundle = wait_bundle(
+        &client,
+        &name,
+        "Healthy=False Progressing",
+        at(types::HEALTHY, "False", reasons::PROGRESSING),
+    )
+    .await;
+    let healthy = condition(&bundle, types::HEALTHY).unwrap();
+    assert!(
+        healthy.message.contains(&format!(
+            "Widget.{group} {ns}/w: Resource is not Ready: Checked"
+        )),
+        "{}",
+        healthy.message
+    );
+    assert!(
+        at(types::READY, "False", reasons::PROGRESSING)(&bundle),
+        "{:?}",
+        bundle.status
+    );
+
+    set_ready("True").await;
+    let bundle = wait_bundle(
+        &client,
+        &name,
+        "Healthy again",
+        at(types::HEALTHY, "True", reasons::HEALTHY),
+    )
+    .await;
+    assert!(is_ready(&bundle), "{:?}", bundle.status);
+}
+
+#[tokio::test]
+async fn without_wait_ready_does_not_wait_and_healthy_fails_after_the_timeout() {
+    gantry();
+    let client = control_plane_client().await;
+    let ns = unique_name("health-nowait");
+    ensure_namespace(&client, &ns).await;
+    // No controller-manager runs here: the Deployment is never observed, let alone rolled out.
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: 127.0.0.1:1/web:1\n";
+    let image = push(
+        &format!("{ns}/app:v1"),
+        &[("web.yaml", deployment.to_string())],
+    )
+    .await;
+    let name = unique_name("health-nowait");
+    let mut bundle_spec = spec(&image, Some(&ns));
+    bundle_spec.health = health(false, "3s");
+    create_bundle(&client, &name, bundle_spec).await;
+    let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
+    assert!(
+        at(types::HEALTHY, "False", reasons::PROGRESSING)(&bundle)
+            || at(types::HEALTHY, "False", reasons::HEALTH_CHECK_FAILED)(&bundle),
+        "{:?}",
+        bundle.status
+    );
+    let bundle = wait_bundle(
+        &client,
+        &name,
+        "HealthCheckFailed after 3s",
+        at(types::HEALTHY, "False", reasons::HEALTH_CHECK_FAILED),
+    )
+    .await;
+    let message = &condition(&bundle, types::HEALTHY).unwrap().message;
+    assert!(
+        message.contains(&format!(
+            "Deployment.apps {ns}/web: Deployment has not been observed"
+        )),
+        "{message}"
+    );
+    assert!(
+        is_ready(&bundle),
+        "Ready does not wait: {:?}",
+        bundle.status
+    );
+}
+
+async fn control_plane_client() -> kube::Client {
+    gantry_tests::control_plane().client().await
+}

@@ -34,10 +34,14 @@ impl StorageClient {
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(600));
+        // The unpack program runs inside bundle images, which carry no CA store: the system's
+        // roots are loaded only for an https:// server that brings no CA of its own.
         if let Some(pem) = ca_pem {
             let certificate = reqwest::Certificate::from_pem(pem)
                 .map_err(|e| Error::Storage(format!("storage CA: {e}")))?;
-            builder = builder.add_root_certificate(certificate);
+            builder = builder.tls_certs_only([certificate]);
+        } else if !base.starts_with("https://") {
+            builder = builder.tls_certs_only([]);
         }
         let http = builder
             .build()

@@ -23,11 +23,11 @@ use kube::{Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-const NAMESPACE: &str = "gantry-system";
+pub(super) const NAMESPACE: &str = "gantry-system";
 /// Image pulls, container starts and probes of a fresh install.
 const START: Duration = Duration::from_secs(300);
 /// A bundle installing, a Pod replaced, a leader taking over.
-const WAIT: Duration = Duration::from_secs(180);
+pub(super) const WAIT: Duration = Duration::from_secs(180);
 const PROVISIONER: &str = "gantry-provisioner";
 const STORAGE: &str = "gantry-storage";
 /// The namespace of the Pod that calls Services.
@@ -37,24 +37,10 @@ const PROBE_NAMESPACE: &str = "gantry-node-probe";
 async fn gantry_runs_as_pods_from_the_manifests() {
     let cluster = node_cluster();
     let client = cluster.client().await;
-    let images = gantry_images(cluster.registry()).unwrap_or_else(|e| panic!("{e}"));
-
-    // Install as the docs say, with a volume for the storage server's claim.
-    let volume = storage_volume(&client).await;
-    install(cluster, &images.kustomization);
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
-    wait(
-        cluster,
-        "the storage server's PVC to bind",
-        START,
-        || async {
-            let pvc = pvcs.get_opt(STORAGE).await.ok()??;
-            (pvc.status?.phase.as_deref() == Some("Bound")).then_some(())
-        },
-    )
-    .await;
-    wait_available(cluster, &client, NAMESPACE, STORAGE, 1, START).await;
-    wait_available(cluster, &client, NAMESPACE, PROVISIONER, 2, START).await;
+    let _shared = HOST_PROVISIONER.read().await;
+    installed(cluster, &client).await;
+    // Failover and the storage server's restart below wait for the other tests to finish.
+    let _disrupting = DISRUPTION.write().await;
     let leader = wait_leader(cluster, &client, None).await;
 
     // A class of the test's own: the node's registry speaks plain HTTP.
@@ -223,10 +209,44 @@ async fn gantry_runs_as_pods_from_the_manifests() {
         Err(complaint) if complaint.contains("404") => {}
         other => panic!("the stored content of {web} is still there after uninstalling: {other:?}"),
     }
-    drop(volume);
 }
 
 // --- installing -------------------------------------------------------------------------
+
+/// Held (shared) by tests that need Gantry undisturbed; the story test takes it exclusively
+/// for its leader failover and storage server restart.
+pub(super) static DISRUPTION: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Held exclusively while a provisioner runs on the host (the health tests): it reconciles
+/// every Bundle too. Tests of Gantry as Pods share it, taken before [`DISRUPTION`].
+pub(super) static HOST_PROVISIONER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Gantry installed as Pods, once per test binary, as the docs say, with a volume for the
+/// storage server's claim (kept for the life of the binary); waits until it runs.
+pub(super) async fn installed(cluster: &'static NodeCluster, client: &Client) {
+    static INSTALLED: tokio::sync::OnceCell<tempfile::TempDir> = tokio::sync::OnceCell::const_new();
+    INSTALLED
+        .get_or_init(|| async {
+            let images = gantry_images(cluster.registry()).unwrap_or_else(|e| panic!("{e}"));
+            let volume = storage_volume(client).await;
+            install(cluster, &images.kustomization);
+            volume
+        })
+        .await;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
+    wait(
+        cluster,
+        "the storage server's PVC to bind",
+        START,
+        || async {
+            let pvc = pvcs.get_opt(STORAGE).await.ok()??;
+            (pvc.status?.phase.as_deref() == Some("Bound")).then_some(())
+        },
+    )
+    .await;
+    wait_available(cluster, client, NAMESPACE, STORAGE, 1, START).await;
+    wait_available(cluster, client, NAMESPACE, PROVISIONER, 2, START).await;
+}
 
 /// The steps of docs/install.md: the CRDs first, established, then everything.
 fn install(cluster: &NodeCluster, dir: &Path) {
@@ -315,11 +335,11 @@ pub(super) async fn push_bundle(
     .pinned
 }
 
-fn namespace_yaml(name: &str) -> String {
+pub(super) fn namespace_yaml(name: &str) -> String {
     format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n")
 }
 
-fn config_map_yaml(namespace: &str, value: &str) -> String {
+pub(super) fn config_map_yaml(namespace: &str, value: &str) -> String {
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: installed\n  namespace: {namespace}\ndata:\n  value: {value}\n"
     )
@@ -380,7 +400,7 @@ spec:
     ]
 }
 
-async fn create_bundle(client: &Client, name: &str, image: &str, class: &str) {
+pub(super) async fn create_bundle(client: &Client, name: &str, image: &str, class: &str) {
     let bundles: Api<Bundle> = Api::all(client.clone());
     let spec = BundleSpec {
         image: image.into(),
@@ -393,7 +413,7 @@ async fn create_bundle(client: &Client, name: &str, image: &str, class: &str) {
         .expect("creating a Bundle");
 }
 
-fn is_ready(bundle: &Bundle) -> bool {
+pub(super) fn is_ready(bundle: &Bundle) -> bool {
     bundle.status.as_ref().is_some_and(|status| {
         status.conditions.iter().any(|c| {
             c.type_ == types::READY
@@ -403,12 +423,17 @@ fn is_ready(bundle: &Bundle) -> bool {
     })
 }
 
-async fn bundle(client: &Client, name: &str) -> Bundle {
+pub(super) async fn bundle(client: &Client, name: &str) -> Bundle {
     let bundles: Api<Bundle> = Api::all(client.clone());
     bundles.get(name).await.expect("reading a Bundle")
 }
 
-async fn wait_ready(cluster: &NodeCluster, client: &Client, name: &str, namespaces: &[&str]) {
+pub(super) async fn wait_ready(
+    cluster: &NodeCluster,
+    client: &Client,
+    name: &str,
+    namespaces: &[&str],
+) {
     let bundles: Api<Bundle> = Api::all(client.clone());
     let what = format!("Bundle {name} to be Ready");
     wait_dumping(cluster, &what, WAIT, namespaces, || async {
@@ -420,7 +445,7 @@ async fn wait_ready(cluster: &NodeCluster, client: &Client, name: &str, namespac
 // --- the storage server ---------------------------------------------------------------------
 
 /// The bundle's content URL and the hex sha256 of the stored tarball.
-fn stored_content(bundle: &Bundle) -> (String, String) {
+pub(super) fn stored_content(bundle: &Bundle) -> (String, String) {
     let status = bundle.status.as_ref().expect("a status");
     let url = status.content_url.clone().expect("a content URL");
     let digest = status.content_digest.as_deref().expect("a content digest");
@@ -613,7 +638,7 @@ fn exec(cluster: &NodeCluster, pod: &str, command: &[&str]) -> Output {
 }
 
 /// Server-side applies `object` through `api` as the test's field manager.
-async fn apply<K>(api: &Api<K>, object: &K)
+pub(super) async fn apply<K>(api: &Api<K>, object: &K)
 where
     K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
@@ -637,7 +662,7 @@ where
 
 /// Waits for `check` within `timeout`; on timeout the failure shows the Pods, their logs and
 /// the events of gantry-system and of `namespaces`.
-async fn wait_dumping<T, F, Fut>(
+pub(super) async fn wait_dumping<T, F, Fut>(
     cluster: &NodeCluster,
     what: &str,
     timeout: Duration,
@@ -662,7 +687,7 @@ where
 }
 
 /// Pods, their recent logs and the events of `namespace`, for failure messages.
-fn dump(cluster: &NodeCluster, namespace: &str) -> String {
+pub(super) fn dump(cluster: &NodeCluster, namespace: &str) -> String {
     let text = |args: &[&str]| {
         let output = kubectl(cluster, args);
         format!(
@@ -705,7 +730,7 @@ fn dump(cluster: &NodeCluster, namespace: &str) -> String {
     report
 }
 
-fn kubectl(cluster: &NodeCluster, args: &[&str]) -> Output {
+pub(super) fn kubectl(cluster: &NodeCluster, args: &[&str]) -> Output {
     cluster
         .kubectl()
         .args(args)

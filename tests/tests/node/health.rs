@@ -4,7 +4,6 @@
 //! storage server and a provisioner) against the node cluster's API server.
 
 use std::future::Future;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
@@ -21,7 +20,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::gantry::push_bundle;
+use super::gantry::{HOST_PROVISIONER, push_bundle};
 
 /// Pulls, sandbox and container starts on a busy machine.
 const START: Duration = Duration::from_secs(180);
@@ -32,12 +31,16 @@ struct HostGantry {
     _storage: StorageServer,
     _provisioner: Provisioner,
     class: String,
+    /// Held until the provisioner is gone: it reconciles every Bundle of the cluster, so the
+    /// tests of Gantry as Pods wait.
+    _alone: tokio::sync::RwLockWriteGuard<'static, ()>,
 }
 
-/// A storage server and a provisioner on this host, serving a class of their own.
-fn host_gantry(cluster: &'static NodeCluster) -> &'static HostGantry {
-    static GANTRY: OnceLock<HostGantry> = OnceLock::new();
-    GANTRY.get_or_init(|| {
+/// A storage server and a provisioner on this host, serving a class of their own, while no
+/// other provisioner runs.
+async fn host_gantry(cluster: &'static NodeCluster) -> HostGantry {
+    let alone = HOST_PROVISIONER.write().await;
+    {
         let class = unique_name("health");
         let class_name = class.clone();
         std::thread::spawn(move || {
@@ -91,8 +94,9 @@ fn host_gantry(cluster: &'static NodeCluster) -> &'static HostGantry {
             _storage: storage,
             _provisioner: provisioner,
             class,
+            _alone: alone,
         }
-    })
+    }
 }
 
 /// Waits (with [`START`] as deadline) for `check`; on a timeout, tells where the bundles of the
@@ -188,7 +192,7 @@ spec:
 #[tokio::test]
 async fn an_image_that_cannot_be_pulled_is_unhealthy_until_the_content_is_fixed() {
     let cluster = node_cluster();
-    let gantry = host_gantry(cluster);
+    let gantry = host_gantry(cluster).await;
     let client = cluster.client().await;
     let namespace = unique_name("health-pull");
     cluster.create_namespace(&namespace).await;
@@ -273,7 +277,7 @@ async fn an_image_that_cannot_be_pulled_is_unhealthy_until_the_content_is_fixed(
 #[tokio::test]
 async fn a_job_that_fails_is_unhealthy_at_once_naming_the_job() {
     let cluster = node_cluster();
-    let gantry = host_gantry(cluster);
+    let gantry = host_gantry(cluster).await;
     let client = cluster.client().await;
     let namespace = unique_name("health-job");
     cluster.create_namespace(&namespace).await;

@@ -4,3 +4,4 @@
 mod cluster;
 mod gantry;
 mod health;
+mod pull;

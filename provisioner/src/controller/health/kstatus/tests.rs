@@ -309,7 +309,7 @@ fn only_a_load_balancer_service_waits_for_an_ingress() {
             "v1",
             "Service",
             json!({"type": "LoadBalancer"}),
-            json!({"loadBalancer": {"ingress": [{"ip": "10.96.0.50"}]}}),
+            json!({"loadBalancer": {"ingress": [{"ip": "127.0.0.1"}]}}),
         ),
         State::Current,
         "ingress",

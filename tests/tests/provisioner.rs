@@ -208,21 +208,8 @@ async fn a_moved_tag_rolls_out_and_prunes() {
     // Only the installed content stays stored.
     let bundle: Bundle = Api::<Bundle>::all(client.clone()).get(&name).await.unwrap();
     let current = bundle.status.unwrap().content_digest.unwrap();
-    let listing: serde_json::Value =
-        reqwest::get(format!("{}/bundles/{name}", gantry().storage.url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-    let stored: Vec<&str> = listing["tarballs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["digest"].as_str())
-        .collect();
     assert_eq!(
-        stored,
+        stored_content(&name).await,
         [current.trim_start_matches("sha256:")],
         "older content removed"
     );
@@ -912,6 +899,74 @@ async fn decide(client: &Client, bundle: &str, decision: &str, digest: &str, rea
 
 fn digest_of(pinned: &str) -> &str {
     pinned.rsplit_once('@').unwrap().1
+}
+
+/// The content digests (hex) the storage server holds for bundle `name`.
+async fn stored_content(name: &str) -> Vec<String> {
+    let listing: serde_json::Value =
+        reqwest::get(format!("{}/bundles/{name}", gantry().storage.url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    listing["tarballs"]
+        .as_array()
+        .map(|tarballs| {
+            tarballs
+                .iter()
+                .filter_map(|t| t["digest"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Content unpacked in one pass and installed in a later one (here: approved later) leaves
+/// only itself stored. Found by the chaos run: the earlier content stayed stored for good.
+#[tokio::test]
+async fn content_approved_later_leaves_only_itself_stored() {
+    gantry();
+    let client = control_plane().client().await;
+    let UnderReview {
+        name,
+        namespace: ns,
+        repository: repo,
+        pinned: first,
+        ..
+    } = under_review(&client, "stored", |_| {
+        vec![("a.yaml", config_map("gated", None, "v1"))]
+    })
+    .await;
+    decide(&client, &name, "Approved", digest_of(&first), "v1").await;
+    wait_bundle(&client, &name, "Ready at v1", is_ready).await;
+
+    let second = push(&repo, &[("a.yaml", config_map("gated", None, "v2"))]).await;
+    wait_bundle(&client, &name, "awaiting approval of v2", |b| {
+        b.status.as_ref().and_then(|s| s.resolved_image.as_deref()) == Some(second.as_str())
+            && b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
+    })
+    .await;
+    assert_eq!(
+        stored_content(&name).await.len(),
+        2,
+        "v1 installed, v2 under review"
+    );
+    decide(&client, &name, "Approved", digest_of(&second), "v2").await;
+    let bundle = wait_bundle(&client, &name, "Ready at v2", |b| {
+        is_ready(b)
+            && b.status.as_ref().and_then(|s| s.resolved_image.as_deref()) == Some(second.as_str())
+    })
+    .await;
+    assert_eq!(
+        config_map_data(&client, &ns, "gated").await.as_deref(),
+        Some("v2")
+    );
+    let current = bundle.status.unwrap().content_digest.unwrap();
+    assert_eq!(
+        stored_content(&name).await,
+        [current.trim_start_matches("sha256:")],
+        "only the installed content stays stored"
+    );
 }
 
 #[tokio::test]

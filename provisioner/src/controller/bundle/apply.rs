@@ -68,13 +68,17 @@ pub(super) async fn apply_and_prune(
         reasons::INSTALL_SUCCEEDED,
         format!("{} objects installed", plan.objects.len()),
     );
-    if let Some(check) =
-        installed_fingerprint(pass.bundle, class, &content.resolved_image, &pass.status)
+    // On every full pass, not only when this pass unpacked new content: content unpacked by an
+    // earlier pass (awaiting approval, or interrupted by a restart) and removals that failed
+    // are cleaned up too. Until the cleanup succeeds, the install is not recorded as checked,
+    // so the next visit tries again.
+    let cleaned =
+        remove_older_content(ctx, &pass.name, pass.status.content_digest.as_deref()).await;
+    if cleaned
+        && let Some(check) =
+            installed_fingerprint(pass.bundle, class, &content.resolved_image, &pass.status)
     {
         ctx.checked.record(&pass.name, check);
-    }
-    if content.content_before != pass.status.content_digest {
-        remove_older_content(ctx, &pass.name, pass.status.content_digest.as_deref()).await;
     }
     Ok(Flow::Continue(()))
 }
@@ -129,20 +133,24 @@ async fn check_install_namespace(pass: &Pass<'_>, plan: &Plan) -> Result<()> {
     }
 }
 
-/// Once new content is installed, the tarballs of earlier content are of no use: remove them.
-/// A failure here only costs space, so it is logged, not reported on the bundle.
-async fn remove_older_content(ctx: &Context, bundle: &str, current: Option<&str>) {
+/// Once content is installed, the tarballs of any other content are of no use: remove them.
+/// A failure here only costs space, so it is logged, not reported on the bundle; returns
+/// whether nothing but the current content is left.
+async fn remove_older_content(ctx: &Context, bundle: &str, current: Option<&str>) -> bool {
     let current = current.map(|d| d.trim_start_matches("sha256:"));
     let stored = match ctx.storage.list(bundle).await {
         Ok(stored) => stored,
         Err(error) => {
             tracing::warn!(%bundle, %error, "listing stored content failed; older tarballs stay");
-            return;
+            return false;
         }
     };
+    let mut cleaned = true;
     for hex in stored.iter().filter(|hex| Some(hex.as_str()) != current) {
         if let Err(error) = ctx.storage.delete(bundle, hex).await {
             tracing::warn!(%bundle, digest = %hex, %error, "removing older content failed");
+            cleaned = false;
         }
     }
+    cleaned
 }

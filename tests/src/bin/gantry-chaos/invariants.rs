@@ -1,0 +1,236 @@
+//! What must hold once the environment has settled after the faults.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use gantry_api::Bundle;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams};
+
+use crate::workload::{Workload, expected_objects, ready_at};
+
+#[derive(Default)]
+pub struct Report {
+    /// (invariant, how many times it was checked, violations)
+    checks: Vec<(&'static str, usize, Vec<String>)>,
+}
+
+impl Report {
+    fn record(&mut self, invariant: &'static str, checked: usize, violations: Vec<String>) {
+        self.checks.push((invariant, checked, violations));
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.checks
+            .iter()
+            .map(|(invariant, checked, violations)| {
+                format!(
+                    "{:<58} {} checked, {}",
+                    invariant,
+                    checked,
+                    if violations.is_empty() {
+                        "held".to_string()
+                    } else {
+                        format!("{} VIOLATED", violations.len())
+                    }
+                )
+            })
+            .collect()
+    }
+
+    pub fn violations(&self) -> usize {
+        self.checks.iter().map(|(_, _, v)| v.len()).sum()
+    }
+
+    pub fn violation_details(&self) -> Vec<String> {
+        self.checks
+            .iter()
+            .flat_map(|(_, _, v)| v.iter().cloned())
+            .collect()
+    }
+}
+
+pub async fn check(workload: &Workload, storage_root: &Path) -> Report {
+    let mut report = Report::default();
+    let bundles: Api<Bundle> = Api::all(workload.client.clone());
+
+    let mut ready = (0, Vec::new());
+    let mut live_objects = (0, Vec::new());
+    let mut deleted_objects = (0, Vec::new());
+    let mut expected_storage = BTreeSet::new();
+    for model in &workload.bundles {
+        let model = model.lock().await;
+        let config_maps: Api<ConfigMap> =
+            Api::namespaced(workload.client.clone(), &model.namespace);
+        let present: Result<BTreeSet<(String, Option<String>)>, _> =
+            config_maps.list(&ListParams::default()).await.map(|list| {
+                list.items
+                    .into_iter()
+                    .filter(|cm| cm.metadata.name.as_deref() != Some("kube-root-ca.crt"))
+                    .map(|cm| {
+                        let version = cm.data.as_ref().and_then(|d| d.get("version")).cloned();
+                        (cm.metadata.name.unwrap_or_default(), version)
+                    })
+                    .collect()
+            });
+        if model.deleted {
+            deleted_objects.0 += 1;
+            match (bundles.get_opt(&model.name).await, present) {
+                (Ok(None), Ok(present)) if present.is_empty() => {}
+                (Ok(Some(_)), _) => deleted_objects
+                    .1
+                    .push(format!("deleted bundle {} still exists", model.name)),
+                (_, Ok(present)) => deleted_objects.1.push(format!(
+                    "deleted bundle {} left {:?} in {}",
+                    model.name,
+                    present.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+                    model.namespace
+                )),
+                (Err(e), _) | (_, Err(e)) => deleted_objects
+                    .1
+                    .push(format!("checking deleted bundle {}: {e}", model.name)),
+            }
+            continue;
+        }
+
+        let (version, pinned) = model.latest().clone();
+        ready.0 += 1;
+        match bundles.get_opt(&model.name).await {
+            Ok(Some(live)) => {
+                if !ready_at(&live, &pinned) {
+                    let status = live.status.as_ref();
+                    let message = status
+                        .and_then(|s| {
+                            s.conditions
+                                .iter()
+                                .find(|c| c.type_ == gantry_api::conditions::types::READY)
+                        })
+                        .map(|c| format!("{} {}: {}", c.status, c.reason, c.message))
+                        .unwrap_or_default();
+                    ready.1.push(format!(
+                        "{} is not Ready at {pinned} (resolved {:?}; Ready {message})",
+                        model.name,
+                        status.and_then(|s| s.resolved_image.as_deref())
+                    ));
+                }
+                if let Some(content) = live
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.content_digest.as_deref())
+                {
+                    expected_storage.insert((
+                        model.name.clone(),
+                        content.trim_start_matches("sha256:").to_string(),
+                    ));
+                }
+            }
+            Ok(None) => ready
+                .1
+                .push(format!("live bundle {} does not exist", model.name)),
+            Err(e) => ready.1.push(format!("reading bundle {}: {e}", model.name)),
+        }
+
+        live_objects.0 += 1;
+        let expected: BTreeSet<(String, Option<String>)> = expected_objects(version)
+            .into_iter()
+            .map(|name| (name, Some(version.to_string())))
+            .collect();
+        match present {
+            Ok(present) if present == expected => {}
+            Ok(present) => live_objects.1.push(format!(
+                "{} at version {version}: missing {:?}, unexpected {:?}",
+                model.name,
+                expected.difference(&present).collect::<Vec<_>>(),
+                present.difference(&expected).collect::<Vec<_>>()
+            )),
+            Err(e) => live_objects
+                .1
+                .push(format!("listing objects of {}: {e}", model.name)),
+        }
+    }
+    report.record(
+        "every live bundle Ready at its latest digest",
+        ready.0,
+        ready.1,
+    );
+    report.record(
+        "every object of a live bundle present, at its latest content",
+        live_objects.0,
+        live_objects.1,
+    );
+    report.record(
+        "no object of a deleted bundle left",
+        deleted_objects.0,
+        deleted_objects.1,
+    );
+
+    let (checked, violations) = check_storage(storage_root, &expected_storage);
+    report.record(
+        "storage holds exactly the current tarballs, none partial",
+        checked,
+        violations,
+    );
+
+    let running = workload
+        .running_violations
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let manual = {
+        let mut n = 0;
+        for model in &workload.bundles {
+            if model.lock().await.manual {
+                n += 1;
+            }
+        }
+        n
+    };
+    report.record(
+        "content runs only once approved; no approval lost (sampled)",
+        manual,
+        running,
+    );
+    report
+}
+
+/// The store's directory holds one directory per live bundle with exactly its current tarball:
+/// nothing of deleted bundles, no older content, no temporary or quarantined file.
+fn check_storage(root: &Path, expected: &BTreeSet<(String, String)>) -> (usize, Vec<String>) {
+    let mut found = BTreeSet::new();
+    let mut violations = Vec::new();
+    let entries = match std::fs::read_dir(root) {
+        Ok(entries) => entries,
+        Err(e) => return (0, vec![format!("reading {}: {e}", root.display())]),
+    };
+    for entry in entries.flatten() {
+        let bundle = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if !path.is_dir() {
+            violations.push(format!("unexpected file {}", path.display()));
+            continue;
+        }
+        let files = match std::fs::read_dir(&path) {
+            Ok(files) => files,
+            Err(e) => {
+                violations.push(format!("reading {}: {e}", path.display()));
+                continue;
+            }
+        };
+        for file in files.flatten() {
+            let name = file.file_name().to_string_lossy().into_owned();
+            match name.strip_suffix(".tar.gz") {
+                Some(hex) if hex.len() == 64 && !hex.starts_with('.') => {
+                    found.insert((bundle.clone(), hex.to_string()));
+                }
+                _ => violations.push(format!("unexpected entry {}", file.path().display())),
+            }
+        }
+    }
+    for (bundle, hex) in found.difference(expected) {
+        violations.push(format!("stored but not current: {bundle}/{hex}"));
+    }
+    for (bundle, hex) in expected.difference(&found) {
+        violations.push(format!("current but not stored: {bundle}/{hex}"));
+    }
+    (expected.len(), violations)
+}

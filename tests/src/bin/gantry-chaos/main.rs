@@ -1,0 +1,189 @@
+//! The chaos run: bundles are created, moved to new content, approved and deleted while the
+//! parts of a local environment (provisioner, storage server, registry, kube-apiserver, etcd)
+//! are killed and restarted. When the faults stop and the environment settles, it checks that
+//! nothing was lost, left behind or applied without approval, prints the faults injected and the
+//! invariants held, and exits non-zero on any violation.
+//!
+//! Loopback only; bounded in time (`--duration` of churn, then `--settle` at most).
+#![forbid(unsafe_code)]
+
+mod daemons;
+mod invariants;
+mod workload;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Parser;
+use gantry_tests::{
+    ControlPlane, Lifetime, Provisioner, ProvisionerOptions, Registry, RegistryOptions,
+    StorageOptions, StorageServer, stop_detached,
+};
+
+use daemons::{Daemons, Fault};
+use workload::Workload;
+
+/// The namespace of the provisioner (its Lease), as the manifests name it.
+const NAMESPACE: &str = "gantry-system";
+
+#[derive(Parser)]
+#[command(about = "Bundles churned while the environment's parts are killed; then invariants")]
+struct Cli {
+    /// Number of bundles.
+    #[arg(long, default_value_t = 100)]
+    bundles: usize,
+    /// How long bundles are churned and faults injected, in seconds.
+    #[arg(long, default_value_t = 120)]
+    duration: u64,
+    /// How long the environment may take to settle once the faults stop, in seconds.
+    #[arg(long, default_value_t = 300)]
+    settle: u64,
+    /// Mean seconds between two faults.
+    #[arg(long, default_value_t = 4.0)]
+    fault_interval: f64,
+    /// Directory for the environment's state and logs (removed at the end unless --keep).
+    #[arg(long, default_value = "target/chaos")]
+    state_dir: PathBuf,
+    /// Leave the environment running and its state in place at the end.
+    #[arg(long)]
+    keep: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    gantry_tests::init_crypto();
+    let state = std::path::absolute(&cli.state_dir)?;
+    if state.join("pids").exists() {
+        let _ = stop_detached(&state, Duration::from_secs(5));
+    }
+    if state.exists() {
+        std::fs::remove_dir_all(&state).with_context(|| format!("removing {}", state.display()))?;
+    }
+    std::fs::create_dir_all(&state)?;
+    let result = run(&cli, &state).await;
+    if !cli.keep {
+        let _ = stop_detached(&state, Duration::from_secs(5));
+    } else {
+        println!(
+            "environment left running; stop it with: gantry-dev --state-dir {} down",
+            state.display()
+        );
+    }
+    match result {
+        Ok(0) => Ok(()),
+        Ok(violations) => {
+            anyhow::bail!(
+                "{violations} invariant violation(s); logs are in {}",
+                state.display()
+            )
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs the whole chaos run; returns the number of invariant violations.
+async fn run(cli: &Cli, state: &std::path::Path) -> anyhow::Result<usize> {
+    let lifetime = Lifetime::Detached(state.to_path_buf());
+    eprintln!(
+        "==> starting kube-apiserver, etcd, docker-registry, gantry-storage, gantry-provisioner"
+    );
+    let plane = ControlPlane::start(&lifetime).await?;
+    let registry = Registry::start_with(RegistryOptions::default(), &lifetime)?;
+    let storage = StorageServer::start_with(StorageOptions::default(), &lifetime)?;
+    let client = plane.client().await;
+    workload::ensure_namespace(&client, NAMESPACE).await?;
+    let _provisioner = Provisioner::start_with(
+        ProvisionerOptions {
+            kubeconfig: plane.kubeconfig().to_path_buf(),
+            storage_url: storage.url().to_string(),
+            storage_token: None,
+            namespace: NAMESPACE.into(),
+            // Tags re-resolved often, so moved tags are noticed while faults go on.
+            args: vec!["--resolve-interval=5s".into()],
+        },
+        &lifetime,
+    )?;
+    let daemons = Arc::new(Daemons::discover(state)?);
+    eprintln!("    {}", daemons.describe());
+
+    let workload = Arc::new(Workload::new(
+        client.clone(),
+        registry.host().to_string(),
+        cli.bundles,
+    ));
+    workload.prepare().await?;
+
+    eprintln!(
+        "==> churn for {} s: {} bundles created, moved, approved and deleted; a fault every ~{} s",
+        cli.duration, cli.bundles, cli.fault_interval
+    );
+    let churning = Arc::new(AtomicBool::new(true));
+    let faults = tokio::spawn({
+        let daemons = daemons.clone();
+        let churning = churning.clone();
+        let mean = cli.fault_interval;
+        async move { daemons.inject_until(&churning, mean).await }
+    });
+    let sampler = tokio::spawn({
+        let workload = workload.clone();
+        let churning = churning.clone();
+        async move { workload.sample_approvals_until(&churning).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(cli.duration);
+    workload.churn_until(deadline).await;
+    churning.store(false, Ordering::SeqCst);
+    let injected = faults.await.context("the fault injector panicked")??;
+    sampler.await.context("the approval sampler panicked")?;
+
+    eprintln!(
+        "==> faults stopped; every part running again; waiting up to {} s to settle",
+        cli.settle
+    );
+    daemons.ensure_running().await?;
+    let settle_deadline = Instant::now() + Duration::from_secs(cli.settle);
+    let settled = workload.settle_until(settle_deadline).await;
+    let settle_time = settle_deadline
+        .checked_duration_since(Instant::now())
+        .map_or(cli.settle as f64, |left| {
+            cli.settle as f64 - left.as_secs_f64()
+        });
+
+    let report = invariants::check(&workload, storage.root()).await;
+
+    println!();
+    println!(
+        "faults injected ({} in all):",
+        injected.values().sum::<usize>()
+    );
+    for fault in Fault::ALL {
+        println!(
+            "  {:<28} {}",
+            fault.describe(),
+            injected.get(fault).copied().unwrap_or(0)
+        );
+    }
+    println!("operations: {}", workload.operations());
+    println!(
+        "settled: {} in {:.0} s",
+        if settled { "yes" } else { "no" },
+        settle_time
+    );
+    println!("invariants:");
+    for line in report.lines() {
+        println!("  {line}");
+    }
+    let violations = report.violations();
+    if violations > 0 {
+        println!("VIOLATIONS:");
+        for violation in report.violation_details() {
+            println!("  {violation}");
+        }
+    } else {
+        println!("all invariants held");
+    }
+    Ok(violations)
+}

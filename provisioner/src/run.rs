@@ -96,6 +96,7 @@ pub async fn run(
     tracing::info!(address = %local, "serving /metrics, /healthz and /readyz");
     eprintln!("listening on {local}");
     tokio::spawn(server::serve(listener, metrics.clone(), readiness.clone()));
+    tokio::spawn(count_runtime_tasks(metrics.clone()));
 
     let controllers = Controllers {
         client: client.clone(),
@@ -180,4 +181,15 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Clien
         None => kube::Config::infer().await?,
     };
     Ok(kube::Client::try_from(config)?)
+}
+
+/// Keeps `runtime_tasks` current, for soak runs that watch for leaked tasks.
+async fn count_runtime_tasks(metrics: Arc<Metrics>) {
+    let runtime = tokio::runtime::Handle::current().metrics();
+    loop {
+        metrics
+            .runtime_tasks
+            .set(i64::try_from(runtime.num_alive_tasks()).unwrap_or(i64::MAX));
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    }
 }

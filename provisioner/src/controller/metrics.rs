@@ -35,6 +35,8 @@ pub struct Metrics {
     pub bytes_pulled: Counter,
     pub status_writes: Counter,
     pub leader: Gauge,
+    /// Tasks alive in the async runtime: flat under steady load, or something leaks.
+    pub runtime_tasks: Gauge,
     pub health_transitions: Family<HealthLabels, Counter>,
 }
 
@@ -91,6 +93,12 @@ impl Default for Metrics {
         );
         let leader = Gauge::default();
         registry.register("leader", "1 while this replica leads", leader.clone());
+        let runtime_tasks = Gauge::default();
+        registry.register(
+            "runtime_tasks",
+            "Tasks alive in the async runtime",
+            runtime_tasks.clone(),
+        );
         let health_transitions = Family::<HealthLabels, Counter>::default();
         registry.register(
             "health_transitions",
@@ -108,6 +116,7 @@ impl Default for Metrics {
             bytes_pulled,
             status_writes,
             leader,
+            runtime_tasks,
             health_transitions,
         }
     }

@@ -30,6 +30,8 @@ pub(super) async fn apply_and_prune(
         .is_some_and(|c| c.status == "True" && c.observed_generation == pass.generation);
     let write_all = !installed_before || content.content_before != pass.status.content_digest;
     check_install_namespace(pass, plan).await?;
+    let planned: Vec<InventoryEntry> = plan.objects.iter().map(|o| o.inventory_entry()).collect();
+    record_before_applying(pass, &planned).await?;
     if write_all {
         pass.set_condition(
             types::INSTALLED,
@@ -59,9 +61,8 @@ pub(super) async fn apply_and_prune(
         ctx.drift.ensure(&ctx.client, &object.resource);
     }
 
-    let inventory: Vec<InventoryEntry> = plan.objects.iter().map(|o| o.inventory_entry()).collect();
-    prune(pass, &inventory).await?;
-    pass.status.inventory = inventory;
+    prune(pass, &planned).await?;
+    pass.status.inventory = planned;
     pass.set_condition(
         types::INSTALLED,
         true,
@@ -81,6 +82,23 @@ pub(super) async fn apply_and_prune(
         ctx.checked.record(&pass.name, check);
     }
     Ok(Flow::Continue(()))
+}
+
+/// Adds the objects this content has and the inventory lacks to the recorded inventory before
+/// any is applied. An apply cut short after writing them (a crash, a lost status write) would
+/// otherwise leave objects no inventory names, which no later prune or uninstall would remove.
+async fn record_before_applying(pass: &mut Pass<'_>, planned: &[InventoryEntry]) -> Result<()> {
+    let recorded: HashSet<ObjectKey> = pass.status.inventory.iter().map(object_key).collect();
+    let unrecorded: Vec<InventoryEntry> = planned
+        .iter()
+        .filter(|entry| !recorded.contains(&object_key(entry)))
+        .cloned()
+        .collect();
+    if unrecorded.is_empty() {
+        return Ok(());
+    }
+    pass.status.inventory.extend(unrecorded);
+    pass.show_progress().await
 }
 
 /// Removes, in reverse order, the objects of the recorded inventory that `keep` no longer has.

@@ -217,6 +217,12 @@ impl Daemons {
         Ok(())
     }
 
+    /// The current process ID of `program`.
+    pub fn pid(&self, program: &str) -> Option<u32> {
+        let daemons = self.daemons.lock().unwrap_or_else(|e| e.into_inner());
+        daemons.get(program).map(|d| d.pid)
+    }
+
     fn running(&self, program: &str) -> bool {
         let daemons = self.daemons.lock().unwrap_or_else(|e| e.into_inner());
         daemons.get(program).is_some_and(|d| alive(d.pid))

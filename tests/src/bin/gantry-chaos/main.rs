@@ -9,6 +9,7 @@
 
 mod daemons;
 mod invariants;
+mod soak;
 mod workload;
 
 use std::path::PathBuf;
@@ -50,6 +51,13 @@ struct Cli {
     /// Leave the environment running and its state in place at the end.
     #[arg(long)]
     keep: bool,
+    /// A soak instead: no faults; deleted bundles come back; the provisioner's and the storage
+    /// server's RSS, open files, threads and runtime tasks are sampled, and growth fails the run.
+    #[arg(long)]
+    soak: bool,
+    /// Seconds between two samples of a soak.
+    #[arg(long, default_value_t = 60)]
+    sample_interval: u64,
 }
 
 #[tokio::main]
@@ -96,7 +104,7 @@ async fn run(cli: &Cli, state: &std::path::Path) -> anyhow::Result<usize> {
     let storage = StorageServer::start_with(StorageOptions::default(), &lifetime)?;
     let client = plane.client().await;
     workload::ensure_namespace(&client, NAMESPACE).await?;
-    let _provisioner = Provisioner::start_with(
+    let provisioner = Provisioner::start_with(
         ProvisionerOptions {
             kubeconfig: plane.kubeconfig().to_path_buf(),
             storage_url: storage.url().to_string(),
@@ -114,20 +122,56 @@ async fn run(cli: &Cli, state: &std::path::Path) -> anyhow::Result<usize> {
         client.clone(),
         registry.host().to_string(),
         cli.bundles,
+        cli.soak,
     ));
     workload.prepare().await?;
 
-    eprintln!(
-        "==> churn for {} s: {} bundles created, moved, approved and deleted; a fault every ~{} s",
-        cli.duration, cli.bundles, cli.fault_interval
-    );
     let churning = Arc::new(AtomicBool::new(true));
-    let faults = tokio::spawn({
-        let daemons = daemons.clone();
-        let churning = churning.clone();
-        let mean = cli.fault_interval;
-        async move { daemons.inject_until(&churning, mean).await }
-    });
+    let (faults, resources) = if cli.soak {
+        eprintln!(
+            "==> soak for {} s: {} bundles created, moved, approved, deleted and created again; a sample every {} s",
+            cli.duration, cli.bundles, cli.sample_interval
+        );
+        let resources = tokio::spawn({
+            let churning = churning.clone();
+            let daemons = daemons.clone();
+            let interval = Duration::from_secs(cli.sample_interval);
+            let provisioner_metrics = format!("{}/metrics", provisioner.metrics_url());
+            async move {
+                soak::sample_until(
+                    &churning,
+                    interval,
+                    &["gantry-provisioner", "gantry-storage"],
+                    |name| daemons.pid(name),
+                    |name| {
+                        let url = provisioner_metrics.clone();
+                        async move {
+                            match name {
+                                "gantry-provisioner" => {
+                                    soak::metric(&url, "gantry_provisioner_runtime_tasks").await
+                                }
+                                _ => None,
+                            }
+                        }
+                    },
+                )
+                .await
+            }
+        });
+        (None, Some(resources))
+    } else {
+        eprintln!(
+            "==> churn for {} s: {} bundles created, moved, approved and deleted; a fault every ~{} s",
+            cli.duration, cli.bundles, cli.fault_interval
+        );
+        let faults = tokio::spawn({
+            let daemons = daemons.clone();
+            let churning = churning.clone();
+            let mean = cli.fault_interval;
+            async move { daemons.inject_until(&churning, mean).await }
+        });
+        (Some(faults), None)
+    };
     let sampler = tokio::spawn({
         let workload = workload.clone();
         let churning = churning.clone();
@@ -136,7 +180,14 @@ async fn run(cli: &Cli, state: &std::path::Path) -> anyhow::Result<usize> {
     let deadline = Instant::now() + Duration::from_secs(cli.duration);
     workload.churn_until(deadline).await;
     churning.store(false, Ordering::SeqCst);
-    let injected = faults.await.context("the fault injector panicked")??;
+    let injected = match faults {
+        Some(faults) => faults.await.context("the fault injector panicked")??,
+        None => Default::default(),
+    };
+    let growth = match resources {
+        Some(resources) => soak::growth(&resources.await.context("the resource sampler panicked")?),
+        None => Vec::new(),
+    };
     sampler.await.context("the approval sampler panicked")?;
 
     eprintln!(
@@ -176,10 +227,17 @@ async fn run(cli: &Cli, state: &std::path::Path) -> anyhow::Result<usize> {
     for line in report.lines() {
         println!("  {line}");
     }
-    let violations = report.violations();
+    if cli.soak {
+        let verdict = if growth.is_empty() { "flat" } else { "GREW" };
+        println!(
+            "  {:<58} {verdict}",
+            "RSS, open files and tasks of both binaries"
+        );
+    }
+    let violations = report.violations() + growth.len();
     if violations > 0 {
         println!("VIOLATIONS:");
-        for violation in report.violation_details() {
+        for violation in report.violation_details().into_iter().chain(growth) {
             println!("  {violation}");
         }
     } else {

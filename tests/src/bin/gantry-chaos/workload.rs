@@ -99,6 +99,8 @@ pub struct Workload {
     pub bundles: Vec<Mutex<BundleModel>>,
     push_client: RegistryClient,
     counters: Counters,
+    /// A soak: deleted bundles are created again once gone, so churn never runs out.
+    soak: bool,
     /// Violations seen while running (content applied without approval, approvals lost).
     pub running_violations: std::sync::Mutex<Vec<String>>,
 }
@@ -135,7 +137,7 @@ where
 }
 
 impl Workload {
-    pub fn new(client: Client, registry: String, count: usize) -> Self {
+    pub fn new(client: Client, registry: String, count: usize, soak: bool) -> Self {
         let bundles = (0..count)
             .map(|i| {
                 let name = format!("chaos-{i:03}");
@@ -162,6 +164,7 @@ impl Workload {
             bundles,
             push_client,
             counters: Counters::default(),
+            soak,
             running_violations: std::sync::Mutex::new(Vec::new()),
         }
     }
@@ -266,6 +269,9 @@ impl Workload {
 
     async fn operate(&self, bundle: &mut BundleModel) {
         if bundle.deleted {
+            if self.soak {
+                self.forget_when_gone(bundle).await;
+            }
             return;
         }
         if !bundle.created {
@@ -274,12 +280,23 @@ impl Workload {
         }
         let deleted = self.counters.deleted.load(Ordering::Relaxed);
         let roll = rand::random_range(0..100);
-        if roll < 3 && deleted < self.bundles.len() / 5 {
+        if roll < 3 && (self.soak || deleted < self.bundles.len() / 5) {
             self.delete(bundle).await;
         } else if bundle.manual && roll < 50 {
             self.approve_shown(bundle, false).await;
         } else {
             self.move_tag(bundle).await;
+        }
+    }
+
+    /// Once a deleted bundle is gone (its objects removed), the model starts it afresh.
+    async fn forget_when_gone(&self, bundle: &mut BundleModel) {
+        let bundles: Api<Bundle> = Api::all(self.client.clone());
+        if let Ok(None) = bundles.get_opt(&bundle.name).await {
+            bundle.deleted = false;
+            bundle.created = false;
+            bundle.approved.clear();
+            bundle.approval_confirmed = false;
         }
     }
 

@@ -79,7 +79,7 @@ where
     while running.load(Ordering::SeqCst) {
         let seconds = start.elapsed().as_secs();
         for w in &mut watched {
-            let Some(mut sample) = pid_of(w.name).and_then(|pid| read(pid)) else {
+            let Some(mut sample) = pid_of(w.name).and_then(read) else {
                 continue;
             };
             sample.tasks = tasks_of(w.name).await;

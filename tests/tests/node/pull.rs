@@ -411,7 +411,7 @@ async fn benchmark_ready_through_node_versus_direct() {
         let mut sorted = values.to_vec();
         sorted.sort_by(f64::total_cmp);
         let middle = sorted.len() / 2;
-        if sorted.len() % 2 == 0 {
+        if sorted.len().is_multiple_of(2) {
             (sorted[middle - 1] + sorted[middle]) / 2.0
         } else {
             sorted[middle]

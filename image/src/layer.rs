@@ -659,6 +659,57 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn root_directory_entries_are_skipped() {
+        // umoci writes "/" first; other tools write "./". Both name the image root.
+        let canonical = |layer: Vec<u8>| {
+            let (_dir, bundle) = apply_one_in(layer).unwrap();
+            let mut out = Vec::new();
+            crate::canonical::write_canonical(&bundle, &mut out).unwrap();
+            out
+        };
+        let without = canonical(
+            TarBuilder::default()
+                .dir("manifests/")
+                .file("manifests/a.yaml", "a: 1\n")
+                .build(),
+        );
+        for root in ["/", "./"] {
+            let with = canonical(
+                TarBuilder::default()
+                    .dir(root)
+                    .dir("manifests/")
+                    .file("manifests/a.yaml", "a: 1\n")
+                    .build(),
+            );
+            assert_eq!(with, without, "a layer with a {root:?} entry");
+        }
+        let both = canonical(
+            TarBuilder::default()
+                .dir("/")
+                .dir("./")
+                .dir("manifests/")
+                .file("manifests/a.yaml", "a: 1\n")
+                .build(),
+        );
+        assert_eq!(both, without, "a layer with both root entries");
+        // Absolute paths to anything else stay refused, naming the entry.
+        let (path, reason) = rejected_entry(
+            TarBuilder::default()
+                .dir("/")
+                .file("/etc/x", "a")
+                .file("manifests/a.yaml", "a: 1\n")
+                .build(),
+        );
+        assert_eq!(path, "/etc/x");
+        assert_eq!(reason, "absolute path");
+        let message = ImageError::InvalidEntry { path, reason }.to_string();
+        assert!(
+            message.contains("\"/etc/x\"") && message.contains("absolute path"),
+            "{message}"
+        );
+    }
+
+    #[test]
     fn other_file_types_are_rejected() {
         let (path, reason) = rejected_entry(
             TarBuilder::default()

@@ -26,27 +26,29 @@ pub enum PathClass {
 }
 
 /// Normalises and classifies a tar entry path. `..` components and absolute paths are
-/// rejected wherever they are; anything nested below `manifests/` is rejected too.
+/// rejected wherever they are; anything nested below `manifests/` is rejected too. An entry
+/// for the image root itself (`/`, `.`, `./`, as umoci and other tools write) names nothing
+/// and is skipped.
 pub fn classify(raw: &[u8]) -> Result<PathClass, ImageError> {
     let shown = String::from_utf8_lossy(raw).into_owned();
     let invalid = |reason: &str| ImageError::InvalidEntry {
         path: shown.clone(),
         reason: reason.to_string(),
     };
-    if raw.first() == Some(&b'/') {
-        return Err(invalid("absolute path"));
-    }
     let components: Vec<&[u8]> = raw
         .split(|b| *b == b'/')
         .filter(|c| !c.is_empty() && *c != b".")
         .collect();
+    let Some((first, rest)) = components.split_first() else {
+        // "/", "." or "./": the image root.
+        return Ok(PathClass::Outside);
+    };
+    if raw.first() == Some(&b'/') {
+        return Err(invalid("absolute path"));
+    }
     if components.iter().any(|c| *c == b"..") {
         return Err(invalid("path contains a '..' component"));
     }
-    let Some((first, rest)) = components.split_first() else {
-        // "." or "./": the image root.
-        return Ok(PathClass::Outside);
-    };
     if rest.is_empty() {
         return Ok(match *first {
             b"manifests" => PathClass::ManifestsDir,
@@ -133,6 +135,10 @@ mod tests {
         assert_eq!(class("manifestsx/a.yaml"), PathClass::Outside);
         assert_eq!(class("."), PathClass::Outside);
         assert_eq!(class("./"), PathClass::Outside);
+        // The root directory entry of umoci and other tools names nothing.
+        assert_eq!(class("/"), PathClass::Outside);
+        assert_eq!(class("//"), PathClass::Outside);
+        assert_eq!(class("/."), PathClass::Outside);
         assert_eq!(class("other/manifests/a.yaml"), PathClass::Outside);
     }
 
@@ -155,6 +161,9 @@ mod tests {
         assert!(rejected("etc/../../x").contains(".."));
         assert!(rejected("/manifests/a.yaml").contains("absolute"));
         assert!(rejected("/etc/passwd").contains("absolute"));
+        assert!(rejected("/etc/x").contains("absolute"));
+        assert!(rejected("/./manifests/a.yaml").contains("absolute"));
+        assert!(rejected("/..").contains("absolute"));
     }
 
     #[test]

@@ -236,6 +236,29 @@ fn parse_manifest(reference: &Reference, body: &[u8]) -> Result<AnyManifest, Ima
 }
 
 impl RegistryClient {
+    /// The digest of the image manifest that `reference` designates for `platform`: its own
+    /// digest when it is an image manifest, the matching entry's when it is an index. Reads
+    /// the top-level manifest only (digest checked). For an image another party pulled, such
+    /// as a node's container runtime, which reports only the top-level digest.
+    pub async fn platform_manifest(
+        &self,
+        reference: &str,
+        platform: &Platform,
+    ) -> Result<String, ImageError> {
+        let reference = parse_reference(reference)?;
+        let authorization = self.authorization(&reference).await?;
+        let (body, digest) = self
+            .fetch_manifest(&reference, authorization.as_deref())
+            .await?;
+        let manifest = parse_manifest(&reference, &body)?;
+        if !is_index(&manifest) {
+            return Ok(digest);
+        }
+        let entries = manifest.manifests.unwrap_or_default();
+        let (entry, _) = select(&entries, platform, &reference.whole())?;
+        Ok(entry.digest.clone())
+    }
+
     /// Pulls, verifies, unpacks and validates a bundle image.
     pub async fn pull(&self, request: &PullRequest) -> Result<PulledBundle, ImageError> {
         let reference = parse_reference(&request.reference)?;

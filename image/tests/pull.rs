@@ -68,6 +68,14 @@ async fn single_platform_image_by_tag_and_by_digest() {
         assert_eq!(bundle.image.resolved_image, pushed.pinned);
         assert_eq!(bundle.image.digest, pushed.digest);
         assert_eq!(bundle.image.manifest_digest, pushed.digest);
+        // An image manifest is its own platform manifest, whatever platform is asked for.
+        assert_eq!(
+            client
+                .platform_manifest(&reference, &Platform::current())
+                .await
+                .unwrap(),
+            pushed.digest
+        );
         assert_eq!(bundle.image.platform.to_string(), "linux/arm64");
         assert!(!bundle.image.from_index);
         assert_eq!(
@@ -137,6 +145,16 @@ async fn multi_platform_index_selects_the_platform_and_variant() {
             "{wanted}"
         );
         assert_eq!(bundle.image.platform, pushed.manifests[index].0, "{wanted}");
+        // What another puller (a node's runtime) unpacked, from the index alone.
+        let platform: Platform = wanted.parse().unwrap();
+        assert_eq!(
+            client
+                .platform_manifest(&pushed.pinned, &platform)
+                .await
+                .unwrap(),
+            pushed.manifests[index].1,
+            "{wanted}"
+        );
     }
     // Default: the running platform.
     let bundle = client.pull(&request(&pushed.pinned, None)).await.unwrap();

@@ -34,6 +34,10 @@ impl Layout {
     pub fn containerd(&self) -> PathBuf {
         self.dir.join("containerd")
     }
+    /// containerd's registry configuration directory (a `hosts.toml` per registry).
+    pub fn containerd_hosts(&self) -> PathBuf {
+        self.containerd().join("certs.d")
+    }
     pub fn containerd_socket(&self) -> PathBuf {
         self.containerd().join("containerd.sock")
     }
@@ -99,13 +103,8 @@ pub(crate) fn start_containerd(
             ipam = base.join("cni/ipam").display()
         ),
     )?;
-    let certs = base.join("certs.d");
-    write(
-        &certs.join(registry).join("hosts.toml"),
-        &format!(
-            "server = \"http://{registry}\"\n\n[host.\"http://{registry}\"]\n  capabilities = [\"pull\", \"resolve\", \"push\"]\n"
-        ),
-    )?;
+    let certs = layout.containerd_hosts();
+    write_plain_http_host(&certs, registry)?;
     let config = layout.config("containerd.toml");
     write(
         &config,
@@ -168,6 +167,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     })?;
     std::mem::forget(child);
     Ok(())
+}
+
+/// A hosts.toml in containerd's registry configuration directory `certs` that makes
+/// `registry` (`host:port`) a plain-HTTP host. containerd reads it at each pull.
+pub(crate) fn write_plain_http_host(certs: &Path, registry: &str) -> Result<(), HarnessError> {
+    write(
+        &certs.join(registry).join("hosts.toml"),
+        &format!(
+            "server = \"http://{registry}\"\n\n[host.\"http://{registry}\"]\n  capabilities = [\"pull\", \"resolve\", \"push\"]\n"
+        ),
+    )
 }
 
 /// The kubeconfigs of the node's components, each a client certificate of the user that

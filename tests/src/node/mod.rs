@@ -259,6 +259,16 @@ impl NodeCluster {
         self.registry.host()
     }
 
+    /// Makes the node's container runtime reach `registry` (`host:port`, e.g. another
+    /// [`Registry`] on 127.0.0.1: containerd pulls from the machine's network namespace) over
+    /// plain HTTP, as the cluster's own registry is. Takes effect at the next pull.
+    pub fn allow_plain_http_registry(&self, registry: &str) -> Result<(), HarnessError> {
+        let layout = Layout {
+            dir: self.node_dir.clone(),
+        };
+        components::write_plain_http_host(&layout.containerd_hosts(), registry)
+    }
+
     /// The registry as a [`Registry`] (its storage, skopeo references).
     pub fn registry_server(&self) -> &Registry {
         &self.registry

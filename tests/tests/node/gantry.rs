@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use gantry_api::conditions::types;
 use gantry_api::{Bundle, BundleSpec, PLAIN_PROVISIONER, ProvisionerClass, ProvisionerClassSpec};
-use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
+use gantry_image::{EffectiveLimits, Platform, PushedImage, RegistryClient, RegistryOptions};
 use gantry_tests::{NodeCluster, gantry_images, node_cluster, unique_name};
 use k8s_openapi::Resource;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -313,26 +313,44 @@ pub(super) async fn push_bundle(
     repository: &str,
     files: &[(&str, String)],
 ) -> String {
+    let client = RegistryClient::new(RegistryOptions {
+        insecure_registries: vec![cluster.registry().to_string()],
+        ..Default::default()
+    })
+    .unwrap();
+    push_bundle_with(
+        &client,
+        &format!("{}/{repository}", cluster.registry()),
+        &Platform::current(),
+        files,
+    )
+    .await
+    .pinned
+}
+
+/// Pushes `files` (under `manifests/`) with `client` as a `platform` image to `reference`
+/// (`host:port/repository:tag`).
+pub(super) async fn push_bundle_with(
+    client: &RegistryClient,
+    reference: &str,
+    platform: &Platform,
+    files: &[(&str, String)],
+) -> PushedImage {
     let dir = tempfile::tempdir().unwrap();
     let manifests = dir.path().join("manifests");
     std::fs::create_dir(&manifests).unwrap();
     for (name, content) in files {
         std::fs::write(manifests.join(name), content).unwrap();
     }
-    RegistryClient::new(RegistryOptions {
-        insecure_registries: vec![cluster.registry().to_string()],
-        ..Default::default()
-    })
-    .unwrap()
-    .push_dir(
-        dir.path(),
-        &format!("{}/{repository}", cluster.registry()),
-        &[Platform::current()],
-        &EffectiveLimits::default(),
-    )
-    .await
-    .expect("pushing a bundle image")
-    .pinned
+    client
+        .push_dir(
+            dir.path(),
+            reference,
+            std::slice::from_ref(platform),
+            &EffectiveLimits::default(),
+        )
+        .await
+        .expect("pushing a bundle image")
 }
 
 pub(super) fn namespace_yaml(name: &str) -> String {

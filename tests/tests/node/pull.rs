@@ -1,23 +1,33 @@
 //! Pull modes on a real node: the same bundle image pulled by the provisioner (`Direct`) and
 //! by the node's container runtime through unpack Pods (`Node`) is stored byte for byte the
-//! same, and a missing tag fails with the kubelet's reason and recovers once pushed. No unpack
-//! Pod is left behind.
+//! same; a bad bundle is refused with the same message in both modes; the node's platform is
+//! taken from a two-platform index; a private registry is reached through pull secrets that
+//! become the unpack Pod's `imagePullSecrets`; a missing tag fails with the kubelet's reason
+//! and recovers once pushed. No unpack Pod is left behind.
+
+use std::os::unix::fs::PermissionsExt;
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
     Bundle, BundleSpec, PLAIN_PROVISIONER, ProvisionerClass, ProvisionerClassSpec, PullMode,
     RECONCILE_REQUESTED_ANNOTATION,
 };
-use gantry_tests::{NodeCluster, node_cluster, unique_name};
-use k8s_openapi::api::core::v1::Pod;
+use gantry_image::{
+    Credential, DockerConfig, Platform, RegistryClient, RegistryOptions as ClientOptions,
+};
+use gantry_tests::{
+    ImageConfig, NodeCluster, Registry, RegistryOptions, node_cluster, unique_name,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
 use super::gantry::{
     DISRUPTION, HOST_PROVISIONER, NAMESPACE, WAIT, apply, bundle, config_map_yaml, installed,
-    is_ready, push_bundle, stored_content, wait_dumping, wait_ready,
+    is_ready, push_bundle, push_bundle_with, stored_content, wait_dumping, wait_ready,
 };
 
 #[tokio::test]
@@ -116,6 +126,304 @@ async fn a_missing_tag_fails_with_the_kubelets_reason_and_recovers() {
     no_unpack_pods(cluster, &client, &name).await;
 }
 
+#[tokio::test]
+async fn a_bad_bundle_is_refused_with_the_same_message_in_both_modes() {
+    let _shared = HOST_PROVISIONER.read().await;
+    let (cluster, client) = gantry().await;
+    let _undisturbed = DISRUPTION.read().await;
+    let [direct, node] = classes(&client, "bad").await;
+    let name = unique_name("bad");
+    // Packed by umoci, whose layer starts with an entry for the root directory "/".
+    let rootfs = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(rootfs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(rootfs.path().join("manifests")).unwrap();
+    std::fs::write(
+        rootfs.path().join("manifests/10-config.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  labels:\n    app: nameless\ndata:\n  value: x\n",
+    )
+    .unwrap();
+    let image = cluster
+        .push_image(
+            rootfs.path(),
+            &ImageConfig::default(),
+            &format!("{name}/bundle:v1"),
+        )
+        .unwrap_or_else(|e| panic!("pushing the bad bundle: {e}"));
+    let mut messages = Vec::new();
+    for class in [&direct, &node] {
+        let bundle_name = format!("{name}-{class}");
+        create_bundle(&client, &bundle_name, &image, class).await;
+        let refused =
+            wait_unpacked_false(cluster, &client, &bundle_name, reasons::INVALID_BUNDLE).await;
+        let message = unpacked(&refused).unwrap().message;
+        assert!(
+            message.starts_with(&format!("invalid bundle {image}: "))
+                && message.contains("10-config.yaml")
+                && message.contains("metadata.name is missing"),
+            "{bundle_name}: {message}"
+        );
+        let status = refused.status.unwrap();
+        assert_eq!(status.content_digest, None, "{bundle_name} stored content");
+        no_unpack_pods(cluster, &client, &bundle_name).await;
+        // The retry note after the message differs from pass to pass.
+        let cut = message.find(" (attempt ").unwrap_or(message.len());
+        messages.push(message[..cut].to_string());
+    }
+    assert_eq!(
+        messages[0], messages[1],
+        "Direct and Node refuse the bundle differently"
+    );
+}
+
+#[tokio::test]
+async fn a_two_platform_index_unpacks_the_nodes_platform() {
+    let _shared = HOST_PROVISIONER.read().await;
+    let (cluster, client) = gantry().await;
+    let _undisturbed = DISRUPTION.read().await;
+    let [direct, node] = classes(&client, "index").await;
+    // Node mode steered by the class's platform: the node's own labels match.
+    let steered = node_class(&client, "index-steered", Some("linux/amd64"), &[]).await;
+    let name = unique_name("index");
+    let repository = format!("{}/{name}/bundle", cluster.registry());
+    let registry = node_registry_client(cluster);
+    let mut manifests = Vec::new();
+    for platform in ["linux/amd64", "linux/arm64"] {
+        let arch = platform.rsplit('/').next().unwrap();
+        let pushed = push_bundle_with(
+            &registry,
+            &format!("{repository}:{arch}"),
+            &platform.parse().unwrap(),
+            &[("10-config.yaml", config_map_yaml_unplaced(arch))],
+        )
+        .await;
+        manifests.push((platform, pushed.digest));
+    }
+    let index = push_index(cluster, &format!("{name}/bundle"), "v1", &manifests).await;
+    let image = format!("{repository}:v1");
+    let amd64 = &manifests[0].1;
+
+    let mut stored = Vec::new();
+    for class in [&direct, &node, &steered] {
+        let bundle_name = format!("{name}-{class}");
+        cluster.create_namespace(&bundle_name).await;
+        create_bundle(&client, &bundle_name, &image, class).await;
+        wait_ready(cluster, &client, &bundle_name, &[&bundle_name]).await;
+        let bundle = bundle(&client, &bundle_name).await;
+        let status = bundle.status.clone().unwrap();
+        assert_eq!(
+            status.resolved_image.as_deref(),
+            Some(format!("{repository}@{index}").as_str()),
+            "{bundle_name}: resolvedImage is the index"
+        );
+        assert_eq!(
+            status.manifest_digest.as_deref(),
+            Some(amd64.as_str()),
+            "{bundle_name}: manifestDigest is the node's platform's manifest"
+        );
+        assert_eq!(
+            status.platform.as_deref(),
+            Some("linux/amd64"),
+            "{bundle_name}"
+        );
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &bundle_name);
+        let installed = config_maps.get("installed").await.unwrap();
+        assert_eq!(
+            installed
+                .data
+                .unwrap_or_default()
+                .get("value")
+                .map(String::as_str),
+            Some("amd64"),
+            "{bundle_name} installed another platform's content"
+        );
+        stored.push(stored_content(&bundle).1);
+        no_unpack_pods(cluster, &client, &bundle_name).await;
+    }
+    assert!(
+        stored.iter().all(|digest| *digest == stored[0]),
+        "the content stored through Direct, Node and a steered Node differs: {stored:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_private_registry_through_pull_secrets_on_the_node() {
+    let _shared = HOST_PROVISIONER.read().await;
+    let (cluster, client) = gantry().await;
+    let _undisturbed = DISRUPTION.read().await;
+    // On 127.0.0.1, where the node's runtime reaches it and the provisioner's Pod does not.
+    let (user, password) = ("puller", "pull-pass");
+    let private = Registry::start(RegistryOptions {
+        tls: false,
+        auth: Some((user.into(), password.into())),
+    });
+    cluster
+        .allow_plain_http_registry(private.host())
+        .unwrap_or_else(|e| panic!("configuring the node for the private registry: {e}"));
+    let name = unique_name("private");
+    let mut credentials = DockerConfig::default();
+    credentials.insert(
+        private.host(),
+        Credential {
+            username: user.into(),
+            password: password.into(),
+        },
+    );
+    let pusher = RegistryClient::new(ClientOptions {
+        credentials,
+        insecure_registries: vec![private.host().to_string()],
+        ..Default::default()
+    })
+    .unwrap();
+    let image = format!("{}/{name}/bundle:v1", private.host());
+    let pushed = push_bundle_with(
+        &pusher,
+        &image,
+        &Platform::current(),
+        &[("10-config.yaml", config_map_yaml_unplaced("private"))],
+    )
+    .await;
+
+    let secret = unique_name("pull");
+    let auth = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    };
+    let config = json!({ "auths": { private.host(): { "auth": auth } } }).to_string();
+    Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(secret.clone()),
+                    ..Default::default()
+                },
+                type_: Some("kubernetes.io/dockerconfigjson".into()),
+                string_data: Some([(".dockerconfigjson".to_string(), config)].into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("creating the pull secret");
+    let plain = node_class(&client, "private", None, &[]).await;
+    let with_secret = node_class(&client, "private-secret", None, &[&secret]).await;
+
+    // Without a secret the kubelet is refused, and says so.
+    let refused = format!("{name}-none");
+    create_bundle(&client, &refused, &image, &plain).await;
+    let failed = wait_unpacked_false(cluster, &client, &refused, reasons::PULL_FAILED).await;
+    let message = unpacked(&failed).unwrap().message;
+    assert!(
+        ["ErrImagePull", "ImagePullBackOff"]
+            .iter()
+            .any(|reason| message.contains(reason))
+            && ["401", "nauthorized", "authorization"]
+                .iter()
+                .any(|why| message.contains(why)),
+        "PullFailed without the kubelet's reason: {message}"
+    );
+    no_unpack_pods(cluster, &client, &refused).await;
+    Api::<Bundle>::all(client.clone())
+        .delete(&refused, &DeleteParams::default())
+        .await
+        .expect("deleting the refused Bundle");
+
+    // The bundle's pull secret, then the class's, become the unpack Pod's imagePullSecrets.
+    let by_bundle = format!("{name}-bundle");
+    let by_class = format!("{name}-class");
+    for (bundle_name, class, pull_secret) in [
+        (&by_bundle, &plain, Some(secret.clone())),
+        (&by_class, &with_secret, None),
+    ] {
+        cluster.create_namespace(bundle_name).await;
+        let spec = BundleSpec {
+            image: image.clone(),
+            provisioner_class_name: Some(class.clone()),
+            install_namespace: Some(bundle_name.clone()),
+            pull_secret,
+            ..Default::default()
+        };
+        Api::<Bundle>::all(client.clone())
+            .create(&PostParams::default(), &Bundle::new(bundle_name, spec))
+            .await
+            .expect("creating a Bundle");
+        wait_ready(cluster, &client, bundle_name, &[bundle_name]).await;
+        let status = bundle(&client, bundle_name).await.status.unwrap();
+        assert_eq!(
+            status.resolved_image.as_deref(),
+            Some(pushed.pinned.as_str()),
+            "{bundle_name}"
+        );
+        // The provisioner cannot ask this registry which manifest that is: left empty.
+        assert_eq!(status.manifest_digest, None, "{bundle_name}");
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), bundle_name);
+        assert!(
+            config_maps.get_opt("installed").await.unwrap().is_some(),
+            "{bundle_name} did not install its ConfigMap"
+        );
+        no_unpack_pods(cluster, &client, bundle_name).await;
+    }
+}
+
+/// The benchmark of `bench/pull-mode/run.sh`: Bundle created to Ready through `Direct` and
+/// through `Node`, in the same run, each round with content of its own (nothing cached), the
+/// order of the modes alternating. A first round warms up (the node pulls the unpack image).
+#[tokio::test]
+#[ignore = "a benchmark: bash bench/pull-mode/run.sh"]
+async fn benchmark_ready_through_node_versus_direct() {
+    let _shared = HOST_PROVISIONER.read().await;
+    let (cluster, client) = gantry().await;
+    let _undisturbed = DISRUPTION.read().await;
+    let rounds: usize = std::env::var("GANTRY_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
+    let [direct, node] = classes(&client, "bench").await;
+    let name = unique_name("bench");
+    let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..=rounds {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for mode in order {
+            let class = [&direct, &node][mode];
+            let bundle_name = format!("{name}-{round}-{}", ["direct", "node"][mode]);
+            let image = push_bundle(
+                cluster,
+                &format!("{bundle_name}/bundle:v1"),
+                &[("10-config.yaml", config_map_yaml_unplaced(&bundle_name))],
+            )
+            .await;
+            cluster.create_namespace(&bundle_name).await;
+            let started = std::time::Instant::now();
+            create_bundle(&client, &bundle_name, &image, class).await;
+            wait_ready(cluster, &client, &bundle_name, &[&bundle_name]).await;
+            let seconds = started.elapsed().as_secs_f64();
+            no_unpack_pods(cluster, &client, &bundle_name).await;
+            if round > 0 {
+                times[mode].push(seconds);
+            }
+            eprintln!(
+                "round {round}{}: {} {seconds:.2} s",
+                if round == 0 { " (warm-up)" } else { "" },
+                ["Direct", "Node"][mode]
+            );
+        }
+    }
+    let median = |values: &[f64]| {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let middle = sorted.len() / 2;
+        if sorted.len().is_multiple_of(2) {
+            (sorted[middle - 1] + sorted[middle]) / 2.0
+        } else {
+            sorted[middle]
+        }
+    };
+    let (direct, node) = (median(&times[0]), median(&times[1]));
+    println!("Bundle created to Ready, median of {rounds} rounds:");
+    println!("  pullMode Direct  {direct:.2} s  (all: {:.2?})", times[0]);
+    println!("  pullMode Node    {node:.2} s  (all: {:.2?})", times[1]);
+    println!("  Node / Direct    {:.2}", node / direct);
+}
+
 // --- helpers --------------------------------------------------------------------------------
 
 async fn gantry() -> (&'static NodeCluster, Client) {
@@ -123,6 +431,93 @@ async fn gantry() -> (&'static NodeCluster, Client) {
     let client = cluster.client().await;
     installed(cluster, &client).await;
     (cluster, client)
+}
+
+/// A `Node` class with `platform` and `pull_secrets`.
+async fn node_class(
+    client: &Client,
+    prefix: &str,
+    platform: Option<&str>,
+    pull_secrets: &[&str],
+) -> String {
+    let name = unique_name(prefix);
+    let spec = ProvisionerClassSpec {
+        provisioner: PLAIN_PROVISIONER.into(),
+        insecure_registries: vec![node_cluster().registry().to_string()],
+        pull_mode: PullMode::Node,
+        platform: platform.map(str::to_string),
+        pull_secrets: pull_secrets.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    apply(
+        &Api::all(client.clone()),
+        &ProvisionerClass::new(&name, spec),
+    )
+    .await;
+    name
+}
+
+/// A registry client for the node's (plain-HTTP) registry.
+fn node_registry_client(cluster: &NodeCluster) -> RegistryClient {
+    RegistryClient::new(ClientOptions {
+        insecure_registries: vec![cluster.registry().to_string()],
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// Pushes an OCI index of `manifests` (`(platform, digest)`, already in `repository` of the
+/// node's registry) as `repository:tag`; returns the index's digest.
+async fn push_index(
+    cluster: &NodeCluster,
+    repository: &str,
+    tag: &str,
+    manifests: &[(&str, String)],
+) -> String {
+    let http = reqwest::Client::new();
+    let base = format!("http://{}/v2/{repository}/manifests", cluster.registry());
+    let mut entries = Vec::new();
+    for (platform, digest) in manifests {
+        let response = http
+            .get(format!("{base}/{digest}"))
+            .header(
+                "Accept",
+                "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json",
+            )
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .unwrap_or_else(|e| panic!("reading manifest {digest}: {e}"));
+        let media_type = response
+            .headers()
+            .get("Content-Type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/vnd.oci.image.manifest.v1+json")
+            .to_string();
+        let size = response.bytes().await.unwrap().len();
+        let (os, architecture) = platform.split_once('/').unwrap();
+        entries.push(json!({
+            "mediaType": media_type,
+            "digest": digest,
+            "size": size,
+            "platform": { "os": os, "architecture": architecture },
+        }));
+    }
+    let index = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": entries,
+    }))
+    .unwrap();
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(&index)));
+    http.put(format!("{base}/{tag}"))
+        .header("Content-Type", "application/vnd.oci.image.index.v1+json")
+        .body(index)
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .unwrap_or_else(|e| panic!("pushing the index {repository}:{tag}: {e}"));
+    digest
 }
 
 /// A class pulling directly and one pulling through the node, both allowed plain HTTP to the

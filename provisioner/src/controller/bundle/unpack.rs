@@ -1,15 +1,19 @@
 //! Step 3: the content of the resolved digest, read back from storage when it is stored there,
 //! pulled, validated and stored otherwise.
 
+use std::time::Duration;
+
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{ProvisionerClass, PullMode};
-use gantry_image::{BundleObject, EffectiveLimits, PullRequest, RegistryClient, read_canonical};
+use gantry_image::{
+    BundleObject, EffectiveLimits, Platform, PullRequest, RegistryClient, read_canonical,
+};
 use kube::ResourceExt;
 
 use super::resolve::Resolved;
 use super::{Flow, Pass};
 use crate::controller::error::{Error, Result};
-use crate::controller::node_pull::driver::unpack_on_node;
+use crate::controller::node_pull::driver::{NodeUnpacked, unpack_on_node};
 use crate::controller::source::registry_client;
 
 /// The content to install.
@@ -178,11 +182,56 @@ async fn unpack_with_node(
     .await?;
     ctx.resolved.record(&pass.name, bundle.spec.image.clone());
     let objects = read_stored(pass, &unpacked.content_digest, &limits).await?;
+    let manifest_digest = node_manifest_digest(pass, class, &unpacked).await;
     let hex = unpacked.content_digest.trim_start_matches("sha256:");
     let status = &mut pass.status;
-    status.manifest_digest = Some(unpacked.manifest_digest);
+    status.manifest_digest = manifest_digest;
     status.platform = Some(unpacked.platform);
     status.content_url = Some(ctx.storage.content_url(&pass.name, hex));
     status.content_digest = Some(unpacked.content_digest.clone());
     Ok((unpacked.resolved_image, objects))
+}
+
+/// How long the provisioner tries the registry for the platform manifest of a node's pull.
+const MANIFEST_LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The platform manifest a node unpacked. The runtime reports only the top-level digest (an
+/// index's, for a multi-platform image), so the top-level manifest is read from the registry
+/// by that digest when the provisioner can reach it; `None` (the field left empty) when it
+/// cannot, which `pullMode: Node` allows.
+async fn node_manifest_digest(
+    pass: &Pass<'_>,
+    class: &ProvisionerClass,
+    unpacked: &NodeUnpacked,
+) -> Option<String> {
+    let (bundle, ctx) = (pass.bundle, pass.ctx);
+    let image = &unpacked.resolved_image;
+    let lookup = async {
+        let platform: Platform = unpacked
+            .platform
+            .parse()
+            .map_err(|e| format!("platform {:?}: {e}", unpacked.platform))?;
+        let client = registry_client(ctx, class, bundle)
+            .await
+            .map_err(|e| e.to_string())?;
+        client
+            .platform_manifest(image, &platform)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(MANIFEST_LOOKUP_TIMEOUT, lookup).await {
+        Ok(Ok(digest)) => Some(digest),
+        Ok(Err(why)) => {
+            tracing::info!(%image, "platform manifest of a node pull unknown: {why}");
+            None
+        }
+        Err(_) => {
+            tracing::info!(
+                %image,
+                "platform manifest of a node pull unknown: the registry did not answer within {}s",
+                MANIFEST_LOOKUP_TIMEOUT.as_secs()
+            );
+            None
+        }
+    }
 }

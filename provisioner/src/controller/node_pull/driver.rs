@@ -22,8 +22,9 @@ const GRACE: Duration = Duration::from_secs(30);
 pub struct NodeUnpacked {
     /// `repo@sha256:…` as the runtime pulled it.
     pub resolved_image: String,
-    /// The digest the runtime reports (the index's, for a multi-platform image).
-    pub manifest_digest: String,
+    /// The digest the runtime reports: the top-level manifest's (an index's, for a
+    /// multi-platform image).
+    pub runtime_digest: String,
     pub platform: String,
     pub content_digest: String,
 }
@@ -107,7 +108,7 @@ pub async fn unpack_on_node(
             })?;
             Ok(NodeUnpacked {
                 resolved_image: pinned(&reference, digest),
-                manifest_digest: digest.to_string(),
+                runtime_digest: digest.to_string(),
                 platform: report.platform,
                 content_digest: report.content_digest,
             })

@@ -10,7 +10,7 @@ use super::resolve::Resolved;
 use super::{Flow, Pass};
 use crate::controller::error::{Error, Result};
 use crate::controller::node_pull::driver::unpack_on_node;
-use crate::controller::source::registry_client;
+use crate::controller::source::{digest_of, is_digest_reference, registry_client};
 
 /// The content to install.
 pub(super) struct Content {
@@ -109,7 +109,8 @@ async fn pull_and_store(
     limits: EffectiveLimits,
 ) -> Result<Vec<BundleObject>> {
     let (bundle, ctx) = (pass.bundle, pass.ctx);
-    let image = bundle.spec.image.as_str();
+    let image = attempted(&bundle.spec.image, resolved_image);
+    let image = image.as_str();
     pass.set_condition(
         types::UNPACKED,
         false,
@@ -152,6 +153,15 @@ async fn pull_and_store(
     Ok(canonical.objects)
 }
 
+/// How a failure names the image: the reference with the digest it resolved to
+/// (`repo:tag@sha256:...`), so that a rejected new digest is told apart from the installed one.
+fn attempted(image: &str, resolved_image: &str) -> String {
+    match digest_of(resolved_image) {
+        Some(digest) if !is_digest_reference(image) => format!("{image}@{digest}"),
+        _ => image.to_string(),
+    }
+}
+
 /// `pullMode: Node`: an unpack Pod pulls, validates and stores; the stored content is read
 /// back (digest and limits checked again). Returns the resolved image and the objects.
 async fn unpack_with_node(
@@ -185,4 +195,20 @@ async fn unpack_with_node(
     status.content_url = Some(ctx.storage.content_url(&pass.name, hex));
     status.content_digest = Some(unpacked.content_digest.clone());
     Ok((unpacked.resolved_image, objects))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attempted;
+
+    #[test]
+    fn a_failure_names_the_digest_a_tag_resolved_to() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(
+            attempted("r.test/app:v1", &format!("r.test/app@{digest}")),
+            format!("r.test/app:v1@{digest}")
+        );
+        let pinned = format!("r.test/app@{digest}");
+        assert_eq!(attempted(&pinned, &pinned), pinned);
+    }
 }

@@ -63,8 +63,18 @@ pub fn complete(root: &Command, words: &[String]) -> (Vec<String>, u8) {
     if !subcommands.is_empty() || command.has_subcommands() {
         return (subcommands, NO_FILES);
     }
-    // A positional value: a directory for push and validate, anything else otherwise.
-    (Vec::new(), FILES)
+    // A positional value: one of a fixed set (`completion SHELL`), else anything (files).
+    let known: Vec<String> = command
+        .get_positionals()
+        .flat_map(|a| a.get_possible_values())
+        .filter(|v| !v.is_hide_set() && v.get_name().starts_with(word))
+        .map(|v| v.get_name().to_string())
+        .collect();
+    if known.is_empty() {
+        (Vec::new(), FILES)
+    } else {
+        (known, NO_FILES)
+    }
 }
 
 fn find_long<'a>(command: &'a Command, flag: &str) -> Option<&'a Arg> {

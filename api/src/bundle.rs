@@ -320,7 +320,6 @@ pub struct InventoryEntry {
     pub name: String,
 }
 
-
 /// How many entries `status.history` keeps.
 pub const HISTORY_LIMIT: usize = 10;
 

@@ -770,7 +770,9 @@ fn kubectl_plugin_list_finds_the_plugin_and_nothing_wrong() {
     let listed = String::from_utf8_lossy(&out.stdout);
     let plugin = plugin_dir().join("kubectl-bundle");
     assert!(
-        listed.lines().any(|l| l.trim() == plugin.display().to_string()),
+        listed
+            .lines()
+            .any(|l| l.trim() == plugin.display().to_string()),
         "{}",
         text(&out)
     );
@@ -839,10 +841,7 @@ async fn a_rejected_new_digest_is_named_and_the_installed_one_stays() {
     )
     .await;
     let name = unique_name("rejected");
-    let mut bundle_spec = spec(
-        &format!("{}/{ns}/app:live", registry().host()),
-        Some(&ns),
-    );
+    let mut bundle_spec = spec(&format!("{}/{ns}/app:live", registry().host()), Some(&ns));
     bundle_spec.provisioner_class_name = Some(class);
     create_bundle(&client, &name, bundle_spec).await;
     wait_bundle(&client, &name, "Ready", is_ready).await;
@@ -967,7 +966,10 @@ async fn history_and_rollback_through_kubectl() {
     .await;
     let history = bundle.status.unwrap().history;
     assert_eq!(
-        history.iter().map(|e| e.digest.as_str()).collect::<Vec<_>>(),
+        history
+            .iter()
+            .map(|e| e.digest.as_str())
+            .collect::<Vec<_>>(),
         [digest(&first), digest(&second)],
         "a digest installed again moves to the front"
     );
@@ -990,7 +992,9 @@ async fn kubectl_get_shows_the_class_the_message_and_the_last_transition() {
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "CLASS", "IMAGE", "PHASE", "READY", "SINCE", "AGE", "MESSAGE"],
+        [
+            "NAME", "CLASS", "IMAGE", "PHASE", "READY", "SINCE", "AGE", "MESSAGE"
+        ],
         "{shown}"
     );
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
@@ -1008,5 +1012,8 @@ async fn kubectl_get_shows_the_class_the_message_and_the_last_transition() {
     // kubectl bundle list agrees on the class.
     let listed = ok(&["list"]);
     let row = listed.lines().find(|l| l.starts_with(&name)).unwrap();
-    assert!(row.contains(DEFAULT_CLASS) && !row.contains("<default>"), "{row}");
+    assert!(
+        row.contains(DEFAULT_CLASS) && !row.contains("<default>"),
+        "{row}"
+    );
 }

@@ -7,8 +7,8 @@ mod common;
 use std::sync::OnceLock;
 
 use common::*;
-use gantry_api::conditions::{reasons, types};
 use gantry_api::Bundle;
+use gantry_api::conditions::{reasons, types};
 use gantry_tests::{control_plane, registry, unique_name};
 use kube::api::Api;
 
@@ -41,10 +41,7 @@ async fn a_bundle_interval_resolves_a_moved_tag_while_the_flag_is_long() {
     for tag in ["fast", "slow"] {
         push(
             &format!("{ns}/app:{tag}"),
-            &[(
-                "a.yaml",
-                config_map(&format!("{tag}-cm"), None, "v1"),
-            )],
+            &[("a.yaml", config_map(&format!("{tag}-cm"), None, "v1"))],
         )
         .await;
     }
@@ -60,10 +57,7 @@ async fn a_bundle_interval_resolves_a_moved_tag_while_the_flag_is_long() {
     for tag in ["fast", "slow"] {
         push(
             &format!("{ns}/app:{tag}"),
-            &[(
-                "a.yaml",
-                config_map(&format!("{tag}-cm"), None, "v2"),
-            )],
+            &[("a.yaml", config_map(&format!("{tag}-cm"), None, "v2"))],
         )
         .await;
     }

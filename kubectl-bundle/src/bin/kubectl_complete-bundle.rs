@@ -29,7 +29,10 @@ fn main() -> ExitCode {
         Ok(status) if status.success() => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("kubectl_complete-bundle: cannot run {}: {e}", plugin.display());
+            eprintln!(
+                "kubectl_complete-bundle: cannot run {}: {e}",
+                plugin.display()
+            );
             ExitCode::FAILURE
         }
     }

@@ -78,9 +78,7 @@ pub fn complete(root: &Command, words: &[String]) -> (Vec<String>, u8) {
 }
 
 fn find_long<'a>(command: &'a Command, flag: &str) -> Option<&'a Arg> {
-    command
-        .get_arguments()
-        .find(|a| a.get_long() == Some(flag))
+    command.get_arguments().find(|a| a.get_long() == Some(flag))
 }
 
 fn takes_value(arg: &Arg) -> bool {

@@ -61,7 +61,11 @@ pub async fn history(global: &GlobalArgs, args: HistoryArgs) -> anyhow::Result<(
                 entry.digest,
                 if current { " (installed)" } else { "" }
             ),
-            format!("{} ago ({})", age(entry.installed_at.0), entry.installed_at.0),
+            format!(
+                "{} ago ({})",
+                age(entry.installed_at.0),
+                entry.installed_at.0
+            ),
             approval(entry),
             entry.image.clone(),
         ]);

@@ -90,16 +90,24 @@ pub fn summarize(status: &mut BundleStatus, generation: Option<i64>) {
         .filter(|_| is_true(conditions, types::INSTALLED));
     let (phase, ready, reason, message) = if let Some(c) = &failing {
         match previous {
-            _ if c.reason == reasons::DENIED => {
-                (BundlePhase::Denied, false, c.reason.clone(), c.message.clone())
-            }
+            _ if c.reason == reasons::DENIED => (
+                BundlePhase::Denied,
+                false,
+                c.reason.clone(),
+                c.message.clone(),
+            ),
             Some(previous) if c.type_ != types::INSTALLED => (
                 BundlePhase::UpdateFailing,
                 false,
                 c.reason.clone(),
                 format!("{}; {previous} stays installed", c.message),
             ),
-            _ => (BundlePhase::Failing, false, c.reason.clone(), c.message.clone()),
+            _ => (
+                BundlePhase::Failing,
+                false,
+                c.reason.clone(),
+                c.message.clone(),
+            ),
         }
     } else if is_true(conditions, types::INSTALLED)
         && is_true(conditions, types::APPROVED)
@@ -354,7 +362,9 @@ mod tests {
             ("False", reasons::INVALID_BUNDLE)
         );
         assert!(
-            ready.message.ends_with("r.test/app@sha256:old stays installed"),
+            ready
+                .message
+                .ends_with("r.test/app@sha256:old stays installed"),
             "{}",
             ready.message
         );

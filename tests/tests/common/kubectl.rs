@@ -34,8 +34,7 @@ pub fn plugin_dir() -> PathBuf {
 /// PATH with the plugin's directory first.
 pub fn plugin_path() -> std::ffi::OsString {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::join_paths(std::iter::once(plugin_dir()).chain(std::env::split_paths(&path)))
-        .unwrap()
+    std::env::join_paths(std::iter::once(plugin_dir()).chain(std::env::split_paths(&path))).unwrap()
 }
 
 /// `kubectl bundle ARGS` with the plugin's directory first on PATH and no $KUBECONFIG.

@@ -9,9 +9,9 @@ use gantry_api::{
     ApprovalDecision, BundleStatus, HISTORY_LIMIT, HistoryApproval, HistoryEntry, InventoryEntry,
     ProvisionerClass,
 };
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 
 use super::unpack::Content;
@@ -263,7 +263,11 @@ mod tests {
         record_history(&mut status, &image('f'), Time(Timestamp::now()));
         assert_eq!(status.history[0].digest, digest('f'));
         assert_eq!(
-            status.history.iter().filter(|e| e.digest == digest('f')).count(),
+            status
+                .history
+                .iter()
+                .filter(|e| e.digest == digest('f'))
+                .count(),
             1
         );
     }

@@ -7,10 +7,10 @@ use kube::runtime::controller::Action;
 
 use super::apply::record_history;
 use super::{Flow, Outcome, Pass, installed_fingerprint, next_visit, reconcile_pending, timing};
-use crate::controller::status::condition;
-use gantry_api::conditions::types;
 use crate::controller::error::{Error, Result};
 use crate::controller::source::{digest_of, is_digest_reference, registry_client};
+use crate::controller::status::condition;
+use gantry_api::conditions::types;
 
 /// A resolved reference.
 pub(super) struct Resolved {
@@ -90,8 +90,8 @@ fn backfill_installed(status: &mut BundleStatus, installed: &str) {
     }
     status.installed_image = Some(installed.to_string());
     if status.history.is_empty() {
-        let since = condition(&status.conditions, types::INSTALLED)
-            .map(|c| c.last_transition_time.clone());
+        let since =
+            condition(&status.conditions, types::INSTALLED).map(|c| c.last_transition_time.clone());
         if let Some(since) = since {
             record_history(status, installed, since);
         }

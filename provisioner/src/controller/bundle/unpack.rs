@@ -1,7 +1,7 @@
 //! Step 3: the content of the resolved digest, read back from storage when it is stored there,
 //! pulled, validated and stored otherwise.
 
-use gantry_api::conditions::{reasons, types};
+use gantry_api::conditions::{ReasonKind, reasons, types};
 use gantry_api::{ProvisionerClass, PullMode};
 use gantry_image::{BundleObject, EffectiveLimits, PullRequest, RegistryClient, read_canonical};
 use kube::ResourceExt;
@@ -11,6 +11,7 @@ use super::{Flow, Pass};
 use crate::controller::error::{Error, Result};
 use crate::controller::node_pull::driver::unpack_on_node;
 use crate::controller::source::{digest_of, is_digest_reference, registry_client};
+use crate::controller::status::condition;
 
 /// The content to install.
 pub(super) struct Content {
@@ -111,13 +112,21 @@ async fn pull_and_store(
     let (bundle, ctx) = (pass.bundle, pass.ctx);
     let image = attempted(&bundle.spec.image, resolved_image);
     let image = image.as_str();
-    pass.set_condition(
-        types::UNPACKED,
-        false,
-        reasons::UNPACKING,
-        format!("pulling {resolved_image}"),
-    );
-    pass.show_progress().await?;
+    // A retry of a digest that failed keeps showing the failure: the phase does not flap
+    // between `Unpacking` and the failure on every attempt.
+    let retrying = pass.written.resolved_image.as_deref() == Some(resolved_image)
+        && condition(&pass.status.conditions, types::UNPACKED).is_some_and(|c| {
+            c.status == "False" && ReasonKind::of(&c.reason) == ReasonKind::Failure
+        });
+    if !retrying {
+        pass.set_condition(
+            types::UNPACKED,
+            false,
+            reasons::UNPACKING,
+            format!("pulling {resolved_image}"),
+        );
+        pass.show_progress().await?;
+    }
     let mut request = PullRequest::new(resolved_image);
     request.platform = Some(match &class.spec.platform {
         Some(platform) => platform.parse().map_err(|e| Error::InvalidClass {

@@ -19,13 +19,16 @@ use serde::{Deserialize, Serialize};
     derive = "PartialEq",
     derive = "Default",
     doc = "A Bundle names an OCI image of plain Kubernetes manifests (plain+v0) that Gantry installs.",
-    printcolumn = r#"{"name":"Class","type":"string","jsonPath":".spec.provisionerClassName"}"#,
+    printcolumn = r#"{"name":"Class","type":"string","jsonPath":".status.className","description":"the ProvisionerClass serving the bundle (the default class included)"}"#,
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Healthy","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Healthy\")].status"}"#,
+    printcolumn = r#"{"name":"Since","type":"date","jsonPath":".status.conditions[?(@.type==\"Ready\")].lastTransitionTime","description":"when Ready last changed"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    printcolumn = r#"{"name":"Resolved","type":"string","priority":1,"jsonPath":".status.resolvedImage","description":"the image reference pinned to the digest being installed"}"#
+    printcolumn = r#"{"name":"Installed","type":"string","priority":1,"jsonPath":".status.installedImage","description":"the image reference pinned to the digest whose content is installed"}"#,
+    printcolumn = r#"{"name":"Resolved","type":"string","priority":1,"jsonPath":".status.resolvedImage","description":"the image reference pinned to the digest the reference last resolved to"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","description":"the Ready condition's message"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BundleSpec {
@@ -76,6 +79,37 @@ pub struct BundleSpec {
     /// here overrides the class's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<crate::HealthPolicy>,
+
+    /// How often a tag is resolved again, as a Go duration (`30s`, `5m`, `1h`): overrides the
+    /// provisioner's `--resolve-interval` for this bundle (Flux's `interval`). At least `1s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 32),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"),
+        extend("x-kubernetes-validations" = [{"rule": "duration(self) >= duration('1s')", "message": "must be at least 1s"}])
+    )]
+    pub interval: Option<String>,
+
+    /// The longest wait between retries after failures, as a Go duration: overrides the
+    /// provisioner's `--backoff-cap` for this bundle (Flux's `retryInterval`). At least `1s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 32),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"),
+        extend("x-kubernetes-validations" = [{"rule": "duration(self) >= duration('1s')", "message": "must be at least 1s"}])
+    )]
+    pub retry_interval: Option<String>,
+
+    /// How long applying the objects (waiting for bundled CRDs included) may take before the
+    /// attempt fails, as a Go duration: overrides the provisioner's `--apply-timeout` for this
+    /// bundle (Flux's `timeout`). At least `1s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 32),
+        regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"),
+        extend("x-kubernetes-validations" = [{"rule": "duration(self) >= duration('1s')", "message": "must be at least 1s"}])
+    )]
+    pub timeout: Option<String>,
 }
 
 /// Where a bundle stands. Written by the controller, except `approval`, which only approvers write.
@@ -90,10 +124,23 @@ pub struct BundleStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<BundlePhase>,
 
-    /// `repo@sha256:...` of the top-level manifest the image reference resolved to (the index
-    /// digest for multi-platform images). Approvals are bound to this digest.
+    /// The ProvisionerClass serving the bundle: the one `spec.provisionerClassName` names, or
+    /// the default class when it names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_name: Option<String>,
+
+    /// `repo@sha256:...` of the top-level manifest the image reference last resolved to (the
+    /// index digest for multi-platform images): the digest being unpacked, reviewed, applied, or
+    /// that failed. Approvals are bound to this digest. The content fields below describe it,
+    /// and are absent while its content is not unpacked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_image: Option<String>,
+
+    /// `repo@sha256:...` whose content is installed (the inventory's source), as Flux's
+    /// `lastAppliedRevision`. It differs from `resolvedImage` while a new digest is unpacked,
+    /// awaits approval, is applied, or failed: the previous content stays installed meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installed_image: Option<String>,
 
     /// Digest of the platform image manifest actually unpacked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -128,6 +175,12 @@ pub struct BundleStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inventory: Vec<InventoryEntry>,
 
+    /// The digests installed, newest first, at most 10: what
+    /// `kubectl bundle rollback` may return to. A digest installed again moves to the front.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub history: Vec<HistoryEntry>,
+
     /// The value of the annotation `gantry.dev/reconcile-requested-at` that the last reconcile
     /// handled (as Flux's `lastHandledReconcileAt`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,6 +201,9 @@ pub enum BundlePhase {
     Installing,
     Installed,
     Failing,
+    /// New content (a new digest or spec) failed before it was applied, and the previous
+    /// content stays installed (`Installed=True` names it, `Ready=False` the failure).
+    UpdateFailing,
     Denied,
     Deleting,
 }
@@ -162,6 +218,7 @@ impl BundlePhase {
             Self::Installing => "Installing",
             Self::Installed => "Installed",
             Self::Failing => "Failing",
+            Self::UpdateFailing => "UpdateFailing",
             Self::Denied => "Denied",
             Self::Deleting => "Deleting",
         }
@@ -261,4 +318,35 @@ pub struct InventoryEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
+}
+
+/// How many entries `status.history` keeps.
+pub const HISTORY_LIMIT: usize = 10;
+
+/// One digest that was installed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// `repo@sha256:...` that was installed: what a rollback pins `spec.image` to.
+    pub image: String,
+    /// Its digest (`sha256:...`).
+    pub digest: String,
+    /// When its content was installed.
+    pub installed_at: Time,
+    /// How it was approved: `Automatic` (the class approves every digest) or `Manual` (an
+    /// approver's decision).
+    pub approval: HistoryApproval,
+    /// When the approver decided (`Manual` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_at: Option<Time>,
+    /// The approver's reason (`Manual` only, when one was given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_reason: Option<String>,
+}
+
+/// How an installed digest was approved.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum HistoryApproval {
+    Automatic,
+    Manual,
 }

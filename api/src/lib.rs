@@ -11,8 +11,9 @@ mod names;
 pub mod storage;
 
 pub use bundle::{
-    Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, InventoryEntry,
-    KindCount, NamespacePermissions, PermissionHighlight, RequestedPermissions,
+    Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, HISTORY_LIMIT,
+    HistoryApproval, HistoryEntry, InventoryEntry, KindCount, NamespacePermissions,
+    PermissionHighlight, RequestedPermissions,
 };
 pub use class::{
     ApprovalPolicy, Limits, ProvisionerClass, ProvisionerClassSpec, ProvisionerClassStatus,

@@ -45,7 +45,7 @@ struct Flags {
     /// Bundles reconciled at once.
     #[arg(long, default_value_t = 8)]
     reconcile_concurrency: u16,
-    /// How often tags are resolved again (e.g. 30s, 5m).
+    /// How often tags are resolved again (e.g. 30s, 5m; a bundle's spec.interval overrides it).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     resolve_interval: Duration,
     /// How often installed bundles are checked for drift without a trigger.
@@ -54,10 +54,13 @@ struct Flags {
     /// How long to wait for a bundle's CRD to be established.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     crd_timeout: Duration,
+    /// How long applying one bundle's objects may take (a bundle's spec.timeout overrides it).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    apply_timeout: Duration,
     /// First retry delay after a failure; it doubles per failure.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     backoff_base: Duration,
-    /// Longest retry delay.
+    /// Longest retry delay (a bundle's spec.retryInterval overrides it).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     backoff_cap: Duration,
     /// Where pulls unpack (default: the system's temporary directory).
@@ -145,6 +148,7 @@ fn options(flags: Flags) -> anyhow::Result<Options> {
         platform,
         apply_concurrency: flags.apply_concurrency.max(1),
         crd_timeout: flags.crd_timeout,
+        apply_timeout: flags.apply_timeout,
         resolve_interval: flags.resolve_interval,
         resync_interval: flags.resync_interval,
         backoff_base: flags.backoff_base,

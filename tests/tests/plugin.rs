@@ -757,3 +757,263 @@ fn completion_scripts_for_three_shells() {
     let unknown = kubectl_bundle(&["completion", "tcsh"]);
     assert_eq!(unknown.status.code(), Some(2));
 }
+
+/// `kubectl plugin list` finds the plugin in its directory and reports nothing wrong.
+#[test]
+fn kubectl_plugin_list_finds_the_plugin_and_nothing_wrong() {
+    let out = std::process::Command::new("kubectl")
+        .args(["plugin", "list"])
+        .env("PATH", plugin_path())
+        .output()
+        .expect("running kubectl plugin list");
+    assert!(out.status.success(), "{}", text(&out));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let plugin = plugin_dir().join("kubectl-bundle");
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.trim() == plugin.display().to_string()),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("warning"), "{}", text(&out));
+}
+
+/// kubectl completes `kubectl bundle ...` through `kubectl_complete-bundle`.
+#[test]
+fn kubectl_completes_the_plugins_verbs_and_flags() {
+    let complete = |words: &[&str]| {
+        let out = std::process::Command::new("kubectl")
+            .arg("__complete")
+            .arg("bundle")
+            .args(words)
+            .env("PATH", plugin_path())
+            .output()
+            .expect("running kubectl __complete");
+        assert!(out.status.success(), "{words:?}: {}", text(&out));
+        let candidates: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with(':'))
+            .map(|l| l.split('\t').next().unwrap_or_default().to_string())
+            .collect();
+        candidates
+    };
+    assert_eq!(complete(&["ap"]), ["approve"]);
+    let verbs = complete(&[""]);
+    for verb in ["history", "rollback", "status", "list"] {
+        assert!(verbs.iter().any(|v| v == verb), "{verb}: {verbs:?}");
+    }
+    assert!(
+        complete(&["rollback", "my-app", "--t"]).contains(&"--to".to_string()),
+        "flags of the verb"
+    );
+    assert_eq!(complete(&["completion", "z"]), ["zsh"]);
+}
+
+/// A class with `maxObjects: 1`: content of two objects passes push's checks and is refused by
+/// the controller, as any invalid content would be.
+async fn one_object_class(client: &Client) -> String {
+    let class = unique_name("one-object");
+    let mut spec = class_spec(ApprovalPolicy::Automatic);
+    spec.require_digest = false;
+    spec.limits = Some(gantry_api::Limits {
+        max_objects: Some(1),
+        ..Default::default()
+    });
+    apply_class(client, &class, spec, false).await;
+    class
+}
+
+fn digest(pinned: &str) -> &str {
+    pinned.rsplit_once('@').unwrap().1
+}
+
+#[tokio::test]
+async fn a_rejected_new_digest_is_named_and_the_installed_one_stays() {
+    gantry();
+    let client = control_plane().client().await;
+    let class = one_object_class(&client).await;
+    let ns = unique_name("rejected");
+    ensure_namespace(&client, &ns).await;
+    let good = push(
+        &format!("{ns}/app:live"),
+        &[("a.yaml", config_map("cm", None, "v1"))],
+    )
+    .await;
+    let name = unique_name("rejected");
+    let mut bundle_spec = spec(&format!("{}/{ns}/app:live", registry().host()), Some(&ns));
+    bundle_spec.provisioner_class_name = Some(class);
+    create_bundle(&client, &name, bundle_spec).await;
+    wait_bundle(&client, &name, "Ready", is_ready).await;
+
+    // The tag moves to content the class refuses.
+    let bad = push(
+        &format!("{ns}/app:live"),
+        &[
+            ("a.yaml", config_map("cm", None, "v2")),
+            ("b.yaml", config_map("extra", None, "v2")),
+        ],
+    )
+    .await;
+    let bundle = wait_bundle(&client, &name, "the new digest refused", |b| {
+        b.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(BundlePhase::UpdateFailing))
+    })
+    .await;
+    let status = bundle.status.clone().unwrap();
+    assert_eq!(status.resolved_image.as_deref(), Some(bad.as_str()));
+    assert_eq!(status.installed_image.as_deref(), Some(good.as_str()));
+    assert_eq!(status.content_digest, None, "no content of the new digest");
+    let ready = condition(&bundle, types::READY).unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", reasons::INVALID_BUNDLE)
+    );
+    assert!(
+        ready.message.contains(digest(&bad))
+            && ready.message.contains(&format!("{good} stays installed")),
+        "{}",
+        ready.message
+    );
+    let installed = condition(&bundle, types::INSTALLED).unwrap();
+    assert_eq!(installed.status, "True");
+    assert!(installed.message.contains(&good), "{}", installed.message);
+    assert_eq!(
+        config_map_data(&client, &ns, "cm").await.as_deref(),
+        Some("v1"),
+        "the installed content is untouched"
+    );
+    assert_eq!(config_map_data(&client, &ns, "extra").await, None);
+
+    // kubectl bundle status tells the same.
+    let shown = ok(&["status", &name]);
+    for part in [
+        "UpdateFailing",
+        &format!("Resolved:   {bad}"),
+        &format!("Installed:  {good}"),
+    ] {
+        assert!(shown.contains(part), "{part}: {shown}");
+    }
+
+    // Only an installed digest can be rolled back to.
+    let refused = fails(&["rollback", &name, "--to", digest(&bad)]);
+    assert!(
+        refused.contains("not in the bundle's history") && refused.contains(digest(&good)),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn history_and_rollback_through_kubectl() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("history");
+    ensure_namespace(&client, &ns).await;
+    let first = push(
+        &format!("{ns}/app:live"),
+        &[("a.yaml", config_map("cm", None, "v1"))],
+    )
+    .await;
+    let name = unique_name("history");
+    create_bundle(
+        &client,
+        &name,
+        spec(&format!("{}/{ns}/app:live", registry().host()), Some(&ns)),
+    )
+    .await;
+    wait_bundle(&client, &name, "Ready", is_ready).await;
+    let second = push(
+        &format!("{ns}/app:live"),
+        &[("a.yaml", config_map("cm", None, "v2"))],
+    )
+    .await;
+    wait_config_map(&client, &ns, "cm", "v2", "the moved tag installed").await;
+    wait_bundle(&client, &name, "the second digest in history", |b| {
+        b.status.as_ref().is_some_and(|s| s.history.len() == 2)
+    })
+    .await;
+
+    // Newest first, the installed one marked, both approved automatically.
+    let shown = ok(&["history", &name]);
+    let rows: Vec<&str> = shown.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{shown}");
+    assert!(
+        rows[0].starts_with(&format!("{} (installed)", digest(&second))),
+        "{shown}"
+    );
+    assert!(rows[1].starts_with(digest(&first)), "{shown}");
+    assert!(rows.iter().all(|r| r.contains("Automatic")), "{shown}");
+    let structured = ok(&["history", &name, "-o", "jsonpath={[*].digest}"]);
+    assert_eq!(
+        structured.trim(),
+        format!("{} {}", digest(&second), digest(&first))
+    );
+
+    // Back to the first digest by a prefix of it: the spec is pinned and v1 comes back.
+    let prefix = &digest(&first)["sha256:".len()..][..12];
+    let rolled = ok(&["rollback", &name, "--to", prefix]);
+    assert!(rolled.contains(&first), "{rolled}");
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    assert_eq!(bundles.get(&name).await.unwrap().spec.image, first);
+    wait_config_map(&client, &ns, "cm", "v1", "the first digest installed again").await;
+    let bundle = wait_bundle(&client, &name, "Ready at the first digest", |b| {
+        is_ready(b)
+            && b.status
+                .as_ref()
+                .is_some_and(|s| s.installed_image.as_deref() == Some(first.as_str()))
+    })
+    .await;
+    let history = bundle.status.unwrap().history;
+    assert_eq!(
+        history
+            .iter()
+            .map(|e| e.digest.as_str())
+            .collect::<Vec<_>>(),
+        [digest(&first), digest(&second)],
+        "a digest installed again moves to the front"
+    );
+    let again = fails(&["rollback", &name, "--to", digest(&first)]);
+    assert!(again.contains("already pinned"), "{again}");
+}
+
+#[tokio::test]
+async fn kubectl_get_shows_the_class_the_message_and_the_last_transition() {
+    gantry();
+    let client = control_plane().client().await;
+    let (name, _) = installed(&client, "columns").await;
+    let out = std::process::Command::new("kubectl")
+        .args(["get", "bundles", &name, "--kubeconfig", &kubeconfig()])
+        .output()
+        .expect("running kubectl get");
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let mut lines = shown.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME", "CLASS", "IMAGE", "PHASE", "READY", "SINCE", "AGE", "MESSAGE"
+        ],
+        "{shown}"
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(row[1], DEFAULT_CLASS, "the default class is shown: {shown}");
+    assert_eq!((row[3], row[4]), ("Installed", "True"), "{shown}");
+    assert!(
+        row[5].ends_with('s') || row[5].ends_with('m'),
+        "an age: {shown}"
+    );
+    assert_eq!(
+        row[7..].join(" ").split(" of ").next(),
+        Some("1 object"),
+        "Ready's message: {shown}"
+    );
+    // kubectl bundle list agrees on the class.
+    let listed = ok(&["list"]);
+    let row = listed.lines().find(|l| l.starts_with(&name)).unwrap();
+    assert!(
+        row.contains(DEFAULT_CLASS) && !row.contains("<default>"),
+        "{row}"
+    );
+}

@@ -1,8 +1,10 @@
 //! Sub-commands. Each lives in its own module; shared code belongs in the libraries.
 
 mod cluster;
+mod complete;
 mod control;
 mod health;
+mod history;
 mod image;
 mod inspect;
 mod output;
@@ -42,6 +44,10 @@ pub enum Command {
     Events(inspect::EventsArgs),
     /// Show the objects a bundle manages, whether they exist and how ready they are.
     Tree(inspect::TreeArgs),
+    /// Show the digests a bundle installed, newest first, with when and how they were approved.
+    History(history::HistoryArgs),
+    /// Pin a bundle to a digest it installed before (`spec.image` becomes `repo@DIGEST`).
+    Rollback(history::RollbackArgs),
     /// Approve the digest a bundle resolves to, after showing what it will create.
     Approve(review::ApproveArgs),
     /// Deny the digest a bundle resolves to: nothing of it is installed.
@@ -65,6 +71,13 @@ pub enum Command {
         /// The shell.
         shell: Shell,
     },
+    /// Completion candidates for kubectl (`kubectl_complete-bundle` runs this).
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        /// The words after `kubectl bundle`, the last one being completed.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<String>,
+    },
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -78,6 +91,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => review::status(global, args).await,
         Command::Events(args) => inspect::events(global, args).await,
         Command::Tree(args) => inspect::tree(global, args).await,
+        Command::History(args) => history::history(global, args).await,
+        Command::Rollback(args) => history::rollback(global, args).await,
         Command::Approve(args) => review::approve(global, args).await,
         Command::Deny(args) => review::deny(global, args).await,
         Command::Suspend(args) => control::suspend(global, args).await,
@@ -93,6 +108,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 "kubectl-bundle",
                 &mut std::io::stdout(),
             );
+            Ok(())
+        }
+        Command::Complete { words } => {
+            let mut command = Cli::command();
+            command.build();
+            complete::print(&command, &words);
             Ok(())
         }
     }

@@ -132,6 +132,17 @@ fn approval_state(status: &BundleStatus) -> &'static str {
     }
 }
 
+/// The class serving the bundle, as the controller recorded it; before it did, the class the
+/// bundle names, else `<default>`.
+fn class_name(bundle: &Bundle) -> String {
+    bundle
+        .status
+        .as_ref()
+        .and_then(|s| s.class_name.clone())
+        .or_else(|| bundle.spec.provisioner_class_name.clone())
+        .unwrap_or_else(|| "<default>".into())
+}
+
 fn list_header(wide: bool) -> Vec<String> {
     let mut header = vec!["NAME", "CLASS", "PHASE", "READY", "DIGEST", "APPROVAL"];
     if wide {
@@ -144,11 +155,7 @@ fn list_row(bundle: &Bundle, wide: bool) -> Vec<String> {
     let status = bundle.status.clone().unwrap_or_default();
     let mut row = vec![
         bundle.name_any(),
-        bundle
-            .spec
-            .provisioner_class_name
-            .clone()
-            .unwrap_or_else(|| "<default>".into()),
+        class_name(bundle),
         status.phase.map(|p| p.to_string()).unwrap_or_default(),
         condition(&status, types::READY)
             .map(|c| c.status.clone())
@@ -330,19 +337,24 @@ async fn print_status(
     let mut field = |label: &str, value: &str| out.push_str(&format!("{label:<12}{value}\n"));
     field("Name:", &bundle.name_any());
     field("Image:", &bundle.spec.image);
+    let class = class_name(bundle);
     field(
         "Class:",
-        bundle
-            .spec
-            .provisioner_class_name
-            .as_deref()
-            .unwrap_or("<default>"),
+        &if bundle.spec.provisioner_class_name.is_none() && status.class_name.is_some() {
+            format!("{class} (the default class)")
+        } else {
+            class
+        },
     );
     field(
         "Phase:",
         &status.phase.map(|p| p.to_string()).unwrap_or_default(),
     );
     field("Resolved:", status.resolved_image.as_deref().unwrap_or("-"));
+    field(
+        "Installed:",
+        status.installed_image.as_deref().unwrap_or("-"),
+    );
     field(
         "Manifest:",
         status.manifest_digest.as_deref().unwrap_or("-"),
@@ -402,6 +414,17 @@ async fn print_status(
     ));
     for (kind, count) in inventory {
         out.push_str(&format!("  {kind}: {count}\n"));
+    }
+    if let Some(latest) = status.history.first() {
+        out.push_str(&format!(
+            "\nHistory: {} installed, the latest {} ago (`kubectl bundle history {}`)\n",
+            match status.history.len() {
+                1 => "1 digest".to_string(),
+                n => format!("{n} digests"),
+            },
+            super::output::age(latest.installed_at.0),
+            bundle.name_any()
+        ));
     }
     out.push_str("\nEvents:\n");
     match bundle_events(client, bundle, false).await {
@@ -613,7 +636,7 @@ async fn wait_installed(
             || (ready && status.observed_generation == bundle.and_then(|b| b.metadata.generation))
             || matches!(
                 status.phase,
-                Some(BundlePhase::Failing | BundlePhase::Denied)
+                Some(BundlePhase::Failing | BundlePhase::UpdateFailing | BundlePhase::Denied)
             )
     };
     eprintln!("waiting up to {timeout:?} for bundle {name} to be Ready");

@@ -29,17 +29,24 @@ impl Backoff {
     }
 
     /// The delay before attempt `attempts + 1`: `base * 2^(attempts-1)`, capped, ±20% jitter.
-    pub fn delay(&self, attempts: u32) -> Duration {
+    fn delay_capped(&self, attempts: u32, cap: Duration) -> Duration {
         let exponent = attempts.saturating_sub(1).min(30);
-        let raw = self.base.saturating_mul(1u32 << exponent).min(self.cap);
+        let raw = self.base.saturating_mul(1u32 << exponent).min(cap);
         let jitter: f64 = rand::random_range(0.8..1.2);
-        raw.mul_f64(jitter).min(self.cap)
+        raw.mul_f64(jitter).min(cap)
     }
 
-    /// Records a failure; returns the attempt number and the delay before the next one.
-    pub fn failure(&self, key: &str, fingerprint: u64) -> (u32, Duration) {
+    /// Records a failure; returns the attempt number and the delay before the next one, at
+    /// most `ceiling` (a bundle's own `retryInterval`) when given, else the provisioner's cap.
+    pub fn failure(
+        &self,
+        key: &str,
+        fingerprint: u64,
+        ceiling: Option<Duration>,
+    ) -> (u32, Duration) {
+        let cap = ceiling.unwrap_or(self.cap);
         let Ok(mut failures) = self.failures.lock() else {
-            return (1, self.base);
+            return (1, self.base.min(cap));
         };
         let entry = failures.entry(key.to_string()).or_insert(Failure {
             attempts: 0,
@@ -51,7 +58,7 @@ impl Backoff {
             entry.fingerprint = fingerprint;
         }
         entry.attempts += 1;
-        let delay = self.delay(entry.attempts);
+        let delay = self.delay_capped(entry.attempts, cap);
         entry.next_attempt = Instant::now() + delay;
         (entry.attempts, delay)
     }
@@ -81,10 +88,12 @@ impl Backoff {
 mod tests {
     use super::*;
 
+    const CAP: Duration = Duration::from_secs(10);
+
     #[test]
     fn delays_grow_then_cap_and_reset_on_success() {
         let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));
-        let delays: Vec<Duration> = (0..6).map(|_| backoff.failure("b", 7).1).collect();
+        let delays: Vec<Duration> = (0..6).map(|_| backoff.failure("b", 7, None).1).collect();
         assert!(
             delays[0] >= Duration::from_millis(800) && delays[0] <= Duration::from_millis(1200)
         );
@@ -96,19 +105,30 @@ mod tests {
         assert!(backoff.pending("b", 7).is_some());
         backoff.success("b");
         assert!(backoff.pending("b", 7).is_none());
-        assert_eq!(backoff.failure("b", 7).0, 1);
+        assert_eq!(backoff.failure("b", 7, None).0, 1);
     }
 
     #[test]
     fn a_changed_bundle_is_not_held_back() {
-        let backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(60));
-        backoff.failure("b", 1);
+        let backoff = Backoff::new(Duration::from_secs(5), CAP);
+        backoff.failure("b", 1, None);
         assert!(backoff.pending("b", 1).is_some());
         assert!(backoff.pending("b", 2).is_none());
         assert_eq!(
-            backoff.failure("b", 2).0,
+            backoff.failure("b", 2, None).0,
             1,
             "a new fingerprint starts over"
         );
+    }
+
+    #[test]
+    fn a_lower_cap_bounds_the_delay_and_the_wait() {
+        let backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
+        let short = Duration::from_secs(1);
+        for _ in 0..8 {
+            let (_, delay) = backoff.failure("b", 1, Some(short));
+            assert!(delay <= short, "{delay:?}");
+        }
+        assert!(backoff.pending("b", 1).is_none_or(|d| d <= short));
     }
 }

@@ -28,6 +28,8 @@ pub struct Settings {
     pub apply_concurrency: usize,
     /// How long to wait for a bundle's CRD to be established.
     pub crd_timeout: Duration,
+    /// How long applying a bundle's objects may take (a bundle's `spec.timeout` overrides it).
+    pub apply_timeout: Duration,
     /// How often a tag is resolved again (with jitter).
     pub resolve_interval: Duration,
     /// How often an installed bundle is checked for drift without a trigger (with jitter).
@@ -47,6 +49,7 @@ impl Default for Settings {
             platform: Platform::current(),
             apply_concurrency: 16,
             crd_timeout: Duration::from_secs(60),
+            apply_timeout: Duration::from_secs(600),
             resolve_interval: Duration::from_secs(300),
             resync_interval: Duration::from_secs(600),
             backoff_base: Duration::from_secs(2),

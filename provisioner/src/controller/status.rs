@@ -82,13 +82,33 @@ pub fn summarize(status: &mut BundleStatus, generation: Option<i64>) {
         .find(|c| c.status != "True")
         .cloned();
 
+    // New content that failed before it was applied leaves the previous content in place:
+    // `UpdateFailing`, and `Ready` says what stays installed.
+    let previous = status
+        .installed_image
+        .as_deref()
+        .filter(|_| is_true(conditions, types::INSTALLED));
     let (phase, ready, reason, message) = if let Some(c) = &failing {
-        let phase = if c.reason == reasons::DENIED {
-            BundlePhase::Denied
-        } else {
-            BundlePhase::Failing
-        };
-        (phase, false, c.reason.clone(), c.message.clone())
+        match previous {
+            _ if c.reason == reasons::DENIED => (
+                BundlePhase::Denied,
+                false,
+                c.reason.clone(),
+                c.message.clone(),
+            ),
+            Some(previous) if c.type_ != types::INSTALLED => (
+                BundlePhase::UpdateFailing,
+                false,
+                c.reason.clone(),
+                format!("{}; {previous} stays installed", c.message),
+            ),
+            _ => (
+                BundlePhase::Failing,
+                false,
+                c.reason.clone(),
+                c.message.clone(),
+            ),
+        }
     } else if is_true(conditions, types::INSTALLED)
         && is_true(conditions, types::APPROVED)
         && is_true(conditions, types::UNPACKED)
@@ -324,6 +344,50 @@ mod tests {
             (ready.status.as_str(), ready.reason.as_str()),
             ("False", reasons::PULL_FAILED)
         );
+    }
+
+    #[test]
+    fn a_new_digest_failing_over_installed_content_is_update_failing() {
+        let mut status = status_with(&[
+            (types::UNPACKED, false, reasons::INVALID_BUNDLE),
+            (types::APPROVED, true, reasons::AUTOMATIC_APPROVAL),
+            (types::INSTALLED, true, reasons::INSTALL_SUCCEEDED),
+        ]);
+        status.installed_image = Some("r.test/app@sha256:old".into());
+        summarize(&mut status, Some(2));
+        assert_eq!(status.phase, Some(BundlePhase::UpdateFailing));
+        let ready = condition(&status.conditions, types::READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", reasons::INVALID_BUNDLE)
+        );
+        assert!(
+            ready
+                .message
+                .ends_with("r.test/app@sha256:old stays installed"),
+            "{}",
+            ready.message
+        );
+
+        // A failure of the apply itself leaves nothing intact to speak of.
+        set_condition(
+            &mut status.conditions,
+            types::INSTALLED,
+            false,
+            reasons::APPLY_FAILED,
+            "",
+            Some(2),
+        );
+        set_condition(
+            &mut status.conditions,
+            types::UNPACKED,
+            true,
+            reasons::UNPACK_SUCCEEDED,
+            "",
+            Some(2),
+        );
+        summarize(&mut status, Some(2));
+        assert_eq!(status.phase, Some(BundlePhase::Failing));
     }
 
     #[test]

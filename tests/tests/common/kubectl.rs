@@ -1,22 +1,50 @@
 //! `kubectl bundle`, run by kubectl itself from PATH, for the test binaries that drive it.
 
+use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 use gantry_tests::{binary, control_plane};
 
+/// The plugin's directory: `kubectl-bundle` and `kubectl_complete-bundle` (built first) and
+/// nothing else, as `scripts/plugin-dir` makes it. Cargo writes a dependency file
+/// `kubectl-bundle.d` beside the binary in `target/debug`, which `kubectl plugin list` reports
+/// as a plugin that is not executable: that directory is not put on the PATH.
+pub fn plugin_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let plugin = binary("kubectl-bundle", "kubectl-bundle");
+        binary("kubectl-bundle", "kubectl_complete-bundle");
+        let status = Command::new("bash")
+            .arg(gantry_tests::workspace_root().join("scripts/plugin-dir"))
+            .arg(plugin.parent().unwrap())
+            .stdout(std::process::Stdio::piped())
+            .output()
+            .expect("running scripts/plugin-dir");
+        assert!(
+            status.status.success(),
+            "scripts/plugin-dir: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&status.stdout).trim())
+    })
+    .clone()
+}
+
+/// PATH with the plugin's directory first.
+pub fn plugin_path() -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(plugin_dir()).chain(std::env::split_paths(&path))).unwrap()
+}
+
 /// `kubectl bundle ARGS` with the plugin's directory first on PATH and no $KUBECONFIG.
 pub fn kubectl_bundle_command(args: &[&str]) -> Command {
-    let plugin = binary("kubectl-bundle", "kubectl-bundle");
-    let dir = plugin.parent().unwrap().to_path_buf();
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let path =
-        std::env::join_paths(std::iter::once(dir).chain(std::env::split_paths(&path))).unwrap();
     // kubectl refuses flags before a plugin's name: the plugin parses --kubeconfig itself.
     let mut command = Command::new("kubectl");
     command
         .arg("bundle")
         .args(args)
-        .env("PATH", path)
+        .env("PATH", plugin_path())
         .env_remove("KUBECONFIG");
     command
 }

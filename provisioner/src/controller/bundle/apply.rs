@@ -2,18 +2,25 @@
 //! the inventory.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{InventoryEntry, ProvisionerClass};
+use gantry_api::{
+    ApprovalDecision, BundleStatus, HISTORY_LIMIT, HistoryApproval, HistoryEntry, InventoryEntry,
+    ProvisionerClass,
+};
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 
 use super::unpack::Content;
-use super::{Flow, Pass, installed_fingerprint, remove_objects};
+use super::{Flow, Pass, installed_fingerprint, remove_objects, timing};
 use crate::controller::apply::{ApplySettings, apply};
 use crate::controller::context::Context;
 use crate::controller::error::{Error, Result};
 use crate::controller::plan::Plan;
+use crate::controller::source::digest_of;
 use crate::controller::status::condition;
 
 /// Applies, prunes, records the inventory and sets `Installed`.
@@ -28,7 +35,11 @@ pub(super) async fn apply_and_prune(
     // installed before: a new content or spec is written in full, so fields it dropped go away.
     let installed_before = condition(&pass.status.conditions, types::INSTALLED)
         .is_some_and(|c| c.status == "True" && c.observed_generation == pass.generation);
-    let write_all = !installed_before || content.content_before != pass.status.content_digest;
+    // Compared with what is installed, not with what this pass found: content unpacked by an
+    // earlier pass (approved since, or interrupted by a restart) is new content too.
+    let write_all = !installed_before
+        || content.content_before != pass.status.content_digest
+        || pass.status.installed_image.as_deref() != Some(content.resolved_image.as_str());
     check_install_namespace(pass, plan).await?;
     let planned: Vec<InventoryEntry> = plan.objects.iter().map(|o| o.inventory_entry()).collect();
     record_before_applying(pass, &planned).await?;
@@ -41,7 +52,8 @@ pub(super) async fn apply_and_prune(
         );
         pass.show_progress().await?;
     }
-    let outcome = apply(
+    let timeout = timing::apply_timeout(pass.bundle, &ctx.settings);
+    let applying = apply(
         &ctx.client,
         &ctx.kinds,
         plan,
@@ -51,8 +63,16 @@ pub(super) async fn apply_and_prune(
             crd_timeout: ctx.settings.crd_timeout,
             write_all,
         },
-    )
-    .await?;
+    );
+    let outcome = tokio::time::timeout(timeout, applying)
+        .await
+        .map_err(|_| Error::Apply {
+            object: objects(plan.objects.len()),
+            message: format!(
+                "not done within {} (the bundle's spec.timeout, else --apply-timeout)",
+                humantime(timeout)
+            ),
+        })??;
     ctx.metrics.objects_applied.inc_by(outcome.written as u64);
     ctx.metrics
         .objects_unchanged
@@ -63,12 +83,17 @@ pub(super) async fn apply_and_prune(
 
     prune(pass, &planned).await?;
     pass.status.inventory = planned;
+    let installed = content.resolved_image.clone();
     pass.set_condition(
         types::INSTALLED,
         true,
         reasons::INSTALL_SUCCEEDED,
-        format!("{} objects installed", plan.objects.len()),
+        format!("{} of {installed} installed", objects(plan.objects.len())),
     );
+    if pass.status.installed_image.as_deref() != Some(installed.as_str()) {
+        record_history(&mut pass.status, &installed, Time(Timestamp::now()));
+    }
+    pass.status.installed_image = Some(installed);
     // On every full pass, not only when this pass unpacked new content: content unpacked by an
     // earlier pass (awaiting approval, or interrupted by a restart) and removals that failed
     // are cleaned up too. Until the cleanup succeeds, the install is not recorded as checked,
@@ -99,6 +124,62 @@ async fn record_before_applying(pass: &mut Pass<'_>, planned: &[InventoryEntry])
     }
     pass.status.inventory.extend(unrecorded);
     pass.show_progress().await
+}
+
+/// "1 object", "3 objects".
+fn objects(count: usize) -> String {
+    if count == 1 {
+        "1 object".to_string()
+    } else {
+        format!("{count} objects")
+    }
+}
+
+/// A duration as a user wrote it: `90s`, `5m`, `1h30m`.
+fn humantime(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    let mut text = String::new();
+    if h > 0 {
+        text.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        text.push_str(&format!("{m}m"));
+    }
+    if s > 0 || text.is_empty() {
+        text.push_str(&format!("{s}s"));
+    }
+    text
+}
+
+/// Puts `image`, just installed, first in `status.history` (how it was approved comes from
+/// `Approved` and the approver's decision), dropping an older entry of the same digest and
+/// the oldest beyond [`HISTORY_LIMIT`].
+pub(super) fn record_history(status: &mut BundleStatus, image: &str, installed_at: Time) {
+    let Some(digest) = digest_of(image) else {
+        return;
+    };
+    let automatic = condition(&status.conditions, types::APPROVED)
+        .is_some_and(|c| c.reason == reasons::AUTOMATIC_APPROVAL);
+    let decision = status
+        .approval
+        .as_ref()
+        .filter(|a| !automatic && a.digest == digest && a.decision == ApprovalDecision::Approved);
+    let entry = HistoryEntry {
+        image: image.to_string(),
+        digest: digest.to_string(),
+        installed_at,
+        approval: if automatic {
+            HistoryApproval::Automatic
+        } else {
+            HistoryApproval::Manual
+        },
+        approved_at: decision.and_then(|a| a.time.clone()),
+        approval_reason: decision.and_then(|a| a.reason.clone()),
+    };
+    status.history.retain(|e| e.digest != digest);
+    status.history.insert(0, entry);
+    status.history.truncate(HISTORY_LIMIT);
 }
 
 /// Removes, in reverse order, the objects of the recorded inventory that `keep` no longer has.
@@ -171,4 +252,61 @@ async fn remove_older_content(ctx: &Context, bundle: &str, current: Option<&str>
         }
     }
     cleaned
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_api::Approval;
+
+    fn digest(c: char) -> String {
+        format!("sha256:{}", c.to_string().repeat(64))
+    }
+
+    #[test]
+    fn history_is_newest_first_bounded_and_without_repeats() {
+        let mut status = BundleStatus::default();
+        crate::controller::status::set_condition(
+            &mut status.conditions,
+            types::APPROVED,
+            true,
+            reasons::APPROVED,
+            "",
+            Some(1),
+        );
+        status.approval = Some(Approval {
+            decision: ApprovalDecision::Approved,
+            digest: digest('a'),
+            reason: Some("reviewed".into()),
+            time: Some(Time(Timestamp::UNIX_EPOCH)),
+        });
+        let image = |c| format!("r.test/app@{}", digest(c));
+        record_history(&mut status, &image('a'), Time(Timestamp::now()));
+        let first = &status.history[0];
+        assert_eq!(first.approval, HistoryApproval::Manual);
+        assert_eq!(first.approval_reason.as_deref(), Some("reviewed"));
+        for c in "bcdefghijklm".chars() {
+            record_history(&mut status, &image(c), Time(Timestamp::now()));
+        }
+        assert_eq!(status.history.len(), HISTORY_LIMIT);
+        assert_eq!(status.history[0].digest, digest('m'));
+        record_history(&mut status, &image('f'), Time(Timestamp::now()));
+        assert_eq!(status.history[0].digest, digest('f'));
+        assert_eq!(
+            status
+                .history
+                .iter()
+                .filter(|e| e.digest == digest('f'))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn durations_read_as_written() {
+        assert_eq!(humantime(Duration::from_secs(90)), "1m30s");
+        assert_eq!(humantime(Duration::from_secs(2)), "2s");
+        assert_eq!(humantime(Duration::from_secs(3600)), "1h");
+        assert_eq!(objects(1), "1 object");
+    }
 }

@@ -13,6 +13,7 @@ mod plan;
 mod resolve;
 mod select;
 mod suspend;
+mod timing;
 mod uninstall;
 mod unpack;
 
@@ -193,7 +194,8 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
 /// Reports a failure on the condition of its step, and schedules the retry.
 fn record_failure(pass: &mut Pass<'_>, fingerprint: u64, error: &Error) -> Action {
     let ctx = pass.ctx;
-    let (attempt, delay) = ctx.backoff.failure(&pass.name, fingerprint);
+    let ceiling = timing::retry_ceiling(pass.bundle);
+    let (attempt, delay) = ctx.backoff.failure(&pass.name, fingerprint, ceiling);
     ctx.metrics
         .failures
         .get_or_create(&ReasonLabels {
@@ -296,14 +298,13 @@ fn fingerprint(bundle: &Bundle, ctx: &Context) -> u64 {
     hasher.finish()
 }
 
-/// When to come back without a trigger: for tags, to resolve again; for all, to check drift.
+/// When to come back without a trigger: for tags, to resolve again (the bundle's
+/// `spec.interval`, else `--resolve-interval`); for all, to check drift.
 fn next_visit(bundle: &Bundle, ctx: &Context) -> Duration {
     let interval = if is_digest_reference(&bundle.spec.image) {
         ctx.settings.resync_interval
     } else {
-        ctx.settings
-            .resolve_interval
-            .min(ctx.settings.resync_interval)
+        timing::resolve_interval(bundle, &ctx.settings).min(ctx.settings.resync_interval)
     };
     interval.mul_f64(rand::random_range(0.9..1.1))
 }

@@ -1,13 +1,16 @@
 //! Step 2: the image reference to a digest, and the shortcut for bundles that nothing changed.
 
-use gantry_api::{ProvisionerClass, PullMode};
+use gantry_api::{BundleStatus, ProvisionerClass, PullMode};
 use gantry_image::RegistryClient;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use super::{Flow, Outcome, Pass, installed_fingerprint, next_visit, reconcile_pending};
+use super::apply::record_history;
+use super::{Flow, Outcome, Pass, installed_fingerprint, next_visit, reconcile_pending, timing};
 use crate::controller::error::{Error, Result};
 use crate::controller::source::{digest_of, is_digest_reference, registry_client};
+use crate::controller::status::condition;
+use gantry_api::conditions::types;
 
 /// A resolved reference.
 pub(super) struct Resolved {
@@ -61,6 +64,7 @@ pub(super) async fn resolve(
         "digest",
         digest_of(&resolved.image).unwrap_or(&resolved.image),
     );
+    record_resolution(&mut pass.status, &resolved.image);
 
     let check = installed_fingerprint(bundle, class, &resolved.image, &pass.status);
     if let Some(check) = check
@@ -70,11 +74,45 @@ pub(super) async fn resolve(
             .checked
             .is_fresh(&pass.name, &check, ctx.settings.resync_interval)
     {
+        backfill_installed(&mut pass.status, &resolved.image);
         return Ok(Flow::Stop(Outcome::Done(Action::requeue(next_visit(
             bundle, ctx,
         )))));
     }
     Ok(Flow::Continue(resolved))
+}
+
+/// A bundle installed before `installedImage` and `history` existed gets them from what is
+/// installed now.
+fn backfill_installed(status: &mut BundleStatus, installed: &str) {
+    if status.installed_image.is_some() {
+        return;
+    }
+    status.installed_image = Some(installed.to_string());
+    if status.history.is_empty() {
+        let since =
+            condition(&status.conditions, types::INSTALLED).map(|c| c.last_transition_time.clone());
+        if let Some(since) = since {
+            record_history(status, installed, since);
+        }
+    }
+}
+
+/// Records a digest the reference resolved to in `status.resolvedImage` at once, so that a
+/// digest whose pull or content fails is named there, not hidden behind the previous one. The
+/// content fields described the previous digest: they are cleared until the new content is
+/// stored. `installedImage` and the inventory still name what is installed.
+fn record_resolution(status: &mut BundleStatus, resolved: &str) {
+    // `pullMode: Node` resolves on the node: a tag is not a resolution.
+    if !is_digest_reference(resolved) || status.resolved_image.as_deref() == Some(resolved) {
+        return;
+    }
+    status.resolved_image = Some(resolved.to_string());
+    status.manifest_digest = None;
+    status.platform = None;
+    status.content_url = None;
+    status.content_digest = None;
+    status.requested_permissions = None;
 }
 
 /// The resolved image to reuse without asking the registry: a digest reference is its own
@@ -90,7 +128,7 @@ fn reusable_resolution(pass: &Pass<'_>) -> Option<String> {
         .is_fresh(
             &pass.name,
             &pass.bundle.spec.image,
-            ctx.settings.resolve_interval,
+            timing::resolve_interval(pass.bundle, &ctx.settings),
         )
         .then_some(previous)
 }

@@ -12,12 +12,14 @@ use crate::controller::class_selection::{Selection, select, validate};
 use crate::controller::error::{Error, Result};
 
 /// Picks the class; a class of another provisioner stops the pass before anything is written.
-pub(super) async fn class(pass: &Pass<'_>) -> Result<Flow<Arc<ProvisionerClass>>> {
+/// Records the class in `status.className`, the default one included.
+pub(super) async fn class(pass: &mut Pass<'_>) -> Result<Flow<Arc<ProvisionerClass>>> {
     let class = match select(pass.bundle, &pass.ctx.classes.state()) {
         Selection::NotOurs => return Ok(Flow::Stop(Outcome::Untouched)),
         Selection::Missing(error) => return Err(error),
         Selection::Serve(class) => class,
     };
+    pass.status.class_name = Some(class.name_any());
     validate(&class).map_err(|message| Error::InvalidClass {
         class: class.name_any(),
         message,

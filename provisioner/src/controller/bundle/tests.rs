@@ -183,7 +183,9 @@ fn installed_bundle() -> Bundle {
     let mut bundle = bundle("plain");
     bundle.metadata.finalizers = Some(vec![UNINSTALL_FINALIZER.into()]);
     let mut status = BundleStatus {
+        class_name: Some("plain".into()),
         resolved_image: Some(IMAGE.into()),
+        installed_image: Some(IMAGE.into()),
         content_digest: Some(format!("sha256:{}", "1".repeat(64))),
         observed_generation: Some(1),
         ..Default::default()

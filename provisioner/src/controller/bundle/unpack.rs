@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use gantry_api::conditions::{reasons, types};
+use gantry_api::conditions::{ReasonKind, reasons, types};
 use gantry_api::{ProvisionerClass, PullMode};
 use gantry_image::{
     BundleObject, EffectiveLimits, Platform, PullRequest, RegistryClient, read_canonical,
@@ -14,7 +14,8 @@ use super::resolve::Resolved;
 use super::{Flow, Pass};
 use crate::controller::error::{Error, Result};
 use crate::controller::node_pull::driver::{NodeUnpacked, unpack_on_node};
-use crate::controller::source::registry_client;
+use crate::controller::source::{digest_of, is_digest_reference, registry_client};
+use crate::controller::status::condition;
 
 /// The content to install.
 pub(super) struct Content {
@@ -113,14 +114,23 @@ async fn pull_and_store(
     limits: EffectiveLimits,
 ) -> Result<Vec<BundleObject>> {
     let (bundle, ctx) = (pass.bundle, pass.ctx);
-    let image = bundle.spec.image.as_str();
-    pass.set_condition(
-        types::UNPACKED,
-        false,
-        reasons::UNPACKING,
-        format!("pulling {resolved_image}"),
-    );
-    pass.show_progress().await?;
+    let image = attempted(&bundle.spec.image, resolved_image);
+    let image = image.as_str();
+    // A retry of a digest that failed keeps showing the failure: the phase does not flap
+    // between `Unpacking` and the failure on every attempt.
+    let retrying = pass.written.resolved_image.as_deref() == Some(resolved_image)
+        && condition(&pass.status.conditions, types::UNPACKED).is_some_and(|c| {
+            c.status == "False" && ReasonKind::of(&c.reason) == ReasonKind::Failure
+        });
+    if !retrying {
+        pass.set_condition(
+            types::UNPACKED,
+            false,
+            reasons::UNPACKING,
+            format!("pulling {resolved_image}"),
+        );
+        pass.show_progress().await?;
+    }
     let mut request = PullRequest::new(resolved_image);
     request.platform = Some(match &class.spec.platform {
         Some(platform) => platform.parse().map_err(|e| Error::InvalidClass {
@@ -154,6 +164,15 @@ async fn pull_and_store(
     status.content_url = Some(ctx.storage.content_url(&pass.name, canonical.digest.hex()));
     status.content_digest = Some(canonical.digest.digest.clone());
     Ok(canonical.objects)
+}
+
+/// How a failure names the image: the reference with the digest it resolved to
+/// (`repo:tag@sha256:...`), so that a rejected new digest is told apart from the installed one.
+fn attempted(image: &str, resolved_image: &str) -> String {
+    match digest_of(resolved_image) {
+        Some(digest) if !is_digest_reference(image) => format!("{image}@{digest}"),
+        _ => image.to_string(),
+    }
 }
 
 /// `pullMode: Node`: an unpack Pod pulls, validates and stores; the stored content is read
@@ -233,5 +252,21 @@ async fn node_manifest_digest(
             );
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attempted;
+
+    #[test]
+    fn a_failure_names_the_digest_a_tag_resolved_to() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(
+            attempted("r.test/app:v1", &format!("r.test/app@{digest}")),
+            format!("r.test/app:v1@{digest}")
+        );
+        let pinned = format!("r.test/app@{digest}");
+        assert_eq!(attempted(&pinned, &pinned), pinned);
     }
 }

@@ -36,6 +36,8 @@ pub struct Metrics {
     pub status_writes: Counter,
     pub leader: Gauge,
     pub health_transitions: Family<HealthLabels, Counter>,
+    /// Signature verifications that asked the registry (cached results are not counted).
+    pub signature_verifications: Family<ResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -97,6 +99,12 @@ impl Default for Metrics {
             "Changes of bundles' Healthy condition, by the state entered",
             health_transitions.clone(),
         );
+        let signature_verifications = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "signature_verifications",
+            "Signature verifications that asked the registry, by result (verified, failed)",
+            signature_verifications.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -109,6 +117,7 @@ impl Default for Metrics {
             status_writes,
             leader,
             health_transitions,
+            signature_verifications,
         }
     }
 }

@@ -282,6 +282,16 @@ pub(crate) fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Standard base64 (what cosign writes), or the URL-safe alphabet DSSE also allows.
+fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+    let text = text.trim();
+    STANDARD
+        .decode(text)
+        .or_else(|_| URL_SAFE.decode(text))
+        .ok()
+}
+
 /// What one signature said, for the message when none verifies.
 #[derive(Debug, PartialEq, Eq)]
 enum Finding {
@@ -303,8 +313,7 @@ fn check_bundle(body: &[u8], digest: &str, keys: &[PublicKey]) -> Finding {
     let Some(envelope) = bundle.dsse_envelope else {
         return Finding::Rejected("holds no DSSE envelope (a message signature)".into());
     };
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let Ok(payload) = b64.decode(envelope.payload.as_bytes()) else {
+    let Some(payload) = decode_base64(&envelope.payload) else {
         return Finding::Rejected("its DSSE payload is not base64".into());
     };
     let message = pae(&envelope.payload_type, &payload);
@@ -312,7 +321,7 @@ fn check_bundle(body: &[u8], digest: &str, keys: &[PublicKey]) -> Finding {
         .signatures
         .iter()
         .take(MAX_SIGNATURES)
-        .filter_map(|s| b64.decode(s.sig.as_bytes()).ok())
+        .filter_map(|s| decode_base64(&s.sig))
         .find_map(|sig| PublicKey::find(keys, &message, &sig));
     let Some(key) = signer else {
         return Finding::Rejected("signed by none of the keys".into());
@@ -371,7 +380,7 @@ fn check_simple_signing(
     digest: &str,
     keys: &[PublicKey],
 ) -> Finding {
-    let Ok(signature) = base64::engine::general_purpose::STANDARD.decode(signature.trim()) else {
+    let Some(signature) = decode_base64(signature) else {
         return Finding::Rejected("its signature annotation is not base64".into());
     };
     let Some(key) = PublicKey::find(keys, payload, &signature) else {

@@ -218,3 +218,75 @@ fn public_keys_are_read_from_pem_and_other_kinds_are_named() {
 fn fallback_tags_replace_the_colon() {
     assert_eq!(fallback_tag(DIGEST), DIGEST.replace("sha256:", "sha256-"));
 }
+
+/// Made with cosign v3.1.3 (`cosign sign --key`, both storage formats) for an image of this
+/// digest in a loopback registry.
+mod cosign_vectors {
+    use super::*;
+
+    const SIGNED: &str = "sha256:c5ccd8881cfeaabc25132fe0dd692797d3653b44ed2c257cfc1b9c6e52bf2087";
+    const PUBLIC_KEY: &[u8] = include_bytes!("testdata/cosign.pub");
+    const BUNDLE: &[u8] = include_bytes!("testdata/bundle.json");
+    const SIMPLE_SIGNING: &[u8] = include_bytes!("testdata/simple-signing.json");
+    const SIMPLE_SIGNING_SIG: &str = include_str!("testdata/simple-signing.sig");
+
+    fn cosign_key() -> PublicKey {
+        PublicKey::from_pem("keys/cosign.pub", PUBLIC_KEY).unwrap()
+    }
+
+    #[test]
+    fn a_cosign_bundle_verifies_for_its_digest_only() {
+        let keys = [cosign_key()];
+        assert_eq!(
+            check_bundle(BUNDLE, SIGNED, &keys),
+            Finding::Valid("keys/cosign.pub".into())
+        );
+        assert_eq!(
+            check_bundle(BUNDLE, DIGEST, &keys),
+            Finding::Mismatch(format!("signed by keys/cosign.pub over {SIGNED}, not {DIGEST}"))
+        );
+        assert_eq!(
+            check_bundle(BUNDLE, SIGNED, &[test_key("keys/other.pub").public]),
+            Finding::Rejected("signed by none of the keys".into())
+        );
+    }
+
+    #[test]
+    fn a_cosign_signature_image_layer_verifies_for_its_digest_only() {
+        let keys = [test_key("keys/other.pub").public, cosign_key()];
+        assert_eq!(
+            check_simple_signing(SIMPLE_SIGNING, SIMPLE_SIGNING_SIG, SIGNED, &keys),
+            Finding::Valid("keys/cosign.pub".into())
+        );
+        assert!(matches!(
+            check_simple_signing(SIMPLE_SIGNING, SIMPLE_SIGNING_SIG, DIGEST, &keys),
+            Finding::Mismatch(_)
+        ));
+        // One byte of the payload changed: the signature no longer holds.
+        let mut tampered = SIMPLE_SIGNING.to_vec();
+        let last = tampered.len() - 2;
+        tampered[last] ^= 1;
+        assert_eq!(
+            check_simple_signing(&tampered, SIMPLE_SIGNING_SIG, SIGNED, &keys),
+            Finding::Rejected("signed by none of the keys".into())
+        );
+    }
+
+    #[test]
+    fn the_cosign_key_fingerprint_is_its_der_digest() {
+        let key = cosign_key();
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(
+                std::str::from_utf8(PUBLIC_KEY)
+                    .unwrap()
+                    .lines()
+                    .filter(|l| !l.starts_with("-----"))
+                    .collect::<String>(),
+            )
+            .unwrap();
+        assert_eq!(
+            key.fingerprint(),
+            format!("sha256:{}", hex::encode(Sha256::digest(&der)))
+        );
+    }
+}

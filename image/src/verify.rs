@@ -542,10 +542,7 @@ impl RegistryClient {
         digest: &str,
         authorization: Option<&str>,
     ) -> Result<Vec<Descriptor>, ImageError> {
-        let index = match self
-            .referrers_api(reference, digest, authorization)
-            .await?
-        {
+        let index = match self.referrers_api(reference, digest, authorization).await? {
             Some(index) => index,
             None => {
                 let at = Reference::with_tag(
@@ -625,7 +622,9 @@ impl RegistryClient {
             if body.len() as u64 > MAX_MANIFEST_BYTES {
                 return Err(ImageError::InvalidManifest {
                     reference: reference.whole(),
-                    reason: format!("referrers of {digest}: larger than {MAX_MANIFEST_BYTES} bytes"),
+                    reason: format!(
+                        "referrers of {digest}: larger than {MAX_MANIFEST_BYTES} bytes"
+                    ),
                 });
             }
         }

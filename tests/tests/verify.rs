@@ -65,7 +65,11 @@ async fn image(client: &Client, prefix: &str, value: &str) -> (String, String, S
     let ns = unique_name(prefix);
     ensure_namespace(client, &ns).await;
     let repository_tag = format!("{ns}/app:v1");
-    let pinned = push(&repository_tag, &[("cm.yaml", config_map("cm", None, value))]).await;
+    let pinned = push(
+        &repository_tag,
+        &[("cm.yaml", config_map("cm", None, value))],
+    )
+    .await;
     (
         ns,
         format!("{}/{repository_tag}", registry().host()),
@@ -192,7 +196,11 @@ async fn get_manifest(repository: &str, reference: &str) -> (String, Vec<u8>) {
         .send()
         .await
         .unwrap();
-    assert!(response.status().is_success(), "GET {url}: {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "GET {url}: {}",
+        response.status()
+    );
     let media_type = response
         .headers()
         .get("Content-Type")
@@ -204,7 +212,12 @@ async fn get_manifest(repository: &str, reference: &str) -> (String, Vec<u8>) {
 }
 
 /// Puts `body` as manifest `reference` of `repository`; returns its digest.
-async fn put_manifest(repository: &str, reference: &str, media_type: &str, body: Vec<u8>) -> String {
+async fn put_manifest(
+    repository: &str,
+    reference: &str,
+    media_type: &str,
+    body: Vec<u8>,
+) -> String {
     let url = format!(
         "http://{}/v2/{repository}/manifests/{reference}",
         registry().host()
@@ -216,7 +229,11 @@ async fn put_manifest(repository: &str, reference: &str, media_type: &str, body:
         .send()
         .await
         .unwrap();
-    assert!(response.status().is_success(), "PUT {url}: {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "PUT {url}: {}",
+        response.status()
+    );
     response
         .headers()
         .get("Docker-Content-Digest")
@@ -277,7 +294,10 @@ async fn a_signature_of_another_digest_is_refused() {
     let other_bundle_digest = digest_of(&other_bundle).to_string();
     let (index_type, index) = get_manifest(&repository, &signed_tag).await;
     let mut index: serde_json::Value = serde_json::from_slice(&index).unwrap();
-    let referrer_digest = index["manifests"][0]["digest"].as_str().unwrap().to_string();
+    let referrer_digest = index["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let (referrer_type, referrer) = get_manifest(&repository, &referrer_digest).await;
     let mut referrer: serde_json::Value = serde_json::from_slice(&referrer).unwrap();
     assert_eq!(referrer["subject"]["digest"], json!(signed_digest));
@@ -366,7 +386,11 @@ async fn a_verified_digest_is_not_verified_again() {
         registry().host()
     );
     let deleted = reqwest::Client::new().delete(&url).send().await.unwrap();
-    assert!(deleted.status().is_success(), "DELETE {url}: {}", deleted.status());
+    assert!(
+        deleted.status().is_success(),
+        "DELETE {url}: {}",
+        deleted.status()
+    );
 
     let bundle_after = reconcile_handled(&client, &name).await;
     assert!(

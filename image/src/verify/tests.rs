@@ -32,7 +32,8 @@ fn test_key(name: &str) -> TestKey {
     let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).unwrap();
     let pair =
         EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng).unwrap();
-    let public = PublicKey::from_pem(name, spki_pem(pair.public_key().as_ref()).as_bytes()).unwrap();
+    let public =
+        PublicKey::from_pem(name, spki_pem(pair.public_key().as_ref()).as_bytes()).unwrap();
     TestKey { pair, public }
 }
 
@@ -95,7 +96,10 @@ fn pae_is_dsse_v1() {
 fn a_bundle_signed_over_the_digest_is_valid() {
     let (team, other) = (test_key("keys/team.pub"), test_key("keys/other.pub"));
     let keys = [other.public.clone(), team.public.clone()];
-    let bundle = team.bundle(IN_TOTO_PAYLOAD_TYPE, &statement(DIGEST, COSIGN_SIGN_PREDICATE));
+    let bundle = team.bundle(
+        IN_TOTO_PAYLOAD_TYPE,
+        &statement(DIGEST, COSIGN_SIGN_PREDICATE),
+    );
     assert_eq!(
         check_bundle(&bundle, DIGEST, &keys),
         Finding::Valid("keys/team.pub".into())
@@ -106,16 +110,23 @@ fn a_bundle_signed_over_the_digest_is_valid() {
 fn a_bundle_is_refused_for_another_key_digest_or_predicate() {
     let (team, intruder) = (test_key("keys/team.pub"), test_key("keys/intruder.pub"));
     let keys = [team.public.clone()];
-    let by_intruder =
-        intruder.bundle(IN_TOTO_PAYLOAD_TYPE, &statement(DIGEST, COSIGN_SIGN_PREDICATE));
+    let by_intruder = intruder.bundle(
+        IN_TOTO_PAYLOAD_TYPE,
+        &statement(DIGEST, COSIGN_SIGN_PREDICATE),
+    );
     assert_eq!(
         check_bundle(&by_intruder, DIGEST, &keys),
         Finding::Rejected("signed by none of the keys".into())
     );
-    let over_other = team.bundle(IN_TOTO_PAYLOAD_TYPE, &statement(OTHER, COSIGN_SIGN_PREDICATE));
+    let over_other = team.bundle(
+        IN_TOTO_PAYLOAD_TYPE,
+        &statement(OTHER, COSIGN_SIGN_PREDICATE),
+    );
     assert_eq!(
         check_bundle(&over_other, DIGEST, &keys),
-        Finding::Mismatch(format!("signed by keys/team.pub over {OTHER}, not {DIGEST}"))
+        Finding::Mismatch(format!(
+            "signed by keys/team.pub over {OTHER}, not {DIGEST}"
+        ))
     );
     let attestation = team.bundle(
         IN_TOTO_PAYLOAD_TYPE,
@@ -135,7 +146,10 @@ fn a_bundle_is_refused_for_another_key_digest_or_predicate() {
 #[test]
 fn a_tampered_bundle_payload_is_refused() {
     let team = test_key("keys/team.pub");
-    let bundle = team.bundle(IN_TOTO_PAYLOAD_TYPE, &statement(OTHER, COSIGN_SIGN_PREDICATE));
+    let bundle = team.bundle(
+        IN_TOTO_PAYLOAD_TYPE,
+        &statement(OTHER, COSIGN_SIGN_PREDICATE),
+    );
     let mut value: serde_json::Value = serde_json::from_slice(&bundle).unwrap();
     // The payload swapped for one naming the wanted digest: the signature no longer matches.
     let forged = serde_json::to_vec(&statement(DIGEST, COSIGN_SIGN_PREDICATE)).unwrap();
@@ -177,7 +191,9 @@ fn a_simple_signing_layer_over_the_digest_is_valid() {
     // The same layer found under another digest's tag is a signature of the first digest.
     assert_eq!(
         check_simple_signing(&payload, &signature, OTHER, &keys),
-        Finding::Mismatch(format!("signed by keys/team.pub over {DIGEST}, not {OTHER}"))
+        Finding::Mismatch(format!(
+            "signed by keys/team.pub over {DIGEST}, not {OTHER}"
+        ))
     );
     let intruder = test_key("keys/intruder.pub");
     let forged = b64(&intruder.sign(&payload));
@@ -196,8 +212,8 @@ fn public_keys_are_read_from_pem_and_other_kinds_are_named() {
     let key = test_key("keys/team.pub");
     assert_eq!(key.public.name(), "keys/team.pub");
     assert!(key.public.fingerprint().starts_with("sha256:"));
-    let again = PublicKey::from_pem("x", spki_pem(key.pair.public_key().as_ref()).as_bytes())
-        .unwrap();
+    let again =
+        PublicKey::from_pem("x", spki_pem(key.pair.public_key().as_ref()).as_bytes()).unwrap();
     assert_eq!(again.fingerprint(), key.public.fingerprint());
 
     let error = PublicKey::from_pem("keys/bad.pub", b"not a key").unwrap_err();
@@ -243,7 +259,9 @@ mod cosign_vectors {
         );
         assert_eq!(
             check_bundle(BUNDLE, DIGEST, &keys),
-            Finding::Mismatch(format!("signed by keys/cosign.pub over {SIGNED}, not {DIGEST}"))
+            Finding::Mismatch(format!(
+                "signed by keys/cosign.pub over {SIGNED}, not {DIGEST}"
+            ))
         );
         assert_eq!(
             check_bundle(BUNDLE, SIGNED, &[test_key("keys/other.pub").public]),

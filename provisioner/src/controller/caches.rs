@@ -128,9 +128,15 @@ mod tests {
         assert!(!verified.contains("r/x@sha256:1", "k1"));
         verified.record("r/x@sha256:1", "k1");
         assert!(verified.contains("r/x@sha256:1", "k1"));
-        assert!(!verified.contains("r/x@sha256:1", "k1,k2"), "another key set");
+        assert!(
+            !verified.contains("r/x@sha256:1", "k1,k2"),
+            "another key set"
+        );
         assert!(!verified.contains("r/x@sha256:2", "k1"), "another digest");
-        assert!(!verified.contains("r/y@sha256:1", "k1"), "another repository");
+        assert!(
+            !verified.contains("r/y@sha256:1", "k1"),
+            "another repository"
+        );
     }
 
     #[test]
@@ -139,7 +145,11 @@ mod tests {
         for i in 0..=VerifiedImages::MAX_ENTRIES {
             verified.record(&format!("r/x@sha256:{i}"), "k");
         }
-        assert_eq!(verified.entries.lock().unwrap().len(), 1, "cleared when full");
+        assert_eq!(
+            verified.entries.lock().unwrap().len(),
+            1,
+            "cleared when full"
+        );
         assert!(verified.contains(&format!("r/x@sha256:{}", VerifiedImages::MAX_ENTRIES), "k"));
     }
 }

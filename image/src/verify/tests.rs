@@ -156,7 +156,7 @@ fn a_tampered_bundle_payload_is_refused() {
     value["dsseEnvelope"]["payload"] = serde_json::json!(b64(&forged));
     let tampered = serde_json::to_vec(&value).unwrap();
     assert_eq!(
-        check_bundle(&tampered, DIGEST, &[team.public.clone()]),
+        check_bundle(&tampered, DIGEST, std::slice::from_ref(&team.public)),
         Finding::Rejected("signed by none of the keys".into())
     );
 }

@@ -81,6 +81,10 @@ pub struct ProvisionerClassSpec {
     /// `wait: false`, `timeout: 5m`); a bundle's `spec.health` overrides each field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<crate::HealthPolicy>,
+
+    /// Signatures every resolved digest must carry before its content is stored or applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<Verification>,
 }
 
 /// Who pulls a bundle's image.
@@ -143,4 +147,34 @@ pub struct ProvisionerClassStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// How the signatures of a class's images are verified (as Flux's `OCIRepository.spec.verify`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    /// The signature format: `cosign` (the only one, and the default).
+    #[serde(default)]
+    pub provider: VerificationProvider,
+    /// A Secret in the provisioner's namespace whose `*.pub` entries are the trusted public
+    /// keys (PEM); a signature by any one of them is enough.
+    pub secret_ref: SecretReference,
+}
+
+/// Who made the signatures being verified.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum VerificationProvider {
+    /// Cosign signatures by a key pair: Sigstore bundles attached as OCI referrers (what cosign
+    /// 3 writes) or `sha256-<digest>.sig` signature images (cosign 2). Keyless signatures are
+    /// not verified.
+    #[default]
+    #[serde(rename = "cosign")]
+    Cosign,
+}
+
+/// The name of a Secret in the provisioner's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct SecretReference {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
 }

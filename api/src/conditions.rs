@@ -86,6 +86,10 @@ pub mod reasons {
         /// `pullMode: Node`: the unpack Pod could not be scheduled, did not finish within its
         /// deadline, or failed for another reason than the image or its content.
         UNPACK_POD_FAILED = "UnpackPodFailed" => Failure;
+        /// The class's `spec.verify`: the resolved digest carries no valid signature by any of
+        /// the class's keys (or the keys cannot be read); the message names the digest and the
+        /// keys tried.
+        VERIFICATION_FAILED = "VerificationFailed" => Failure;
 
         // `Approved`.
         /// The class approves every digest.

@@ -17,7 +17,7 @@ pub use bundle::{
 };
 pub use class::{
     ApprovalPolicy, Limits, ProvisionerClass, ProvisionerClassSpec, ProvisionerClassStatus,
-    PullMode,
+    PullMode, SecretReference, Verification, VerificationProvider,
 };
 pub use health::{EffectiveHealth, HealthPolicy};
 pub use names::*;

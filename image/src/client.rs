@@ -37,7 +37,7 @@ pub struct RegistryClient {
     pub(crate) client: Client,
     credentials: DockerConfig,
     /// For manifests, whose size `oci-client` does not bound: same TLS settings.
-    http: reqwest::Client,
+    pub(crate) http: reqwest::Client,
     insecure: Vec<String>,
 }
 
@@ -186,13 +186,19 @@ impl RegistryClient {
         })
     }
 
-    fn manifest_url(&self, reference: &Reference) -> String {
+    /// `http` for the registries listed as insecure, else `https`.
+    pub(crate) fn scheme(&self, reference: &Reference) -> &'static str {
         let registry = reference.resolve_registry();
-        let scheme = if self.insecure.iter().any(|r| r == registry) {
+        if self.insecure.iter().any(|r| r == registry) {
             "http"
         } else {
             "https"
-        };
+        }
+    }
+
+    fn manifest_url(&self, reference: &Reference) -> String {
+        let registry = reference.resolve_registry();
+        let scheme = self.scheme(reference);
         let target = reference.digest().or(reference.tag()).unwrap_or("latest");
         format!(
             "{scheme}://{registry}/v2/{}/manifests/{target}",

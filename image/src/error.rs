@@ -74,6 +74,18 @@ pub enum ImageError {
     #[error("{reference}: registry request failed: {detail}")]
     Registry { reference: String, detail: String },
 
+    #[error("{image}: no valid cosign signature by any of the keys {}: {detail}", .keys.join(", "))]
+    VerificationFailed {
+        /// `registry/repository@sha256:...`
+        image: String,
+        /// The names of the keys tried.
+        keys: Vec<String>,
+        detail: String,
+    },
+
+    #[error("public key {key}: {reason}")]
+    InvalidPublicKey { key: String, reason: String },
+
     #[error("invalid registry configuration: {0}")]
     Config(String),
 

@@ -3,7 +3,7 @@
 //! The image side of Gantry: pulling `plain+v0` bundle images from OCI registries (tag or
 //! digest, multi-platform indexes, docker config credentials, TLS with extra CAs), streaming
 //! and verifying their layers under limits, validating the manifests they hold, writing the
-//! canonical tarball, and pushing bundles as images.
+//! canonical tarball, pushing bundles as images, and verifying cosign signatures.
 
 pub mod auth;
 pub mod canonical;
@@ -18,6 +18,7 @@ pub mod platform;
 pub mod pull;
 pub mod push;
 pub mod reference;
+pub mod verify;
 
 pub use auth::{Credential, DockerConfig};
 pub use canonical::{
@@ -33,3 +34,4 @@ pub use objects::{BundleObject, ObjectSummary, parse_file, validate_files};
 pub use platform::Platform;
 pub use pull::{CanonicalTarball, PullRequest, PullStats, PulledBundle, PulledImage};
 pub use push::{PreparedBundle, PushedImage, prepare_dir};
+pub use verify::{PublicKey, SignatureSource, VerifiedSignature};

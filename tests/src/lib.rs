@@ -8,6 +8,7 @@
 
 mod bundles;
 mod control_plane;
+mod cosign;
 mod error;
 mod gantry;
 mod gantry_images;
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 
 pub use bundles::{bundle_dir, read_dir_files, run_ok};
 pub use control_plane::{ControlPlane, ControlPlaneOptions, NodeServing, control_plane};
+pub use cosign::{COSIGN_DIR_ENV, CosignKey, SignatureFormat, cosign_binary};
 pub use error::HarnessError;
 pub use gantry::{Provisioner, ProvisionerOptions, StorageOptions, StorageServer, binary};
 pub use gantry_images::{GantryImages, gantry_images};

@@ -1,8 +1,9 @@
 //! What the controller remembers about bundles between reconciles, to skip work that cannot
-//! change anything: when a tag was last resolved, and what an installed bundle looked like when
-//! it was last checked in full. Both are hints: losing them (a restart) only costs requests.
+//! change anything: when a tag was last resolved, what an installed bundle looked like when it
+//! was last checked in full, and which digests' signatures verified. All are hints: losing them
+//! (a restart) only costs requests.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,37 @@ pub type ResolvedTags = Recent<String>;
 /// no managed object moved, a reconcile has nothing to read or write until the next resync.
 pub type InstalledChecks = Recent<u64>;
 
+/// Images (`repo@sha256:…`) whose cosign signature verified, each with the set of keys it
+/// verified against (their fingerprints). A signature never stops being valid, so an entry
+/// does not expire: the same digest under the same keys is not verified again. Other keys
+/// (a key added or removed) mean a new verification. Bounded: when full, it starts afresh.
+#[derive(Default)]
+pub struct VerifiedImages {
+    entries: Mutex<HashSet<(String, String)>>,
+}
+
+impl VerifiedImages {
+    /// More entries than this and the set is cleared (costing one verification per image).
+    const MAX_ENTRIES: usize = 10_000;
+
+    /// Records that `image` verified against the keys of `key_set`.
+    pub fn record(&self, image: &str, key_set: &str) {
+        if let Ok(mut entries) = self.entries.lock() {
+            if entries.len() >= Self::MAX_ENTRIES {
+                entries.clear();
+            }
+            entries.insert((image.to_string(), key_set.to_string()));
+        }
+    }
+
+    /// Whether `image` verified against exactly the keys of `key_set`.
+    pub fn contains(&self, image: &str, key_set: &str) -> bool {
+        self.entries
+            .lock()
+            .is_ok_and(|entries| entries.contains(&(image.to_string(), key_set.to_string())))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +120,36 @@ mod tests {
         assert!(checks.is_fresh("b", &2, LONG));
         checks.forget("b");
         assert!(!checks.is_fresh("b", &2, LONG));
+    }
+
+    #[test]
+    fn a_verified_image_counts_only_for_the_same_keys() {
+        let verified = VerifiedImages::default();
+        assert!(!verified.contains("r/x@sha256:1", "k1"));
+        verified.record("r/x@sha256:1", "k1");
+        assert!(verified.contains("r/x@sha256:1", "k1"));
+        assert!(
+            !verified.contains("r/x@sha256:1", "k1,k2"),
+            "another key set"
+        );
+        assert!(!verified.contains("r/x@sha256:2", "k1"), "another digest");
+        assert!(
+            !verified.contains("r/y@sha256:1", "k1"),
+            "another repository"
+        );
+    }
+
+    #[test]
+    fn verified_images_stay_bounded() {
+        let verified = VerifiedImages::default();
+        for i in 0..=VerifiedImages::MAX_ENTRIES {
+            verified.record(&format!("r/x@sha256:{i}"), "k");
+        }
+        assert_eq!(
+            verified.entries.lock().unwrap().len(),
+            1,
+            "cleared when full"
+        );
+        assert!(verified.contains(&format!("r/x@sha256:{}", VerifiedImages::MAX_ENTRIES), "k"));
     }
 }

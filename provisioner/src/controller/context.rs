@@ -9,7 +9,7 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
 use super::backoff::Backoff;
-use super::caches::{InstalledChecks, ResolvedTags};
+use super::caches::{InstalledChecks, ResolvedTags, VerifiedImages};
 use super::discovery::KindCache;
 use super::drift::DriftWatches;
 use super::metrics::Metrics;
@@ -75,4 +75,6 @@ pub struct Context {
     pub resolved: ResolvedTags,
     /// When each bundle was last installed or checked in full, and what it looked like then.
     pub checked: InstalledChecks,
+    /// Images whose signature verified, and against which keys.
+    pub verified: VerifiedImages,
 }

@@ -42,6 +42,19 @@ pub enum Error {
     #[error("storage server: {0}")]
     Storage(String),
 
+    /// `spec.verify`: the resolved digest carries no valid signature by the class's keys, or
+    /// the signatures could not be read.
+    #[error("{}", verification_message(.image, .source))]
+    Verification {
+        image: String,
+        #[source]
+        source: ImageError,
+    },
+
+    /// `spec.verify`: the Secret holding the public keys is missing or holds no usable key.
+    #[error("verification keys in secret {secret}: {message}")]
+    VerificationKeys { secret: String, message: String },
+
     /// `pullMode: Node`: the kubelet could not pull the image (its reason and message).
     #[error("pulling {image}: {message}")]
     NodePull { image: String, message: String },
@@ -97,6 +110,9 @@ impl Error {
             }
             Error::UnpackPod { .. } => (UNPACKED, reasons::UNPACK_POD_FAILED),
             Error::Storage(_) => (UNPACKED, reasons::STORAGE_FAILED),
+            Error::Verification { .. } | Error::VerificationKeys { .. } => {
+                (UNPACKED, reasons::VERIFICATION_FAILED)
+            }
             Error::NamespaceRequired(_) => (INSTALLED, reasons::NAMESPACE_REQUIRED),
             Error::NamespaceNotFound(_) => (INSTALLED, reasons::NAMESPACE_NOT_FOUND),
             Error::Conflict { .. } => (INSTALLED, reasons::CONFLICT),
@@ -142,6 +158,8 @@ impl Error {
             | ImageError::Registry { .. }
             | ImageError::Config(_)
             | ImageError::DockerConfig { .. }
+            | ImageError::VerificationFailed { .. }
+            | ImageError::InvalidPublicKey { .. }
             | ImageError::Io { .. } => false,
         };
         let image = image.to_string();
@@ -150,6 +168,14 @@ impl Error {
         } else {
             Error::Pull { image, source }
         }
+    }
+}
+
+/// A failed verification names the image itself; other errors (the registry's) get it added.
+fn verification_message(image: &str, source: &ImageError) -> String {
+    match source {
+        ImageError::VerificationFailed { .. } => source.to_string(),
+        other => format!("verifying the signature of {image}: {other}"),
     }
 }
 

@@ -38,6 +38,8 @@ pub struct Metrics {
     /// Tasks alive in the async runtime: flat under steady load, or something leaks.
     pub runtime_tasks: Gauge,
     pub health_transitions: Family<HealthLabels, Counter>,
+    /// Signature verifications that asked the registry (cached results are not counted).
+    pub signature_verifications: Family<ResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -105,6 +107,12 @@ impl Default for Metrics {
             "Changes of bundles' Healthy condition, by the state entered",
             health_transitions.clone(),
         );
+        let signature_verifications = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "signature_verifications",
+            "Signature verifications that asked the registry, by result (verified, failed)",
+            signature_verifications.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -118,6 +126,7 @@ impl Default for Metrics {
             leader,
             runtime_tasks,
             health_transitions,
+            signature_verifications,
         }
     }
 }

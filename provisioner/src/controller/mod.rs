@@ -88,6 +88,7 @@ pub async fn run(
         drift,
         resolved: Default::default(),
         checked: Default::default(),
+        verified: Default::default(),
     });
 
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);

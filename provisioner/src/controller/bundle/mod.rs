@@ -1,5 +1,5 @@
-//! The Bundle reconcile, as ordered steps: select the class, resolve, unpack and store, plan,
-//! approve, apply and prune; and uninstall on deletion.
+//! The Bundle reconcile, as ordered steps: select the class, resolve, verify the signature,
+//! unpack and store, plan, approve, apply and prune; and uninstall on deletion.
 //!
 //! Each step is a function of its own that returns a [`Flow`]: `Continue` with what the next
 //! step needs, or `Stop` with the [`Outcome`] of the pass (as Flux's sub-reconcilers do). Steps
@@ -16,6 +16,7 @@ mod suspend;
 mod timing;
 mod uninstall;
 mod unpack;
+mod verify;
 
 pub(crate) use dependencies::dependents_of;
 
@@ -221,6 +222,7 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
     proceed!(suspend::check(pass));
     proceed!(dependencies::check(pass).await);
     let resolved = proceed!(resolve::resolve(pass, &class).await);
+    let resolved = verify::verify(pass, &class, resolved).await?;
     let content = proceed!(unpack::unpack_and_store(pass, &class, resolved).await);
     let plan = proceed!(plan::plan(pass, &content).await);
     proceed!(approve::approve(pass, &class, &content).await);

@@ -120,6 +120,7 @@ fn context(client: Client, classes: &[ProvisionerClass]) -> Context {
         drift: DriftWatches::new().0,
         resolved: Default::default(),
         checked: Default::default(),
+        verified: Default::default(),
     }
 }
 

@@ -42,7 +42,12 @@ pub(super) async fn unpack_and_store(
     let objects = match stored_content(pass, &resolved_image).await? {
         Some(content_digest) => read_stored(pass, &content_digest, &limits).await?,
         None if class.spec.pull_mode == PullMode::Node => {
-            let pulled = unpack_with_node(pass, class, limits).await?;
+            // A verified digest is what the Pod runs: the node pulls exactly what was verified.
+            let image = match class.spec.verify {
+                Some(_) => resolved_image.clone(),
+                None => pass.bundle.spec.image.clone(),
+            };
+            let pulled = unpack_with_node(pass, class, &image, limits).await?;
             resolved_image = pulled.0;
             pulled.1
         }
@@ -180,6 +185,7 @@ fn attempted(image: &str, resolved_image: &str) -> String {
 async fn unpack_with_node(
     pass: &mut Pass<'_>,
     class: &ProvisionerClass,
+    image: &str,
     limits: EffectiveLimits,
 ) -> Result<(String, Vec<BundleObject>)> {
     let (bundle, ctx) = (pass.bundle, pass.ctx);
@@ -187,7 +193,7 @@ async fn unpack_with_node(
         types::UNPACKED,
         false,
         reasons::UNPACKING,
-        format!("pulling {} on a node", bundle.spec.image),
+        format!("pulling {image} on a node"),
     );
     pass.show_progress().await?;
     let unpacked = unpack_on_node(
@@ -196,6 +202,7 @@ async fn unpack_with_node(
         &ctx.settings.node_pull,
         class,
         bundle,
+        image,
         limits,
     )
     .await?;

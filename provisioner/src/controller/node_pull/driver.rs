@@ -29,16 +29,17 @@ pub struct NodeUnpacked {
     pub content_digest: String,
 }
 
-/// Runs one unpack Pod for `bundle` and returns what it stored.
+/// Runs one unpack Pod for `bundle` with `image` (its `spec.image`, or the digest it was
+/// verified at) and returns what it stored.
 pub async fn unpack_on_node(
     client: &Client,
     namespace: &str,
     settings: &NodePullSettings,
     class: &ProvisionerClass,
     bundle: &Bundle,
+    image: &str,
     limits: EffectiveLimits,
 ) -> Result<NodeUnpacked> {
-    let image = bundle.spec.image.as_str();
     let platform = class
         .spec
         .platform

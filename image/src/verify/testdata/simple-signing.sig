@@ -1,0 +1,1 @@
+MEQCIGtSdZb/B7Fb1Y/uSKqYoAsfX7Rf7MUi71vsdR+uvxWmAiBrH8LHkBmJXmQvbVBCtlnRUMmwyVF/Ut2Jj5vCrgXM9g==

@@ -7,6 +7,7 @@ mod class;
 pub mod conditions;
 pub mod crd;
 pub mod health;
+mod identity;
 mod names;
 pub mod storage;
 
@@ -19,6 +20,7 @@ pub use class::{
     PullMode,
 };
 pub use health::{EffectiveHealth, HealthPolicy};
+pub use identity::ServiceAccountReference;
 pub use names::*;
 
 /// Re-exported so users of the API name one `Condition` type.

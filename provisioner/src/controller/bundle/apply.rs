@@ -13,6 +13,7 @@ use super::{Flow, Pass, installed_fingerprint, remove_objects};
 use crate::controller::apply::{ApplySettings, apply};
 use crate::controller::context::Context;
 use crate::controller::error::{Error, Result};
+use crate::controller::identity::Applier;
 use crate::controller::plan::Plan;
 use crate::controller::status::condition;
 
@@ -22,6 +23,7 @@ pub(super) async fn apply_and_prune(
     class: &ProvisionerClass,
     content: &Content,
     plan: &Plan,
+    applier: &Applier,
 ) -> Result<Flow<()>> {
     let ctx = pass.ctx;
     // Objects live as desired are skipped only when this exact content (and spec) was
@@ -40,10 +42,11 @@ pub(super) async fn apply_and_prune(
         pass.show_progress().await?;
     }
     let outcome = apply(
-        &ctx.client,
+        &applier.client,
         &ctx.kinds,
         plan,
         &pass.name,
+        &applier.describe(),
         ApplySettings {
             concurrency: ctx.settings.apply_concurrency,
             crd_timeout: ctx.settings.crd_timeout,
@@ -56,11 +59,12 @@ pub(super) async fn apply_and_prune(
         .objects_unchanged
         .inc_by(outcome.unchanged as u64);
     for object in &plan.objects {
-        ctx.drift.ensure(&ctx.client, &object.resource);
+        ctx.drift
+            .ensure(applier, &object.resource, object.namespace.as_deref());
     }
 
     let inventory: Vec<InventoryEntry> = plan.objects.iter().map(|o| o.inventory_entry()).collect();
-    prune(pass, &inventory).await?;
+    prune(pass, applier, &inventory).await?;
     pass.status.inventory = inventory;
     pass.set_condition(
         types::INSTALLED,
@@ -82,7 +86,7 @@ pub(super) async fn apply_and_prune(
 /// Removes, in reverse order, the objects of the recorded inventory that `keep` no longer has.
 /// An object is the same whatever version names it: one that moved to another version of its
 /// kind is kept.
-async fn prune(pass: &Pass<'_>, keep: &[InventoryEntry]) -> Result<()> {
+async fn prune(pass: &Pass<'_>, applier: &Applier, keep: &[InventoryEntry]) -> Result<()> {
     let keep: HashSet<ObjectKey> = keep.iter().map(object_key).collect();
     let gone = pass
         .status
@@ -93,7 +97,7 @@ async fn prune(pass: &Pass<'_>, keep: &[InventoryEntry]) -> Result<()> {
         .collect::<Vec<_>>();
     // Collected first: a filtering iterator held across the removals' awaits would make the
     // reconcile future not `Send` for all lifetimes.
-    remove_objects(pass, gone)
+    remove_objects(pass, applier, gone)
         .await
         .map_err(|(object, message)| Error::Prune { object, message })
 }

@@ -111,7 +111,7 @@ fn context(client: Client, classes: &[ProvisionerClass]) -> Context {
         kinds: KindCache::default(),
         metrics: Arc::new(Metrics::default()),
         recorder: Recorder::new(
-            client,
+            client.clone(),
             Reporter {
                 controller: "gantry-provisioner".into(),
                 instance: None,
@@ -120,6 +120,7 @@ fn context(client: Client, classes: &[ProvisionerClass]) -> Context {
         drift: DriftWatches::new().0,
         resolved: Default::default(),
         checked: Default::default(),
+        appliers: crate::controller::identity::Appliers::new(None, client.clone()),
     }
 }
 

@@ -32,10 +32,10 @@ pub fn requested_permissions(objects: &[PlannedObject], scope: &Scope<'_>) -> Re
     let mut namespaced: BTreeMap<String, BTreeMap<(String, String), i64>> = BTreeMap::new();
     let mut highlights = Vec::new();
     // Roles of the bundle that grant wildcards: binding one is as broad as cluster-admin.
-    let broad_roles: BTreeSet<(&str, Option<&str>, &str)> = objects
+    let broad_roles: BTreeSet<RoleKey> = objects
         .iter()
         .filter(|o| is_rbac(o, &["ClusterRole", "Role"]) && !wildcard_rules(&o.object).is_empty())
-        .map(|o| (o.gvk.kind.as_str(), o.namespace.as_deref(), o.name.as_str()))
+        .map(|o| (o.gvk.kind.clone(), o.namespace.clone(), o.name.clone()))
         .collect();
     for object in objects {
         let key = (object.gvk.group.clone(), object.gvk.kind.clone());
@@ -78,6 +78,9 @@ pub fn requested_permissions(objects: &[PlannedObject], scope: &Scope<'_>) -> Re
     }
 }
 
+/// A role: its kind, namespace (for a Role) and name.
+type RoleKey = (String, Option<String>, String);
+
 fn is_rbac(object: &PlannedObject, kinds: &[&str]) -> bool {
     object.gvk.group == "rbac.authorization.k8s.io" && kinds.contains(&object.gvk.kind.as_str())
 }
@@ -86,7 +89,7 @@ fn is_rbac(object: &PlannedObject, kinds: &[&str]) -> bool {
 fn attention(
     object: &PlannedObject,
     scope: &Scope<'_>,
-    broad_roles: &BTreeSet<(&str, Option<&str>, &str)>,
+    broad_roles: &BTreeSet<RoleKey>,
 ) -> Option<String> {
     let group = object.gvk.group.as_str();
     let kind = object.gvk.kind.as_str();
@@ -118,10 +121,16 @@ fn attention(
         ("rbac.authorization.k8s.io", "ClusterRoleBinding" | "RoleBinding") => {
             let role_kind = str_at(body, "/roleRef/kind");
             let role = str_at(body, "/roleRef/name");
-            let role_namespace = (role_kind == "Role").then_some(object.namespace.as_deref()).flatten();
+            let role_namespace = (role_kind == "Role")
+                .then(|| object.namespace.clone())
+                .flatten();
             if BROAD_ROLES.contains(&role) && role_kind == "ClusterRole" {
                 reasons.push(format!("binds {role}"));
-            } else if broad_roles.contains(&(role_kind, role_namespace, role)) {
+            } else if broad_roles.contains(&(
+                role_kind.to_string(),
+                role_namespace,
+                role.to_string(),
+            )) {
                 reasons.push(format!("binds {role_kind} {role}, which grants wildcards"));
             }
             let everyone: Vec<&str> = body

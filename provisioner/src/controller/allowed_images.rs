@@ -128,7 +128,7 @@ mod tests {
         ));
         assert!(!allowed("registry.example/team/app:v1", &entries), "another port");
         assert!(!allowed("registry.example:50000/app:v1", &entries));
-        assert!(!allowed("evil.test/registry.example:5000/app", &entries));
+        assert!(!allowed("evil.test/registry.example/app", &entries));
     }
 
     #[test]

@@ -224,15 +224,24 @@ fn wildcard_rules(role: &Value) -> Vec<String> {
             let groups = strings(rule, "apiGroups");
             let non_resource = strings(rule, "nonResourceURLs");
             let star = |v: &[&str]| v.contains(&"*");
-            if star(&verbs) || star(&resources) || star(&groups) {
+            if !non_resource.is_empty() {
+                if non_resource.contains(&"*") {
+                    Some(format!("verbs [{}] on every non-resource URL", verbs.join(",")))
+                } else if star(&verbs) {
+                    Some(format!(
+                        "verbs [*] on non-resource URLs [{}]",
+                        non_resource.join(",")
+                    ))
+                } else {
+                    None
+                }
+            } else if star(&verbs) || star(&resources) || star(&groups) {
                 Some(format!(
                     "verbs [{}] on resources [{}] in groups [{}]",
                     verbs.join(","),
                     resources.join(","),
                     groups.join(",")
                 ))
-            } else if non_resource.contains(&"*") {
-                Some(format!("verbs [{}] on every non-resource URL", verbs.join(",")))
             } else {
                 None
             }

@@ -478,7 +478,7 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
     assert!(!out.contains("first-secret-value"), "Secret data is masked: {out}");
 
     let kc = kubeconfig();
-    let approved = kubectl_bundle(&["approve", &name, "--kubeconfig", kc.as_str()]);
+    let approved = kubectl_bundle(&["approve", &name, "--yes", "--kubeconfig", kc.as_str()]);
     assert!(approved.status.success(), "{}", text(&approved));
     wait_bundle(&client, &name, "Ready once approved", is_ready).await;
 

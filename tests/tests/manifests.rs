@@ -195,7 +195,12 @@ async fn the_manifests_install_a_working_gantry() {
     let provisioner = plane.token_client("gantry-provisioner", &api_token).await;
     for (verb, group, resource, allowed) in [
         ("create", "", "configmaps", false),
-        ("create", "rbac.authorization.k8s.io", "clusterrolebindings", false),
+        (
+            "create",
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            false,
+        ),
         ("list", "", "secrets", false),
         ("impersonate", "", "serviceaccounts", true),
         ("patch", "gantry.dev", "bundles", true),

@@ -12,7 +12,9 @@ use gantry_api::conditions::{reasons, types};
 use gantry_api::{
     ApprovalPolicy, Bundle, BundlePhase, ProvisionerClassSpec, ServiceAccountReference,
 };
-use gantry_tests::{Provisioner, StorageOptions, StorageServer, control_plane, registry, unique_name};
+use gantry_tests::{
+    Provisioner, StorageOptions, StorageServer, control_plane, registry, unique_name,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -51,7 +53,10 @@ fn gantry_requiring_service_accounts() -> &'static (StorageServer, Provisioner) 
 async fn apply_json(client: &Client, object: Value) {
     let (group, version) = match object["apiVersion"].as_str().unwrap().split_once('/') {
         Some((g, v)) => (g.to_string(), v.to_string()),
-        None => (String::new(), object["apiVersion"].as_str().unwrap().to_string()),
+        None => (
+            String::new(),
+            object["apiVersion"].as_str().unwrap().to_string(),
+        ),
     };
     let kind = object["kind"].as_str().unwrap();
     let gvk = kube::core::GroupVersionKind::gvk(&group, &version, kind);
@@ -131,7 +136,9 @@ async fn service_account(
 /// A ServiceAccount that may do anything (bound to cluster-admin).
 async fn broad_service_account(client: &Client) -> ServiceAccountReference {
     let name = unique_name("broad");
-    control_plane().service_account_token(NAMESPACE, &name).await;
+    control_plane()
+        .service_account_token(NAMESPACE, &name)
+        .await;
     apply_json(
         client,
         json!({
@@ -196,21 +203,37 @@ async fn a_limited_service_account_cannot_bind_cluster_admin_and_nothing_is_appl
     )
     .await;
     let class = unique_name("limited");
-    apply_class(&client, &class, class_as(&limited, ApprovalPolicy::Automatic), false).await;
+    apply_class(
+        &client,
+        &class,
+        class_as(&limited, ApprovalPolicy::Automatic),
+        false,
+    )
+    .await;
 
     let binding = format!("{ns}-escalation");
     let image = push(
         &format!("{ns}/app:v1"),
         &[
             ("a-config.yaml", config_map("first", Some(&ns), "v1")),
-            ("b-binding.yaml", binding_to_cluster_admin(&binding, &ns, "deployer")),
+            (
+                "b-binding.yaml",
+                binding_to_cluster_admin(&binding, &ns, "deployer"),
+            ),
         ],
     )
     .await;
     let name = unique_name("escalation");
     create_bundle(&client, &name, bundle_of_class(&image, &ns, &class)).await;
 
-    let bundle = wait_failure(&client, &name, types::INSTALLED, reasons::FORBIDDEN, &binding).await;
+    let bundle = wait_failure(
+        &client,
+        &name,
+        types::INSTALLED,
+        reasons::FORBIDDEN,
+        &binding,
+    )
+    .await;
     let message = &condition(&bundle, types::INSTALLED).unwrap().message;
     assert!(
         message.contains(&format!("ServiceAccount {ns}/deployer"))
@@ -227,8 +250,20 @@ async fn a_limited_service_account_cannot_bind_cluster_admin_and_nothing_is_appl
 
     // The same bundle, once its class applies it as a ServiceAccount that may, installs.
     let broad = broad_service_account(&client).await;
-    apply_class(&client, &class, class_as(&broad, ApprovalPolicy::Automatic), false).await;
-    let bundle = wait_bundle(&client, &name, "Ready as the broad ServiceAccount", is_ready).await;
+    apply_class(
+        &client,
+        &class,
+        class_as(&broad, ApprovalPolicy::Automatic),
+        false,
+    )
+    .await;
+    let bundle = wait_bundle(
+        &client,
+        &name,
+        "Ready as the broad ServiceAccount",
+        is_ready,
+    )
+    .await;
     assert_eq!(applied_as(&bundle), Some(broad));
     assert!(config_maps.get_opt("first").await.unwrap().is_some());
     assert!(bindings.get_opt(&binding).await.unwrap().is_some());
@@ -257,7 +292,13 @@ async fn prune_and_uninstall_run_as_the_service_account() {
     )
     .await;
     let class = unique_name("nodelete");
-    apply_class(&client, &class, class_as(&creator, ApprovalPolicy::Automatic), false).await;
+    apply_class(
+        &client,
+        &class,
+        class_as(&creator, ApprovalPolicy::Automatic),
+        false,
+    )
+    .await;
     let v1 = push(
         &format!("{ns}/app:v1"),
         &[
@@ -271,7 +312,11 @@ async fn prune_and_uninstall_run_as_the_service_account() {
     wait_bundle(&client, &name, "Ready as the creator", is_ready).await;
 
     // v2 drops a ConfigMap: pruning it is a delete, which the ServiceAccount may not do.
-    let v2 = push(&format!("{ns}/app:v2"), &[("a.yaml", config_map("kept", None, "v2"))]).await;
+    let v2 = push(
+        &format!("{ns}/app:v2"),
+        &[("a.yaml", config_map("kept", None, "v2"))],
+    )
+    .await;
     let bundles: Api<Bundle> = Api::all(client.clone());
     bundles
         .patch(
@@ -281,17 +326,29 @@ async fn prune_and_uninstall_run_as_the_service_account() {
         )
         .await
         .unwrap();
-    let bundle =
-        wait_failure(&client, &name, types::INSTALLED, reasons::PRUNE_FAILED, "dropped").await;
+    let bundle = wait_failure(
+        &client,
+        &name,
+        types::INSTALLED,
+        reasons::PRUNE_FAILED,
+        "dropped",
+    )
+    .await;
     let message = &condition(&bundle, types::INSTALLED).unwrap().message;
     assert!(
         message.contains("forbidden") && message.contains(&format!("ServiceAccount {ns}/creator")),
         "{message}"
     );
-    assert_eq!(config_map_data(&client, &ns, "dropped").await.as_deref(), Some("v1"));
+    assert_eq!(
+        config_map_data(&client, &ns, "dropped").await.as_deref(),
+        Some("v1")
+    );
 
     // Uninstalling is deleting too: refused, the objects stay, the bundle waits.
-    bundles.delete(&name, &DeleteParams::default()).await.unwrap();
+    bundles
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
     let bundle = wait_failure(
         &client,
         &name,
@@ -323,7 +380,11 @@ async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled
     let client = control_plane().client().await;
     let ns = unique_name("required");
     ensure_namespace(&client, &ns).await;
-    let image = push(&format!("{ns}/app:v1"), &[("a.yaml", config_map("c", None, "v1"))]).await;
+    let image = push(
+        &format!("{ns}/app:v1"),
+        &[("a.yaml", config_map("c", None, "v1"))],
+    )
+    .await;
 
     // The default class names no ServiceAccount.
     let name = unique_name("required");
@@ -337,7 +398,10 @@ async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled
     )
     .await;
     let status = bundle.status.unwrap();
-    assert_eq!(status.resolved_image, None, "nothing was resolved or pulled");
+    assert_eq!(
+        status.resolved_image, None,
+        "nothing was resolved or pulled"
+    );
     assert_eq!(status.content_digest, None);
     assert!(config_map_data(&client, &ns, "c").await.is_none());
 
@@ -352,7 +416,13 @@ async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled
     .await;
     let class = unique_name("own-sa");
     let broad = broad_service_account(&client).await;
-    apply_class(&client, &class, class_as(&broad, ApprovalPolicy::Automatic), false).await;
+    apply_class(
+        &client,
+        &class,
+        class_as(&broad, ApprovalPolicy::Automatic),
+        false,
+    )
+    .await;
     let chooser = unique_name("chooser");
     let mut chosen = bundle_of_class(&image, &ns, &class);
     chosen.service_account_name = Some("own".into());
@@ -378,9 +448,18 @@ async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled
         false,
     )
     .await;
-    let bundle = wait_bundle(&client, &chooser, "Ready as its own ServiceAccount", is_ready).await;
+    let bundle = wait_bundle(
+        &client,
+        &chooser,
+        "Ready as its own ServiceAccount",
+        is_ready,
+    )
+    .await;
     assert_eq!(applied_as(&bundle), Some(own));
-    assert_eq!(config_map_data(&client, &ns, "c").await.as_deref(), Some("v1"));
+    assert_eq!(
+        config_map_data(&client, &ns, "c").await.as_deref(),
+        Some("v1")
+    );
 }
 
 #[tokio::test]
@@ -419,7 +498,11 @@ async fn images_outside_a_class_s_allowed_images_are_refused() {
         &allowed_prefix,
     )
     .await;
-    assert_eq!(bundle.status.unwrap().resolved_image, None, "nothing was fetched");
+    assert_eq!(
+        bundle.status.unwrap().resolved_image,
+        None,
+        "nothing was fetched"
+    );
     assert!(config_map_data(&client, &ns, "elsewhere").await.is_none());
 
     let inside = push(
@@ -429,8 +512,17 @@ async fn images_outside_a_class_s_allowed_images_are_refused() {
     .await;
     let accepted = unique_name("accepted");
     create_bundle(&client, &accepted, bundle_of_class(&inside, &ns, &class)).await;
-    wait_bundle(&client, &accepted, "Ready from an allowed repository", is_ready).await;
-    assert_eq!(config_map_data(&client, &ns, "inside").await.as_deref(), Some("v1"));
+    wait_bundle(
+        &client,
+        &accepted,
+        "Ready from an allowed repository",
+        is_ready,
+    )
+    .await;
+    assert_eq!(
+        config_map_data(&client, &ns, "inside").await.as_deref(),
+        Some("v1")
+    );
 }
 
 fn secret(name: &str, value: &str) -> String {
@@ -452,7 +544,13 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
     ensure_namespace(&client, &ns).await;
     let broad = broad_service_account(&client).await;
     let class = unique_name("diff");
-    apply_class(&client, &class, class_as(&broad, ApprovalPolicy::Manual), false).await;
+    apply_class(
+        &client,
+        &class,
+        class_as(&broad, ApprovalPolicy::Manual),
+        false,
+    )
+    .await;
     let v1 = push(
         &format!("{ns}/app:v1"),
         &[
@@ -473,9 +571,15 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
     let first = diff(&name);
     assert_eq!(first.status.code(), Some(1), "{}", text(&first));
     let out = String::from_utf8_lossy(&first.stdout);
-    assert!(out.contains(&format!("+++ ConfigMap {ns}/settings")), "{out}");
+    assert!(
+        out.contains(&format!("+++ ConfigMap {ns}/settings")),
+        "{out}"
+    );
     assert!(out.contains("+  value: old-value"), "{out}");
-    assert!(!out.contains("first-secret-value"), "Secret data is masked: {out}");
+    assert!(
+        !out.contains("first-secret-value"),
+        "Secret data is masked: {out}"
+    );
 
     let kc = kubeconfig();
     let approved = kubectl_bundle(&["approve", &name, "--yes", "--kubeconfig", kc.as_str()]);
@@ -521,7 +625,10 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
         out.contains(&format!("--- ConfigMap {ns}/retired")) && out.contains("pruned"),
         "{out}"
     );
-    assert!(out.contains("*** (before)") && out.contains("*** (after)"), "{out}");
+    assert!(
+        out.contains("*** (before)") && out.contains("*** (after)"),
+        "{out}"
+    );
     assert!(
         !out.contains("first-secret") && !out.contains("second-secret"),
         "Secret data is masked: {out}"
@@ -534,7 +641,11 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     assert!(cms.get_opt("retired").await.unwrap().is_some());
     assert!(
-        cms.get("settings").await.unwrap().labels().contains_key(gantry_api::BUNDLE_LABEL)
+        cms.get("settings")
+            .await
+            .unwrap()
+            .labels()
+            .contains_key(gantry_api::BUNDLE_LABEL)
     );
 
     let missing = diff("no-such-bundle");

@@ -72,12 +72,11 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
     };
     let limits = class_limits(&client, &bundle).await;
     let body = download(&args, &url, limits.max_compressed_bytes).await?;
-    let objects = tokio::task::spawn_blocking(move || {
-        read_canonical(&body[..], Some(&digest), &limits)
-    })
-    .await
-    .context("reading the stored content")?
-    .with_context(|| format!("stored content of bundle {name}"))?;
+    let objects =
+        tokio::task::spawn_blocking(move || read_canonical(&body[..], Some(&digest), &limits))
+            .await
+            .context("reading the stored content")?
+            .with_context(|| format!("stored content of bundle {name}"))?;
 
     let mut changed = false;
     let mut failures = Vec::new();
@@ -142,7 +141,8 @@ async fn download(args: &DiffArgs, url: &str, max_bytes: u64) -> anyhow::Result<
         Some(base) => rebase(url, base)?,
         None => url.to_string(),
     };
-    let mut builder = reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(10));
+    let mut builder =
+        reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(10));
     if let Some(path) = &args.storage_ca_file {
         let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let certificate = reqwest::Certificate::from_pem(&pem)
@@ -180,7 +180,10 @@ async fn download(args: &DiffArgs, url: &str, max_bytes: u64) -> anyhow::Result<
         .await
         .with_context(|| format!("reading {url}"))?;
     if body.len() as u64 > max_bytes {
-        bail!("{url}: {} bytes, over the class's limit of {max_bytes}", body.len());
+        bail!(
+            "{url}: {} bytes, over the class's limit of {max_bytes}",
+            body.len()
+        );
     }
     Ok(body.to_vec())
 }
@@ -191,7 +194,11 @@ fn rebase(url: &str, base: &str) -> anyhow::Result<String> {
         .find("://")
         .and_then(|scheme| url[scheme + 3..].find('/').map(|p| scheme + 3 + p))
         .with_context(|| format!("status.contentURL {url:?} is not an http(s) URL"))?;
-    Ok(format!("{}{}", base.trim_end_matches('/'), &url[path_start..]))
+    Ok(format!(
+        "{}{}",
+        base.trim_end_matches('/'),
+        &url[path_start..]
+    ))
 }
 
 struct ObjectDiff {
@@ -201,7 +208,11 @@ struct ObjectDiff {
 }
 
 /// Dry-runs the apply of one object and compares the result with the live object.
-async fn diff_object(client: &Client, bundle: &Bundle, mut object: Value) -> anyhow::Result<ObjectDiff> {
+async fn diff_object(
+    client: &Client,
+    bundle: &Bundle,
+    mut object: Value,
+) -> anyhow::Result<ObjectDiff> {
     let (group, version) = group_version(&object)?;
     let kind = str_at(&object, "/kind").to_string();
     let name = str_at(&object, "/metadata/name").to_string();
@@ -281,7 +292,11 @@ async fn diff_object(client: &Client, bundle: &Bundle, mut object: Value) -> any
 
 /// An inventory object the new content lacks, shown as removed (if it is still there and
 /// still the bundle's).
-async fn pruned(client: &Client, entry: &InventoryEntry, bundle: &str) -> anyhow::Result<Option<String>> {
+async fn pruned(
+    client: &Client,
+    entry: &InventoryEntry,
+    bundle: &str,
+) -> anyhow::Result<Option<String>> {
     let gvk = GroupVersionKind::gvk(&entry.group, &entry.version, &entry.kind);
     let Ok((resource, _)) = kube::discovery::pinned_kind(client, &gvk).await else {
         return Ok(None);
@@ -315,7 +330,10 @@ fn group_version(object: &Value) -> anyhow::Result<(String, String)> {
 }
 
 fn str_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    value.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 fn title(kind: &str, namespace: Option<&str>, name: &str) -> String {
@@ -328,7 +346,9 @@ fn title(kind: &str, namespace: Option<&str>, name: &str) -> String {
 fn describe_value(object: &Value) -> String {
     title(
         str_at(object, "/kind"),
-        object.pointer("/metadata/namespace").and_then(Value::as_str),
+        object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str),
         str_at(object, "/metadata/name"),
     )
 }
@@ -391,7 +411,9 @@ fn mask_secrets(before: Option<&mut Value>, after: &mut Value) {
 fn unified(title: &str, before: Option<&Value>, after: Option<&Value>, note: &str) -> String {
     let render = |value: Option<&Value>| {
         value
-            .map(|v| serde_saphyr::to_string(v).unwrap_or_else(|e| format!("# not rendered: {e}\n")))
+            .map(|v| {
+                serde_saphyr::to_string(v).unwrap_or_else(|e| format!("# not rendered: {e}\n"))
+            })
             .unwrap_or_default()
     };
     let (old, new) = (render(before), render(after));
@@ -402,7 +424,10 @@ fn unified(title: &str, before: Option<&Value>, after: Option<&Value>, note: &st
     let mut text = similar::TextDiff::from_lines(&old, &new)
         .unified_diff()
         .context_radius(3)
-        .header(&format!("{title} (live)"), &format!("{title} ({after_label})"))
+        .header(
+            &format!("{title} (live)"),
+            &format!("{title} ({after_label})"),
+        )
         .to_string();
     if !note.is_empty() && after.is_some() {
         text = format!("# {title}: {note}\n{text}");
@@ -440,7 +465,10 @@ mod tests {
         let text = unified("ConfigMap ns/c", Some(&before), Some(&after), "");
         assert!(text.contains("--- ConfigMap ns/c (live)"), "{text}");
         assert!(text.contains("+++ ConfigMap ns/c (after apply)"), "{text}");
-        assert!(text.contains("-  b: '2'") || text.contains("-  b: \"2\""), "{text}");
+        assert!(
+            text.contains("-  b: '2'") || text.contains("-  b: \"2\""),
+            "{text}"
+        );
         let pruned = unified("ConfigMap ns/c", Some(&before), None, "pruned");
         assert!(pruned.contains("+++ ConfigMap ns/c (pruned)"), "{pruned}");
         assert!(pruned.contains("-kind: ConfigMap"), "{pruned}");

@@ -41,7 +41,11 @@ impl AllowedImage {
                 "{entry:?}: must start with a registry host (with a dot or a port, or localhost), e.g. docker.io/{trimmed}"
             ));
         }
-        if prefix.rsplit('/').next().is_some_and(|last| last.contains(':')) {
+        if prefix
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.contains(':'))
+        {
             return Err(format!("{entry:?}: a prefix names no tag"));
         }
         let mut registry = host.to_ascii_lowercase();
@@ -126,7 +130,10 @@ mod tests {
             &format!("registry.example:5000/app@sha256:{}", "a".repeat(64)),
             &entries
         ));
-        assert!(!allowed("registry.example/team/app:v1", &entries), "another port");
+        assert!(
+            !allowed("registry.example/team/app:v1", &entries),
+            "another port"
+        );
         assert!(!allowed("registry.example:50000/app:v1", &entries));
         assert!(!allowed("evil.test/registry.example/app", &entries));
     }
@@ -139,7 +146,10 @@ mod tests {
         assert!(allowed("registry.example:5000/team:v1", &entries));
         assert!(!allowed("registry.example:5000/team-b/app:v1", &entries));
         assert!(!allowed("registry.example:5000/teamx:v1", &entries));
-        assert!(!allowed("registry.example:5000/other/team/app:v1", &entries));
+        assert!(!allowed(
+            "registry.example:5000/other/team/app:v1",
+            &entries
+        ));
     }
 
     #[test]
@@ -149,7 +159,10 @@ mod tests {
         assert!(allowed("team/app:v1", &["docker.io/team"]));
         assert!(!allowed("nginx", &["docker.io/team"]));
         assert!(allowed("Registry.Example/app:v1", &["registry.example"]));
-        assert!(allowed("registry.example/app:v1", &["REGISTRY.example/app"]));
+        assert!(allowed(
+            "registry.example/app:v1",
+            &["REGISTRY.example/app"]
+        ));
         assert!(allowed("localhost:5000/app", &["localhost:5000"]));
     }
 

@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use gantry_api::{BUNDLE_LABEL, Bundle, ServiceAccountReference};
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
-use kube::ResourceExt;
 use tokio::sync::mpsc;
 
 use super::identity::Applier;

@@ -77,7 +77,10 @@ impl Applier {
     }
 
     /// The applier acting as `account`.
-    pub fn as_account(account: Option<ServiceAccountReference>, appliers: &Appliers) -> Result<Self> {
+    pub fn as_account(
+        account: Option<ServiceAccountReference>,
+        appliers: &Appliers,
+    ) -> Result<Self> {
         let client = appliers.client(account.as_ref())?;
         Ok(Self { account, client })
     }
@@ -211,8 +214,8 @@ mod tests {
             service_account: Some(sa("team", "deployer")),
             ..Default::default()
         });
-        let error = service_account_for(&bundle(Some("own"), Some("app")), &closed, &settings)
-            .unwrap_err();
+        let error =
+            service_account_for(&bundle(Some("own"), Some("app")), &closed, &settings).unwrap_err();
         assert!(
             error.to_string().contains("allowBundleServiceAccount"),
             "{error}"

@@ -175,9 +175,7 @@ fn attention(
         if namespace == "kube-system" {
             reasons.push("lives in kube-system".to_string());
         } else if namespace == scope.provisioner_namespace {
-            reasons.push(format!(
-                "lives in the provisioner's namespace {namespace}"
-            ));
+            reasons.push(format!("lives in the provisioner's namespace {namespace}"));
         }
         if let Some(install) = scope.install_namespace
             && namespace != install
@@ -191,7 +189,10 @@ fn attention(
 }
 
 fn str_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    value.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 fn labels(object: &Value) -> impl Iterator<Item = (&str, &str)> {
@@ -226,7 +227,10 @@ fn wildcard_rules(role: &Value) -> Vec<String> {
             let star = |v: &[&str]| v.contains(&"*");
             if !non_resource.is_empty() {
                 if non_resource.contains(&"*") {
-                    Some(format!("verbs [{}] on every non-resource URL", verbs.join(",")))
+                    Some(format!(
+                        "verbs [{}] on every non-resource URL",
+                        verbs.join(",")
+                    ))
                 } else if star(&verbs) {
                     Some(format!(
                         "verbs [*] on non-resource URLs [{}]",
@@ -323,11 +327,20 @@ fn pod_risks(spec: &Value) -> Vec<String> {
     }
     let containers = ["initContainers", "containers", "ephemeralContainers"]
         .into_iter()
-        .flat_map(|field| spec.get(field).and_then(Value::as_array).into_iter().flatten());
+        .flat_map(|field| {
+            spec.get(field)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        });
     for container in containers {
         let name = str_at(container, "/name");
         let context = container.get("securityContext");
-        if context.and_then(|c| c.get("privileged")).and_then(Value::as_bool) == Some(true) {
+        if context
+            .and_then(|c| c.get("privileged"))
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
             risks.push(format!("runs container {name} privileged"));
         }
         let added: Vec<&str> = context
@@ -485,19 +498,36 @@ mod tests {
             ..SCOPE
         };
         let argo = reason_of(&objects, &scope, "argocd-application-controller").unwrap();
-        assert!(argo.contains("verbs [*] on resources [*] in groups [*]"), "{argo}");
+        assert!(
+            argo.contains("verbs [*] on resources [*] in groups [*]"),
+            "{argo}"
+        );
         assert!(argo.contains("every non-resource URL"), "{argo}");
         let olm = reason_of(&objects, &scope, "olm-operator-binding").unwrap();
-        assert!(olm.contains("escalate,bind on [clusterroles,roles]"), "{olm}");
-        assert!(olm.contains("impersonate on [users,groups,serviceaccounts]"), "{olm}");
+        assert!(
+            olm.contains("escalate,bind on [clusterroles,roles]"),
+            "{olm}"
+        );
+        assert!(
+            olm.contains("impersonate on [users,groups,serviceaccounts]"),
+            "{olm}"
+        );
         assert_eq!(reason_of(&objects, &scope, "reader"), None);
         let aggregated = reason_of(&objects, &scope, "widgets-edit").unwrap();
-        assert!(aggregated.contains("aggregated role(s) edit"), "{aggregated}");
+        assert!(
+            aggregated.contains("aggregated role(s) edit"),
+            "{aggregated}"
+        );
     }
 
     #[test]
     fn bindings_to_broad_roles_and_to_everyone() {
-        let binding = |kind: &str, ns: Option<&str>, name: &str, role_kind: &str, role: &str, subject: Value| {
+        let binding = |kind: &str,
+                       ns: Option<&str>,
+                       name: &str,
+                       role_kind: &str,
+                       role: &str,
+                       subject: Value| {
             rbac(
                 kind,
                 ns,
@@ -516,9 +546,30 @@ mod tests {
                 "everything",
                 json!({ "rules": [{ "apiGroups": ["*"], "resources": ["*"], "verbs": ["*"] }] }),
             ),
-            binding("ClusterRoleBinding", None, "to-cluster-admin", "ClusterRole", "cluster-admin", sa.clone()),
-            binding("RoleBinding", Some("app"), "to-admin", "ClusterRole", "admin", sa.clone()),
-            binding("ClusterRoleBinding", None, "to-everything", "ClusterRole", "everything", sa.clone()),
+            binding(
+                "ClusterRoleBinding",
+                None,
+                "to-cluster-admin",
+                "ClusterRole",
+                "cluster-admin",
+                sa.clone(),
+            ),
+            binding(
+                "RoleBinding",
+                Some("app"),
+                "to-admin",
+                "ClusterRole",
+                "admin",
+                sa.clone(),
+            ),
+            binding(
+                "ClusterRoleBinding",
+                None,
+                "to-everything",
+                "ClusterRole",
+                "everything",
+                sa.clone(),
+            ),
             binding(
                 "ClusterRoleBinding",
                 None,
@@ -527,7 +578,14 @@ mod tests {
                 "view",
                 json!({ "kind": "Group", "name": "system:authenticated", "apiGroup": "rbac.authorization.k8s.io" }),
             ),
-            binding("RoleBinding", Some("app"), "to-view", "ClusterRole", "view", sa),
+            binding(
+                "RoleBinding",
+                Some("app"),
+                "to-view",
+                "ClusterRole",
+                "view",
+                sa,
+            ),
         ];
         let scope = Scope {
             install_namespace: Some("app"),
@@ -537,7 +595,10 @@ mod tests {
             reason_of(&objects, &scope, "to-cluster-admin").as_deref(),
             Some("binds cluster-admin")
         );
-        assert_eq!(reason_of(&objects, &scope, "to-admin").as_deref(), Some("binds admin"));
+        assert_eq!(
+            reason_of(&objects, &scope, "to-admin").as_deref(),
+            Some("binds admin")
+        );
         assert!(
             reason_of(&objects, &scope, "to-everything")
                 .unwrap()
@@ -648,11 +709,23 @@ mod tests {
         }));
         let plain = template(json!({ "containers": [{ "name": "web", "image": "nginx" }] }));
         let objects = [
-            object("apps", "DaemonSet", Some("app"), "node-exporter", node_exporter),
+            object(
+                "apps",
+                "DaemonSet",
+                Some("app"),
+                "node-exporter",
+                node_exporter,
+            ),
             object("apps", "DaemonSet", Some("app"), "agent", agent),
             object("apps", "Deployment", Some("app"), "web", plain.clone()),
             object("apps", "StatefulSet", Some("app"), "db", plain.clone()),
-            object("batch", "Job", Some("app"), "ipc", template(json!({ "hostIPC": true, "containers": [] }))),
+            object(
+                "batch",
+                "Job",
+                Some("app"),
+                "ipc",
+                template(json!({ "hostIPC": true, "containers": [] })),
+            ),
             object(
                 "batch",
                 "CronJob",
@@ -669,23 +742,54 @@ mod tests {
                 "debug",
                 json!({ "spec": { "containers": [{ "name": "shell", "securityContext": { "privileged": true } }] } }),
             ),
-            object("apps", "ReplicaSet", Some("app"), "rs", template(json!({ "hostNetwork": true }))),
+            object(
+                "apps",
+                "ReplicaSet",
+                Some("app"),
+                "rs",
+                template(json!({ "hostNetwork": true })),
+            ),
         ];
         let scope = Scope {
             install_namespace: Some("app"),
             ..SCOPE
         };
         let exporter = reason_of(&objects, &scope, "node-exporter").unwrap();
-        assert!(exporter.contains("node's namespaces (hostNetwork, hostPID)"), "{exporter}");
+        assert!(
+            exporter.contains("node's namespaces (hostNetwork, hostPID)"),
+            "{exporter}"
+        );
         assert!(exporter.contains("mounts host paths /"), "{exporter}");
         let agent = reason_of(&objects, &scope, "agent").unwrap();
-        assert!(agent.contains("runs container mount-bpf privileged"), "{agent}");
-        assert!(agent.contains("adds capabilities NET_ADMIN,SYS_ADMIN to container agent"), "{agent}");
+        assert!(
+            agent.contains("runs container mount-bpf privileged"),
+            "{agent}"
+        );
+        assert!(
+            agent.contains("adds capabilities NET_ADMIN,SYS_ADMIN to container agent"),
+            "{agent}"
+        );
         assert_eq!(reason_of(&objects, &scope, "web"), None);
         assert_eq!(reason_of(&objects, &scope, "db"), None);
-        assert!(reason_of(&objects, &scope, "ipc").unwrap().contains("hostIPC"));
-        assert!(reason_of(&objects, &scope, "cleanup").unwrap().contains("mounts host paths /var/log"));
-        assert!(reason_of(&objects, &scope, "debug").unwrap().contains("container shell privileged"));
-        assert!(reason_of(&objects, &scope, "rs").unwrap().contains("hostNetwork"));
+        assert!(
+            reason_of(&objects, &scope, "ipc")
+                .unwrap()
+                .contains("hostIPC")
+        );
+        assert!(
+            reason_of(&objects, &scope, "cleanup")
+                .unwrap()
+                .contains("mounts host paths /var/log")
+        );
+        assert!(
+            reason_of(&objects, &scope, "debug")
+                .unwrap()
+                .contains("container shell privileged")
+        );
+        assert!(
+            reason_of(&objects, &scope, "rs")
+                .unwrap()
+                .contains("hostNetwork")
+        );
     }
 }

@@ -28,9 +28,9 @@ use gantry_api::{
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
+use super::allowed_images;
 use super::context::Context;
 use super::error::{Error, Result};
-use super::allowed_images;
 use super::health;
 use super::identity::Applier;
 use super::inventory::{Removal, remove};

@@ -105,11 +105,10 @@ fn attention(
             if !powers.is_empty() {
                 reasons.push(format!("grants {}", powers.join("; ")));
             }
+            const AGGREGATE: &str = "rbac.authorization.k8s.io/aggregate-to-";
             let aggregated: Vec<&str> = labels(body)
-                .filter_map(|(key, value)| {
-                    (key.starts_with("rbac.authorization.k8s.io/aggregate-to-") && value == "true")
-                        .then(|| &key["rbac.authorization.k8s.io/aggregate-to-".len()..])
-                })
+                .filter(|(key, value)| key.starts_with(AGGREGATE) && *value == "true")
+                .map(|(key, _)| &key[AGGREGATE.len()..])
                 .collect();
             if !aggregated.is_empty() {
                 reasons.push(format!(

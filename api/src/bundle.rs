@@ -110,6 +110,16 @@ pub struct BundleSpec {
         extend("x-kubernetes-validations" = [{"rule": "duration(self) >= duration('1s')", "message": "must be at least 1s"}])
     )]
     pub timeout: Option<String>,
+
+    /// A ServiceAccount in `installNamespace` whose permissions the bundle's objects are
+    /// applied with, instead of the class's; only where the class sets
+    /// `allowBundleServiceAccount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub service_account_name: Option<String>,
 }
 
 /// Where a bundle stands. Written by the controller, except `approval`, which only approvers write.
@@ -241,10 +251,16 @@ pub struct RequestedPermissions {
     /// Namespaced kinds with their counts, per namespace.
     #[serde(default)]
     pub namespaced: Vec<NamespacePermissions>,
-    /// Objects that deserve an approver's attention (RBAC with `*`, CRDs, admission webhooks,
-    /// objects in `kube-system`).
+    /// Objects that deserve an approver's attention, each with why: RBAC granting `*`,
+    /// `escalate`, `bind` or `impersonate`, bindings to cluster-admin-like roles, CRDs,
+    /// admission webhooks and policies, objects outside `installNamespace`, in `kube-system` or
+    /// in the provisioner's namespace, privileged workloads or ones using host namespaces or
+    /// paths.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub highlights: Vec<PermissionHighlight>,
+    /// The ServiceAccount the objects are applied as; absent: the provisioner's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<crate::ServiceAccountReference>,
 }
 
 /// How many objects of one kind.

@@ -85,6 +85,23 @@ pub struct ProvisionerClassSpec {
     /// Signatures every resolved digest must carry before its content is stored or applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<Verification>,
+
+    /// The ServiceAccount whose permissions every read, apply, prune and delete of the class's
+    /// bundles' objects uses: the provisioner impersonates it. When absent, the provisioner's
+    /// `--default-service-account`, else its own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<crate::ServiceAccountReference>,
+
+    /// When true, a bundle may name its own ServiceAccount (`spec.serviceAccountName`, in its
+    /// `installNamespace`), used instead of the class's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_bundle_service_account: bool,
+
+    /// Registries (`host[:port]`) or repository prefixes (`host[:port]/path`) bundles may name;
+    /// a prefix matches whole path segments. Empty: any image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1, max = 512), regex(pattern = r"^[^\s@]+$")))]
+    pub allowed_images: Vec<String>,
 }
 
 /// Who pulls a bundle's image.

@@ -83,6 +83,8 @@ pub mod reasons {
         INVALID_BUNDLE = "InvalidBundle" => Failure;
         /// The content could not be written to or read from the storage server.
         STORAGE_FAILED = "StorageFailed" => Failure;
+        /// The image is not under any of the class's `allowedImages`; nothing was fetched.
+        IMAGE_NOT_ALLOWED = "ImageNotAllowed" => Failure;
         /// `pullMode: Node`: the unpack Pod could not be scheduled, did not finish within its
         /// deadline, or failed for another reason than the image or its content.
         UNPACK_POD_FAILED = "UnpackPodFailed" => Failure;
@@ -114,6 +116,15 @@ pub mod reasons {
         NAMESPACE_REQUIRED = "NamespaceRequired" => Failure;
         /// An object is already managed by another bundle.
         CONFLICT = "Conflict" => Failure;
+        /// The ServiceAccount the bundle is applied as may not read or write one of its
+        /// objects; the message names the object and the ServiceAccount. Nothing was written.
+        FORBIDDEN = "Forbidden" => Failure;
+        /// The provisioner runs with `--require-service-account` and neither the bundle nor its
+        /// class names a ServiceAccount; nothing is pulled or applied.
+        SERVICE_ACCOUNT_REQUIRED = "ServiceAccountRequired" => Failure;
+        /// The bundle names a ServiceAccount and its class does not set
+        /// `allowBundleServiceAccount` (or the bundle has no `installNamespace` to find it in).
+        SERVICE_ACCOUNT_NOT_ALLOWED = "ServiceAccountNotAllowed" => Failure;
         /// An object of the previous content could not be deleted.
         PRUNE_FAILED = "PruneFailed" => Failure;
         /// A CRD of the bundle was not established in time.

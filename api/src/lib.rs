@@ -7,6 +7,7 @@ mod class;
 pub mod conditions;
 pub mod crd;
 pub mod health;
+mod identity;
 mod names;
 pub mod storage;
 
@@ -20,6 +21,7 @@ pub use class::{
     PullMode, SecretReference, Verification, VerificationProvider,
 };
 pub use health::{EffectiveHealth, HealthPolicy};
+pub use identity::ServiceAccountReference;
 pub use names::*;
 
 /// Re-exported so users of the API name one `Condition` type.

@@ -21,7 +21,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     match runtime.block_on(commands::run(cli)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE

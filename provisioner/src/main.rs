@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
+use gantry_api::ServiceAccountReference;
 use gantry_image::Platform;
 use gantry_provisioner::controller::node_pull::NodePullSettings;
 use gantry_provisioner::controller::{Settings, Token};
@@ -97,6 +98,14 @@ struct Flags {
     /// Deadline of an unpack Pod (activeDeadlineSeconds).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     unpack_timeout: Duration,
+    /// ServiceAccount (NAMESPACE/NAME) bundles are applied as when neither they nor their class
+    /// name one; without it, such bundles are applied with the provisioner's own identity.
+    #[arg(long)]
+    default_service_account: Option<ServiceAccountReference>,
+    /// Refuse bundles that neither name a ServiceAccount themselves nor through their class or
+    /// --default-service-account (reason ServiceAccountRequired).
+    #[arg(long)]
+    require_service_account: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -166,6 +175,8 @@ fn options(flags: Flags) -> anyhow::Result<Options> {
                 flags.unpack_timeout,
             )
         },
+        default_service_account: flags.default_service_account,
+        require_service_account: flags.require_service_account,
     };
     let storage_token = match (flags.storage_token_file, flags.storage_token) {
         (Some(path), _) => Token::File(path),

@@ -70,7 +70,7 @@ pub async fn run(
     options: Options,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), StartError> {
-    let client = kube_client(options.kubeconfig.as_deref()).await?;
+    let (client, config) = kube_client(options.kubeconfig.as_deref()).await?;
     let ca = match &options.storage_ca_file {
         Some(path) => Some(std::fs::read(path).map_err(|source| StartError::ReadFile {
             path: path.clone(),
@@ -100,6 +100,7 @@ pub async fn run(
 
     let controllers = Controllers {
         client: client.clone(),
+        config: Some(config),
         settings: options.settings.clone(),
         storage,
         metrics: metrics.clone(),
@@ -166,7 +167,9 @@ pub async fn run(
     Ok(())
 }
 
-async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, StartError> {
+async fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<(kube::Client, kube::Config), StartError> {
     let config = match kubeconfig {
         Some(path) => {
             let error = |source| StartError::Kubeconfig {
@@ -180,7 +183,7 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Clien
         }
         None => kube::Config::infer().await?,
     };
-    Ok(kube::Client::try_from(config)?)
+    Ok((kube::Client::try_from(config.clone())?, config))
 }
 
 /// Keeps `runtime_tasks` current, for soak runs that watch for leaked tasks.

@@ -14,6 +14,7 @@ use gantry_tests::{
     unique_name, workspace_root,
 };
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -53,6 +54,22 @@ async fn bind(client: &kube::Client, role: &str, namespace: &str, account: &str)
         )
         .await
         .unwrap();
+}
+
+/// Whether the client's user may `verb` `resource` cluster-wide (a SelfSubjectAccessReview).
+async fn may(client: &kube::Client, verb: &str, group: &str, resource: &str) -> bool {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": { "resourceAttributes": { "verb": verb, "group": group, "resource": resource } }
+    }))
+    .unwrap();
+    reviews
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("a SelfSubjectAccessReview")
+        .status
+        .is_some_and(|s| s.allowed)
 }
 
 #[tokio::test]
@@ -163,6 +180,37 @@ async fn the_manifests_install_a_working_gantry() {
         config_map_data(&client, &ns, "installed").await.as_deref(),
         Some("by-the-manifests")
     );
+    // Applied as the shipped gantry-applier, not as the provisioner, which may not do it
+    // itself: its own permissions are its CRDs, Events and impersonation.
+    let applier = bundle
+        .status
+        .as_ref()
+        .and_then(|s| s.requested_permissions.as_ref())
+        .and_then(|p| p.service_account.clone())
+        .expect("requestedPermissions names the ServiceAccount");
+    assert_eq!(
+        (applier.namespace.as_str(), applier.name.as_str()),
+        (NAMESPACE, "gantry-applier")
+    );
+    let provisioner = plane.token_client("gantry-provisioner", &api_token).await;
+    for (verb, group, resource, allowed) in [
+        ("create", "", "configmaps", false),
+        (
+            "create",
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            false,
+        ),
+        ("list", "", "secrets", false),
+        ("impersonate", "", "serviceaccounts", true),
+        ("patch", "gantry.dev", "bundles", true),
+    ] {
+        assert_eq!(
+            may(&provisioner, verb, group, resource).await,
+            allowed,
+            "the provisioner's own identity: {verb} {resource}"
+        );
+    }
 
     // The stored content reads with the provisioner's token; a reader without the uploader
     // role may read it but not write.

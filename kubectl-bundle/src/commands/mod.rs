@@ -3,6 +3,7 @@
 mod cluster;
 mod complete;
 mod control;
+mod diff;
 mod health;
 mod history;
 mod image;
@@ -13,6 +14,7 @@ mod system;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
+use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -48,6 +50,10 @@ pub enum Command {
     History(history::HistoryArgs),
     /// Pin a bundle to a digest it installed before (`spec.image` becomes `repo@DIGEST`).
     Rollback(history::RollbackArgs),
+    /// Show what applying a bundle's stored content (awaiting approval, or current) would
+    /// change: a server-side dry run per object, as a unified diff, and what would be pruned.
+    /// Exit status 0: no changes, 1: changes, 2: an error.
+    Diff(diff::DiffArgs),
     /// Approve the digest a bundle resolves to, after showing what it will create.
     Approve(review::ApproveArgs),
     /// Deny the digest a bundle resolves to: nothing of it is installed.
@@ -80,10 +86,12 @@ pub enum Command {
     },
 }
 
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = &cli.global;
     global.init_logging();
-    match cli.command {
+    let done = match cli.command {
+        // Its exit status tells whether anything would change, as `kubectl diff`'s does.
+        Command::Diff(args) => return Ok(diff::diff(global, args).await),
         Command::Push(args) => image::push(args).await,
         Command::Pull(args) => image::pull(args).await,
         Command::Validate(args) => image::validate(args),
@@ -116,5 +124,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             complete::print(&command, &words);
             Ok(())
         }
-    }
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }

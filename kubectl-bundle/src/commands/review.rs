@@ -285,6 +285,13 @@ fn permissions_table(permissions: &RequestedPermissions) -> String {
             out.push_str(&format!("  ! {object}: {}\n", h.reason));
         }
     }
+    match &permissions.service_account {
+        Some(account) => out.push_str(&format!(
+            "\n  Applied as ServiceAccount {account} ({})\n",
+            account.username()
+        )),
+        None => out.push_str("\n  Applied as the provisioner's own identity\n"),
+    }
     out
 }
 
@@ -757,6 +764,10 @@ mod tests {
                 name: "all".into(),
                 reason: "grants verbs [*]".into(),
             }],
+            service_account: Some(gantry_api::ServiceAccountReference {
+                namespace: "team".into(),
+                name: "deployer".into(),
+            }),
         });
         assert!(
             table.contains("cluster") && table.contains("ClusterRole.rbac.authorization.k8s.io")
@@ -765,5 +776,11 @@ mod tests {
             table.contains("namespace app") && table.contains("ConfigMap") && table.contains('3')
         );
         assert!(table.contains("! ClusterRole.rbac.authorization.k8s.io all: grants verbs [*]"));
+        assert!(
+            table.contains(
+                "Applied as ServiceAccount team/deployer (system:serviceaccount:team:deployer)"
+            ),
+            "{table}"
+        );
     }
 }

@@ -6,9 +6,12 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use gantry_api::{BUNDLE_LABEL, FIELD_MANAGER};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
@@ -45,29 +48,78 @@ fn api_for(client: &Client, object: &PlannedObject) -> Api<DynamicObject> {
     .api(client, object.namespace.as_deref())
 }
 
-/// Applies `plan` for bundle `bundle`. Every object is read first: an object managed by another
-/// bundle fails the apply before anything is written.
+/// Applies `plan` for bundle `bundle` with `client`, acting as `identity` (how messages name
+/// it). Every object is read first: an object managed by another bundle fails the apply before
+/// anything is written; so does one that `identity` may not write (see [`preflight`]).
 pub async fn apply(
     client: &Client,
     kinds: &KindCache,
     plan: &Plan,
     bundle: &str,
+    identity: &str,
     settings: ApplySettings,
 ) -> Result<ApplyOutcome> {
+    let checked = check(client, plan, bundle, identity, &settings).await?;
+    write(client, kinds, plan, identity, settings, checked).await
+}
+
+/// What [`check`] found: the live objects, in the plan's order.
+pub struct Checked {
+    live: Vec<Option<Value>>,
+}
+
+/// Everything [`apply`] verifies before its first write: no object belongs to another bundle,
+/// and `identity` may write every object that will be written.
+pub async fn check(
+    client: &Client,
+    plan: &Plan,
+    bundle: &str,
+    identity: &str,
+    settings: &ApplySettings,
+) -> Result<Checked> {
     let concurrency = settings.concurrency.max(1);
     // The futures are built before they are streamed: a stream holding a closure over
     // borrowed items makes the whole reconcile future fail to be `Send` for all lifetimes.
     let reads: Vec<_> = plan
         .objects
         .iter()
-        .map(|object| read_live(client, object))
+        .map(|object| read_live(client, object, identity))
         .collect();
     let live: Vec<Option<Value>> = stream::iter(reads)
         .buffered(concurrency)
         .try_collect()
         .await?;
     check_owners(plan, &live, bundle)?;
+    let checks: Vec<_> = plan
+        .objects
+        .iter()
+        .zip(&live)
+        .filter(|(object, live)| {
+            settings.write_all
+                || !live
+                    .as_ref()
+                    .is_some_and(|live| live_matches(live, &object.object))
+        })
+        .map(|(object, _)| preflight(client, object, identity))
+        .collect();
+    stream::iter(checks)
+        .buffered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(Checked { live })
+}
 
+/// The writes of [`apply`], once [`check`] passed.
+pub async fn write(
+    client: &Client,
+    kinds: &KindCache,
+    plan: &Plan,
+    identity: &str,
+    settings: ApplySettings,
+    checked: Checked,
+) -> Result<ApplyOutcome> {
+    let concurrency = settings.concurrency.max(1);
+    let live = checked.live;
     let mut outcome = ApplyOutcome::default();
     let mut served: HashSet<GroupVersionKind> = HashSet::new();
     let mut offset = 0;
@@ -92,6 +144,7 @@ pub async fn apply(
                     kinds,
                     object,
                     live.as_ref().filter(|_| !settings.write_all),
+                    identity,
                 )
             })
             .collect();
@@ -146,11 +199,16 @@ pub fn waves(objects: &[PlannedObject]) -> Vec<&[PlannedObject]> {
 
 /// The live object, `None` when absent (or when its kind is not served yet: a CRD of the
 /// bundle that is not established).
-async fn read_live(client: &Client, object: &PlannedObject) -> Result<Option<Value>> {
+async fn read_live(
+    client: &Client,
+    object: &PlannedObject,
+    identity: &str,
+) -> Result<Option<Value>> {
     match api_for(client, object).get(&object.name).await {
         Ok(live) => Ok(Some(serde_json::to_value(live).unwrap_or(Value::Null))),
         // A plain 404 (no Status body) means the kind is not served yet.
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(e) if is_forbidden(&e) => Err(forbidden(object, identity, &e)),
         Err(e) => Err(Error::Apply {
             object: object.to_string(),
             message: api_message(&e),
@@ -164,6 +222,7 @@ async fn apply_one(
     kinds: &KindCache,
     object: &PlannedObject,
     live: Option<&Value>,
+    identity: &str,
 ) -> Result<bool> {
     if live.is_some_and(|live| live_matches(live, &object.object)) {
         return Ok(false);
@@ -177,12 +236,99 @@ async fn apply_one(
         if matches!(&error, kube::Error::Api(status) if status.code == 404) {
             kinds.forget(&object.gvk);
         }
+        if is_forbidden(&error) {
+            return Err(forbidden(object, identity, &error));
+        }
         return Err(Error::Apply {
             object: object.to_string(),
             message: api_message(&error),
         });
     }
     Ok(true)
+}
+
+/// Checks that `identity` may write `object`, before anything of the bundle is written: a
+/// server-side dry run of the apply, which runs authorization, RBAC's escalation checks and
+/// admission without persisting anything. An object the dry run cannot reach (its namespace
+/// or, for a kind a CRD of the bundle defines, its kind does not exist yet) is checked with a
+/// SelfSubjectAccessReview of `create` and `patch` instead. Other dry-run failures are left to
+/// the apply, which reports them in order.
+async fn preflight(client: &Client, object: &PlannedObject, identity: &str) -> Result<()> {
+    let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
+    match api_for(client, object)
+        .patch(&object.name, &params, &Patch::Apply(&object.object))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_forbidden(&e) => Err(forbidden(object, identity, &e)),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            access_review(client, object, identity).await
+        }
+        Err(_) => Ok(()),
+    }
+}
+
+/// Asks the API server whether `identity` (the client's user) may create and patch `object`.
+async fn access_review(client: &Client, object: &PlannedObject, identity: &str) -> Result<()> {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    for verb in ["create", "patch"] {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(object.gvk.group.clone()),
+                    version: Some(object.gvk.version.clone()),
+                    resource: Some(object.resource.plural.clone()),
+                    namespace: object.namespace.clone(),
+                    name: (verb == "patch").then(|| object.name.clone()),
+                    verb: Some(verb.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| Error::Apply {
+                object: object.to_string(),
+                message: format!("reviewing access as {identity}: {}", api_message(&e)),
+            })?;
+        let status = answer.status.unwrap_or_default();
+        if !status.allowed {
+            let scope = object
+                .namespace
+                .as_deref()
+                .map(|ns| format!(" in namespace {ns}"))
+                .unwrap_or_default();
+            let why = status
+                .reason
+                .filter(|r| !r.is_empty())
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            return Err(Error::Forbidden {
+                object: object.to_string(),
+                identity: identity.to_string(),
+                message: format!(
+                    "access review: {verb} {}{scope} is not allowed{why}",
+                    object.resource.plural
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn is_forbidden(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 403)
+}
+
+fn forbidden(object: &PlannedObject, identity: &str, error: &kube::Error) -> Error {
+    Error::Forbidden {
+        object: object.to_string(),
+        identity: identity.to_string(),
+        message: api_message(error),
+    }
 }
 
 /// The API server's message for an error, without kube's wrapping.

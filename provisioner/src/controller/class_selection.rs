@@ -86,6 +86,7 @@ pub fn validate(class: &ProvisionerClass) -> Result<(), String> {
             ));
         }
     }
+    super::allowed_images::validate(&class.spec.allowed_images)?;
     Ok(())
 }
 

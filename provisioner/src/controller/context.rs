@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gantry_api::ProvisionerClass;
+use gantry_api::{ProvisionerClass, ServiceAccountReference};
 use kube::Client;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
@@ -12,6 +12,7 @@ use super::backoff::Backoff;
 use super::caches::{InstalledChecks, ResolvedTags, VerifiedImages};
 use super::discovery::KindCache;
 use super::drift::DriftWatches;
+use super::identity::Appliers;
 use super::metrics::Metrics;
 use super::node_pull::NodePullSettings;
 use super::storage::StorageClient;
@@ -40,6 +41,10 @@ pub struct Settings {
     pub scratch_dir: Option<PathBuf>,
     /// Unpack Pods of classes with `pullMode: Node`.
     pub node_pull: NodePullSettings,
+    /// The ServiceAccount bundles are applied as when neither they nor their class name one.
+    pub default_service_account: Option<ServiceAccountReference>,
+    /// Refuse bundles that would be applied with the provisioner's own identity.
+    pub require_service_account: bool,
 }
 
 impl Default for Settings {
@@ -56,6 +61,8 @@ impl Default for Settings {
             backoff_cap: Duration::from_secs(300),
             scratch_dir: None,
             node_pull: NodePullSettings::default(),
+            default_service_account: None,
+            require_service_account: false,
         }
     }
 }
@@ -77,4 +84,6 @@ pub struct Context {
     pub checked: InstalledChecks,
     /// Images whose signature verified, and against which keys.
     pub verified: VerifiedImages,
+    /// Clients acting as the ServiceAccounts bundles are applied as.
+    pub appliers: Appliers,
 }

@@ -5,18 +5,32 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use gantry_api::{BUNDLE_LABEL, Bundle};
+use gantry_api::{BUNDLE_LABEL, Bundle, ServiceAccountReference};
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
-/// One watch per kind, started on first use, feeding bundle names to the controller.
+use super::identity::Applier;
+
+/// What one watch covers: the identity it watches as, the kind, and the namespace (`None`:
+/// cluster-scoped objects).
+type WatchKey = (
+    Option<ServiceAccountReference>,
+    String,
+    String,
+    String,
+    Option<String>,
+);
+
+/// One watch per identity, kind and namespace, started on first use, feeding bundle names to
+/// the controller. Watches run as the identity bundles are applied as, so they see what it
+/// may see; one it may not list retries with backoff, and the periodic resync still repairs.
 pub struct DriftWatches {
-    started: Mutex<HashSet<(String, String, String)>>,
+    started: Mutex<HashSet<WatchKey>>,
     sender: mpsc::UnboundedSender<ObjectRef<Bundle>>,
     /// Bundles one of whose objects changed since their last full check.
     dirty: Arc<Mutex<HashSet<String>>>,
@@ -36,12 +50,15 @@ impl DriftWatches {
         )
     }
 
-    /// Makes sure objects of `resource` labelled as managed are watched.
-    pub fn ensure(&self, client: &Client, resource: &ApiResource) {
+    /// Makes sure objects of `resource` labelled as managed, in `namespace` (`None`: cluster
+    /// scoped), are watched as `applier`.
+    pub fn ensure(&self, applier: &Applier, resource: &ApiResource, namespace: Option<&str>) {
         let key = (
+            applier.account.clone(),
             resource.group.clone(),
             resource.version.clone(),
             resource.kind.clone(),
+            namespace.map(str::to_string),
         );
         let Ok(mut started) = self.started.lock() else {
             return;
@@ -49,7 +66,11 @@ impl DriftWatches {
         if !started.insert(key) {
             return;
         }
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+        let client = applier.client.clone();
+        let api: Api<DynamicObject> = match namespace {
+            Some(namespace) => Api::namespaced_with(client, namespace, resource),
+            None => Api::all_with(client, resource),
+        };
         let sender = self.sender.clone();
         let dirty = self.dirty.clone();
         let kind = resource.kind.clone();

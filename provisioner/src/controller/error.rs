@@ -91,6 +91,36 @@ pub enum Error {
 
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+
+    #[error("{image} is not allowed by ProvisionerClass {class}: its allowedImages are {}", .allowed.join(", "))]
+    ImageNotAllowed {
+        image: String,
+        class: String,
+        allowed: Vec<String>,
+    },
+
+    #[error(
+        "the provisioner requires a ServiceAccount (--require-service-account), and neither the bundle nor ProvisionerClass {class} names one"
+    )]
+    ServiceAccountRequired { class: String },
+
+    #[error("spec.serviceAccountName {name} is not allowed by ProvisionerClass {class}: {why}")]
+    ServiceAccountNotAllowed {
+        name: String,
+        class: String,
+        why: String,
+    },
+
+    /// The applying identity may not read or write an object (the API server's Forbidden).
+    #[error("{identity} may not apply {object}: {message}")]
+    Forbidden {
+        object: String,
+        identity: String,
+        message: String,
+    },
+
+    #[error("impersonation: {0}")]
+    Impersonation(String),
 }
 
 impl Error {
@@ -120,6 +150,13 @@ impl Error {
             Error::Apply { .. } | Error::Kube(_) => (INSTALLED, reasons::APPLY_FAILED),
             Error::Prune { .. } => (INSTALLED, reasons::PRUNE_FAILED),
             Error::Uninstall { .. } => (INSTALLED, reasons::UNINSTALL_FAILED),
+            Error::ImageNotAllowed { .. } => (UNPACKED, reasons::IMAGE_NOT_ALLOWED),
+            Error::ServiceAccountRequired { .. } => (INSTALLED, reasons::SERVICE_ACCOUNT_REQUIRED),
+            Error::ServiceAccountNotAllowed { .. } => {
+                (INSTALLED, reasons::SERVICE_ACCOUNT_NOT_ALLOWED)
+            }
+            Error::Forbidden { .. } => (INSTALLED, reasons::FORBIDDEN),
+            Error::Impersonation(_) => (INSTALLED, reasons::APPLY_FAILED),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The provisioner's controllers: Bundles (pull, store, approve, apply, prune, uninstall) and
 //! ProvisionerClasses (`Accepted`).
 
+pub mod allowed_images;
 pub mod apply;
 pub mod backoff;
 pub mod bundle;
@@ -12,6 +13,7 @@ pub mod discovery;
 pub mod drift;
 pub mod error;
 pub mod health;
+pub mod identity;
 pub mod inventory;
 pub mod metrics;
 pub mod node_pull;
@@ -47,6 +49,8 @@ use drift::DriftWatches;
 /// What the controllers run with.
 pub struct Controllers {
     pub client: Client,
+    /// The configuration `client` was built from: impersonating clients start from it.
+    pub config: Option<kube::Config>,
     pub settings: Settings,
     pub storage: StorageClient,
     pub metrics: Arc<Metrics>,
@@ -62,6 +66,7 @@ pub async fn run(
 ) {
     let Controllers {
         client,
+        config,
         settings,
         storage,
         metrics,
@@ -84,11 +89,12 @@ pub async fn run(
         classes: class_store.clone(),
         kinds: KindCache::default(),
         metrics,
-        recorder: Recorder::new(client, reporter),
+        recorder: Recorder::new(client.clone(), reporter),
         drift,
         resolved: Default::default(),
         checked: Default::default(),
         verified: Default::default(),
+        appliers: identity::Appliers::new(config, client.clone()),
     });
 
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);

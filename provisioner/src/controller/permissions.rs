@@ -1,17 +1,42 @@
 //! What a bundle will create, summarised for approvers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gantry_api::{KindCount, NamespacePermissions, PermissionHighlight, RequestedPermissions};
 use serde_json::Value;
 
 use super::plan::PlannedObject;
 
+/// Where a bundle is meant to live, for the highlights that depend on it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Scope<'a> {
+    /// The bundle's `spec.installNamespace`.
+    pub install_namespace: Option<&'a str>,
+    /// The provisioner's own namespace (its Secrets, its Lease, its storage).
+    pub provisioner_namespace: &'a str,
+}
+
+/// Roles that grant (nearly) everything in their scope: binding them is handing that out.
+const BROAD_ROLES: &[&str] = &["cluster-admin", "admin", "edit"];
+
+/// Groups that mean "everyone" (or every workload) to RBAC.
+const EVERYONE: &[&str] = &[
+    "system:authenticated",
+    "system:unauthenticated",
+    "system:serviceaccounts",
+];
+
 /// Counts kinds (cluster-scoped, and per namespace) and flags what deserves attention.
-pub fn requested_permissions(objects: &[PlannedObject]) -> RequestedPermissions {
+pub fn requested_permissions(objects: &[PlannedObject], scope: &Scope<'_>) -> RequestedPermissions {
     let mut cluster: BTreeMap<(String, String), i64> = BTreeMap::new();
     let mut namespaced: BTreeMap<String, BTreeMap<(String, String), i64>> = BTreeMap::new();
     let mut highlights = Vec::new();
+    // Roles of the bundle that grant wildcards: binding one is as broad as cluster-admin.
+    let broad_roles: BTreeSet<RoleKey> = objects
+        .iter()
+        .filter(|o| is_rbac(o, &["ClusterRole", "Role"]) && !wildcard_rules(&o.object).is_empty())
+        .map(|o| (o.gvk.kind.clone(), o.namespace.clone(), o.name.clone()))
+        .collect();
     for object in objects {
         let key = (object.gvk.group.clone(), object.gvk.kind.clone());
         match &object.namespace {
@@ -24,7 +49,7 @@ pub fn requested_permissions(objects: &[PlannedObject]) -> RequestedPermissions 
             }
             None => *cluster.entry(key).or_default() += 1,
         }
-        if let Some(reason) = attention(object) {
+        if let Some(reason) = attention(object, scope, &broad_roles) {
             highlights.push(PermissionHighlight {
                 group: object.gvk.group.clone(),
                 kind: object.gvk.kind.clone(),
@@ -49,48 +74,141 @@ pub fn requested_permissions(objects: &[PlannedObject]) -> RequestedPermissions 
             })
             .collect(),
         highlights,
+        service_account: None,
     }
 }
 
-fn attention(object: &PlannedObject) -> Option<String> {
+/// A role: its kind, namespace (for a Role) and name.
+type RoleKey = (String, Option<String>, String);
+
+fn is_rbac(object: &PlannedObject, kinds: &[&str]) -> bool {
+    object.gvk.group == "rbac.authorization.k8s.io" && kinds.contains(&object.gvk.kind.as_str())
+}
+
+/// Why `object` deserves an approver's attention, every reason joined; `None` when nothing.
+fn attention(
+    object: &PlannedObject,
+    scope: &Scope<'_>,
+    broad_roles: &BTreeSet<RoleKey>,
+) -> Option<String> {
     let group = object.gvk.group.as_str();
     let kind = object.gvk.kind.as_str();
+    let body = &object.object;
     let mut reasons = Vec::new();
     match (group, kind) {
         ("rbac.authorization.k8s.io", "ClusterRole" | "Role") => {
-            let wildcards = wildcard_rules(&object.object);
+            let wildcards = wildcard_rules(body);
             if !wildcards.is_empty() {
                 reasons.push(format!("grants {}", wildcards.join("; ")));
             }
+            let powers = powerful_verbs(body);
+            if !powers.is_empty() {
+                reasons.push(format!("grants {}", powers.join("; ")));
+            }
+            const AGGREGATE: &str = "rbac.authorization.k8s.io/aggregate-to-";
+            let aggregated: Vec<&str> = labels(body)
+                .filter(|(key, value)| key.starts_with(AGGREGATE) && *value == "true")
+                .map(|(key, _)| &key[AGGREGATE.len()..])
+                .collect();
+            if !aggregated.is_empty() {
+                reasons.push(format!(
+                    "adds its rules to the aggregated role(s) {}",
+                    aggregated.join(", ")
+                ));
+            }
         }
         ("rbac.authorization.k8s.io", "ClusterRoleBinding" | "RoleBinding") => {
-            let role = object
-                .object
-                .pointer("/roleRef/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if role == "cluster-admin" {
-                reasons.push("binds cluster-admin".to_string());
+            let role_kind = str_at(body, "/roleRef/kind");
+            let role = str_at(body, "/roleRef/name");
+            let role_namespace = (role_kind == "Role")
+                .then(|| object.namespace.clone())
+                .flatten();
+            if BROAD_ROLES.contains(&role) && role_kind == "ClusterRole" {
+                reasons.push(format!("binds {role}"));
+            } else if broad_roles.contains(&(
+                role_kind.to_string(),
+                role_namespace,
+                role.to_string(),
+            )) {
+                reasons.push(format!("binds {role_kind} {role}, which grants wildcards"));
+            }
+            let everyone: Vec<&str> = body
+                .get("subjects")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|s| str_at(s, "/kind") == "Group")
+                .map(|s| str_at(s, "/name"))
+                .filter(|name| EVERYONE.contains(name))
+                .collect();
+            if !everyone.is_empty() {
+                reasons.push(format!("binds to group(s) {}", everyone.join(", ")));
             }
         }
         ("apiextensions.k8s.io", "CustomResourceDefinition") => {
             reasons.push("defines a new API".to_string());
         }
+        ("apiregistration.k8s.io", "APIService") => {
+            reasons.push("routes an API group to a Service (aggregated API)".to_string());
+        }
         (
             "admissionregistration.k8s.io",
-            "ValidatingWebhookConfiguration"
-            | "MutatingWebhookConfiguration"
-            | "ValidatingAdmissionPolicy"
+            "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
+        ) => reasons.push(format!(
+            "intercepts API requests (admission webhook{})",
+            webhook_targets(body)
+        )),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicy"
             | "ValidatingAdmissionPolicyBinding"
             | "MutatingAdmissionPolicy"
             | "MutatingAdmissionPolicyBinding",
-        ) => reasons.push("intercepts API requests (admission)".to_string()),
+        ) => reasons.push("intercepts API requests (admission policy)".to_string()),
         _ => {}
     }
-    if object.namespace.as_deref() == Some("kube-system") {
-        reasons.push("lives in kube-system".to_string());
+    if let Some(spec) = pod_spec(group, kind, body) {
+        reasons.extend(pod_risks(spec));
+    }
+    if let Some(namespace) = object.namespace.as_deref() {
+        if namespace == "kube-system" {
+            reasons.push("lives in kube-system".to_string());
+        } else if namespace == scope.provisioner_namespace {
+            reasons.push(format!("lives in the provisioner's namespace {namespace}"));
+        }
+        if let Some(install) = scope.install_namespace
+            && namespace != install
+        {
+            reasons.push(format!(
+                "lives outside the install namespace {install} (in {namespace})"
+            ));
+        }
     }
     (!reasons.is_empty()).then(|| reasons.join(", "))
+}
+
+fn str_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn labels(object: &Value) -> impl Iterator<Item = (&str, &str)> {
+    object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or_default()))
+}
+
+fn strings<'v>(value: &'v Value, field: &str) -> Vec<&'v str> {
+    value
+        .get(field)
+        .and_then(Value::as_array)
+        .map(|v| v.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
 }
 
 /// Rules of a Role/ClusterRole that use `*` in verbs, resources or API groups.
@@ -98,34 +216,157 @@ fn wildcard_rules(role: &Value) -> Vec<String> {
     let Some(rules) = role.get("rules").and_then(Value::as_array) else {
         return Vec::new();
     };
-    let list = |rule: &Value, field: &str| -> Vec<String> {
-        rule.get(field)
-            .and_then(Value::as_array)
-            .map(|v| {
-                v.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     rules
         .iter()
         .filter_map(|rule| {
-            let verbs = list(rule, "verbs");
-            let resources = list(rule, "resources");
-            let groups = list(rule, "apiGroups");
-            let star = |v: &[String]| v.iter().any(|s| s == "*");
-            (star(&verbs) || star(&resources) || star(&groups)).then(|| {
-                format!(
+            let verbs = strings(rule, "verbs");
+            let resources = strings(rule, "resources");
+            let groups = strings(rule, "apiGroups");
+            let non_resource = strings(rule, "nonResourceURLs");
+            let star = |v: &[&str]| v.contains(&"*");
+            if !non_resource.is_empty() {
+                if non_resource.contains(&"*") {
+                    Some(format!(
+                        "verbs [{}] on every non-resource URL",
+                        verbs.join(",")
+                    ))
+                } else if star(&verbs) {
+                    Some(format!(
+                        "verbs [*] on non-resource URLs [{}]",
+                        non_resource.join(",")
+                    ))
+                } else {
+                    None
+                }
+            } else if star(&verbs) || star(&resources) || star(&groups) {
+                Some(format!(
                     "verbs [{}] on resources [{}] in groups [{}]",
                     verbs.join(","),
                     resources.join(","),
                     groups.join(",")
+                ))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// Rules granting the verbs that get around RBAC: `escalate`, `bind`, `impersonate` (a `*`
+/// verb is reported as a wildcard already).
+fn powerful_verbs(role: &Value) -> Vec<String> {
+    let Some(rules) = role.get("rules").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    rules
+        .iter()
+        .filter_map(|rule| {
+            let verbs = strings(rule, "verbs");
+            let powers: Vec<&str> = verbs
+                .iter()
+                .copied()
+                .filter(|v| matches!(*v, "escalate" | "bind" | "impersonate"))
+                .collect();
+            (!powers.is_empty()).then(|| {
+                format!(
+                    "{} on [{}]",
+                    powers.join(","),
+                    strings(rule, "resources").join(",")
                 )
             })
         })
         .collect()
+}
+
+/// What a webhook configuration intercepts: its webhooks' names and failure policies.
+fn webhook_targets(body: &Value) -> String {
+    let hooks: Vec<String> = body
+        .get("webhooks")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|hook| {
+            let policy = hook
+                .get("failurePolicy")
+                .and_then(Value::as_str)
+                .unwrap_or("Fail");
+            format!("{} failurePolicy {policy}", str_at(hook, "/name"))
+        })
+        .collect();
+    if hooks.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", hooks.join("; "))
+    }
+}
+
+/// The Pod template of a Pod or a workload.
+fn pod_spec<'v>(group: &str, kind: &str, body: &'v Value) -> Option<&'v Value> {
+    let pointer = match (group, kind) {
+        ("", "Pod") => "/spec",
+        ("", "ReplicationController")
+        | ("apps", "Deployment" | "DaemonSet" | "StatefulSet" | "ReplicaSet")
+        | ("batch", "Job") => "/spec/template/spec",
+        ("batch", "CronJob") => "/spec/jobTemplate/spec/template/spec",
+        _ => return None,
+    };
+    body.pointer(pointer)
+}
+
+/// What a Pod spec may do to its node: privileged containers, added capabilities, host
+/// namespaces, hostPath volumes.
+fn pod_risks(spec: &Value) -> Vec<String> {
+    let mut risks = Vec::new();
+    let host: Vec<&str> = ["hostNetwork", "hostPID", "hostIPC"]
+        .into_iter()
+        .filter(|field| spec.get(*field).and_then(Value::as_bool) == Some(true))
+        .collect();
+    if !host.is_empty() {
+        risks.push(format!("uses the node's namespaces ({})", host.join(", ")));
+    }
+    let containers = ["initContainers", "containers", "ephemeralContainers"]
+        .into_iter()
+        .flat_map(|field| {
+            spec.get(field)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        });
+    for container in containers {
+        let name = str_at(container, "/name");
+        let context = container.get("securityContext");
+        if context
+            .and_then(|c| c.get("privileged"))
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            risks.push(format!("runs container {name} privileged"));
+        }
+        let added: Vec<&str> = context
+            .and_then(|c| c.pointer("/capabilities/add"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if !added.is_empty() {
+            risks.push(format!(
+                "adds capabilities {} to container {name}",
+                added.join(",")
+            ));
+        }
+    }
+    let paths: Vec<&str> = spec
+        .get("volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|volume| volume.pointer("/hostPath/path").and_then(Value::as_str))
+        .collect();
+    if !paths.is_empty() {
+        risks.push(format!("mounts host paths {}", paths.join(", ")));
+    }
+    risks
 }
 
 #[cfg(test)]
@@ -156,6 +397,24 @@ mod tests {
         }
     }
 
+    const SCOPE: Scope<'static> = Scope {
+        install_namespace: None,
+        provisioner_namespace: "gantry-system",
+    };
+
+    /// The highlight of the one object named `name`, or `None`.
+    fn reason_of(objects: &[PlannedObject], scope: &Scope<'_>, name: &str) -> Option<String> {
+        requested_permissions(objects, scope)
+            .highlights
+            .into_iter()
+            .find(|h| h.name == name)
+            .map(|h| h.reason)
+    }
+
+    fn rbac(kind: &str, namespace: Option<&str>, name: &str, body: Value) -> PlannedObject {
+        object("rbac.authorization.k8s.io", kind, namespace, name, body)
+    }
+
     #[test]
     fn counts_by_scope_and_namespace_and_flags_risks() {
         let objects = vec![
@@ -178,7 +437,7 @@ mod tests {
                 json!({ "rules": [{ "apiGroups": [""], "resources": ["pods"], "verbs": ["get"] }] }),
             ),
         ];
-        let p = requested_permissions(&objects);
+        let p = requested_permissions(&objects, &SCOPE);
         assert_eq!(p.cluster_scoped.len(), 2);
         assert_eq!(p.namespaced.len(), 2);
         let app = p.namespaced.iter().find(|n| n.namespace == "app").unwrap();
@@ -193,5 +452,343 @@ mod tests {
         let flagged: Vec<&str> = p.highlights.iter().map(|h| h.name.as_str()).collect();
         assert_eq!(flagged, ["s", "all"]);
         assert!(p.highlights[1].reason.contains("verbs [*]"));
+    }
+
+    #[test]
+    fn rbac_wildcards_and_verbs_that_get_around_rbac() {
+        // Shaped like Argo CD's application controller and OLM's operator roles.
+        let objects = [
+            rbac(
+                "ClusterRole",
+                None,
+                "argocd-application-controller",
+                json!({ "rules": [
+                    { "apiGroups": ["*"], "resources": ["*"], "verbs": ["*"] },
+                    { "nonResourceURLs": ["*"], "verbs": ["*"] }
+                ] }),
+            ),
+            rbac(
+                "ClusterRole",
+                None,
+                "olm-operator-binding",
+                json!({ "rules": [
+                    { "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "roles"], "verbs": ["escalate", "bind", "get"] },
+                    { "apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"], "verbs": ["impersonate"] }
+                ] }),
+            ),
+            rbac(
+                "Role",
+                Some("app"),
+                "reader",
+                json!({ "rules": [{ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"] }] }),
+            ),
+            rbac(
+                "ClusterRole",
+                None,
+                "widgets-edit",
+                json!({
+                    "metadata": { "labels": { "rbac.authorization.k8s.io/aggregate-to-edit": "true" } },
+                    "rules": [{ "apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get"] }]
+                }),
+            ),
+        ];
+        let scope = Scope {
+            install_namespace: Some("app"),
+            ..SCOPE
+        };
+        let argo = reason_of(&objects, &scope, "argocd-application-controller").unwrap();
+        assert!(
+            argo.contains("verbs [*] on resources [*] in groups [*]"),
+            "{argo}"
+        );
+        assert!(argo.contains("every non-resource URL"), "{argo}");
+        let olm = reason_of(&objects, &scope, "olm-operator-binding").unwrap();
+        assert!(
+            olm.contains("escalate,bind on [clusterroles,roles]"),
+            "{olm}"
+        );
+        assert!(
+            olm.contains("impersonate on [users,groups,serviceaccounts]"),
+            "{olm}"
+        );
+        assert_eq!(reason_of(&objects, &scope, "reader"), None);
+        let aggregated = reason_of(&objects, &scope, "widgets-edit").unwrap();
+        assert!(
+            aggregated.contains("aggregated role(s) edit"),
+            "{aggregated}"
+        );
+    }
+
+    #[test]
+    fn bindings_to_broad_roles_and_to_everyone() {
+        let binding = |kind: &str,
+                       ns: Option<&str>,
+                       name: &str,
+                       role_kind: &str,
+                       role: &str,
+                       subject: Value| {
+            rbac(
+                kind,
+                ns,
+                name,
+                json!({
+                    "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role },
+                    "subjects": [subject]
+                }),
+            )
+        };
+        let sa = json!({ "kind": "ServiceAccount", "name": "controller", "namespace": "app" });
+        let objects = [
+            rbac(
+                "ClusterRole",
+                None,
+                "everything",
+                json!({ "rules": [{ "apiGroups": ["*"], "resources": ["*"], "verbs": ["*"] }] }),
+            ),
+            binding(
+                "ClusterRoleBinding",
+                None,
+                "to-cluster-admin",
+                "ClusterRole",
+                "cluster-admin",
+                sa.clone(),
+            ),
+            binding(
+                "RoleBinding",
+                Some("app"),
+                "to-admin",
+                "ClusterRole",
+                "admin",
+                sa.clone(),
+            ),
+            binding(
+                "ClusterRoleBinding",
+                None,
+                "to-everything",
+                "ClusterRole",
+                "everything",
+                sa.clone(),
+            ),
+            binding(
+                "ClusterRoleBinding",
+                None,
+                "to-all-users",
+                "ClusterRole",
+                "view",
+                json!({ "kind": "Group", "name": "system:authenticated", "apiGroup": "rbac.authorization.k8s.io" }),
+            ),
+            binding(
+                "RoleBinding",
+                Some("app"),
+                "to-view",
+                "ClusterRole",
+                "view",
+                sa,
+            ),
+        ];
+        let scope = Scope {
+            install_namespace: Some("app"),
+            ..SCOPE
+        };
+        assert_eq!(
+            reason_of(&objects, &scope, "to-cluster-admin").as_deref(),
+            Some("binds cluster-admin")
+        );
+        assert_eq!(
+            reason_of(&objects, &scope, "to-admin").as_deref(),
+            Some("binds admin")
+        );
+        assert!(
+            reason_of(&objects, &scope, "to-everything")
+                .unwrap()
+                .contains("ClusterRole everything, which grants wildcards")
+        );
+        assert!(
+            reason_of(&objects, &scope, "to-all-users")
+                .unwrap()
+                .contains("group(s) system:authenticated")
+        );
+        assert_eq!(reason_of(&objects, &scope, "to-view"), None);
+    }
+
+    #[test]
+    fn admission_webhooks_and_aggregated_apis() {
+        // Shaped like cert-manager's webhook.
+        let objects = [
+            object(
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration",
+                None,
+                "cert-manager-webhook",
+                json!({ "webhooks": [{
+                    "name": "webhook.cert-manager.io",
+                    "failurePolicy": "Fail",
+                    "clientConfig": { "service": { "name": "cert-manager-webhook", "namespace": "cert-manager", "path": "/validate" } },
+                    "rules": [{ "apiGroups": ["cert-manager.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["*/*"] }]
+                }] }),
+            ),
+            object(
+                "admissionregistration.k8s.io",
+                "MutatingWebhookConfiguration",
+                None,
+                "mutator",
+                json!({ "webhooks": [{ "name": "m.example.com", "failurePolicy": "Ignore" }] }),
+            ),
+            object(
+                "apiregistration.k8s.io",
+                "APIService",
+                None,
+                "v1beta1.metrics.k8s.io",
+                json!({ "spec": { "group": "metrics.k8s.io", "service": { "name": "metrics-server", "namespace": "kube-system" } } }),
+            ),
+        ];
+        let validating = reason_of(&objects, &SCOPE, "cert-manager-webhook").unwrap();
+        assert!(
+            validating.contains("admission webhook: webhook.cert-manager.io failurePolicy Fail"),
+            "{validating}"
+        );
+        assert!(
+            reason_of(&objects, &SCOPE, "mutator")
+                .unwrap()
+                .contains("m.example.com failurePolicy Ignore")
+        );
+        assert!(
+            reason_of(&objects, &SCOPE, "v1beta1.metrics.k8s.io")
+                .unwrap()
+                .contains("aggregated API")
+        );
+    }
+
+    #[test]
+    fn namespaces_outside_the_install_namespace_kube_system_and_the_provisioners() {
+        let config_map = |ns: &str, name: &str| object("", "ConfigMap", Some(ns), name, json!({}));
+        let objects = [
+            config_map("app", "inside"),
+            config_map("other", "outside"),
+            config_map("kube-system", "system"),
+            config_map("gantry-system", "provisioner"),
+            object("", "Namespace", None, "app", json!({})),
+        ];
+        let scope = Scope {
+            install_namespace: Some("app"),
+            ..SCOPE
+        };
+        assert_eq!(reason_of(&objects, &scope, "inside"), None);
+        assert_eq!(
+            reason_of(&objects, &scope, "outside").as_deref(),
+            Some("lives outside the install namespace app (in other)")
+        );
+        let system = reason_of(&objects, &scope, "system").unwrap();
+        assert!(system.contains("lives in kube-system"), "{system}");
+        assert!(system.contains("outside the install namespace"), "{system}");
+        assert!(
+            reason_of(&objects, &scope, "provisioner")
+                .unwrap()
+                .contains("the provisioner's namespace gantry-system")
+        );
+        // Without an install namespace, nothing is "outside" it.
+        assert_eq!(reason_of(&objects, &SCOPE, "outside"), None);
+    }
+
+    #[test]
+    fn workloads_that_reach_into_their_node() {
+        let template = |spec: Value| json!({ "spec": { "template": { "spec": spec } } });
+        // Shaped like prometheus node-exporter's DaemonSet.
+        let node_exporter = template(json!({
+            "hostNetwork": true, "hostPID": true,
+            "containers": [{ "name": "node-exporter", "image": "quay.io/prometheus/node-exporter:v1.8.2",
+                "args": ["--path.rootfs=/host/root"],
+                "volumeMounts": [{ "name": "root", "mountPath": "/host/root", "readOnly": true }] }],
+            "volumes": [{ "name": "root", "hostPath": { "path": "/" } }]
+        }));
+        // Shaped like a CNI agent.
+        let agent = template(json!({
+            "initContainers": [{ "name": "mount-bpf", "securityContext": { "privileged": true } }],
+            "containers": [{ "name": "agent", "securityContext": { "capabilities": { "add": ["NET_ADMIN", "SYS_ADMIN"] } } }]
+        }));
+        let plain = template(json!({ "containers": [{ "name": "web", "image": "nginx" }] }));
+        let objects = [
+            object(
+                "apps",
+                "DaemonSet",
+                Some("app"),
+                "node-exporter",
+                node_exporter,
+            ),
+            object("apps", "DaemonSet", Some("app"), "agent", agent),
+            object("apps", "Deployment", Some("app"), "web", plain.clone()),
+            object("apps", "StatefulSet", Some("app"), "db", plain.clone()),
+            object(
+                "batch",
+                "Job",
+                Some("app"),
+                "ipc",
+                template(json!({ "hostIPC": true, "containers": [] })),
+            ),
+            object(
+                "batch",
+                "CronJob",
+                Some("app"),
+                "cleanup",
+                json!({ "spec": { "jobTemplate": { "spec": { "template": { "spec": {
+                    "containers": [{ "name": "c" }], "volumes": [{ "name": "logs", "hostPath": { "path": "/var/log" } }]
+                } } } } } }),
+            ),
+            object(
+                "",
+                "Pod",
+                Some("app"),
+                "debug",
+                json!({ "spec": { "containers": [{ "name": "shell", "securityContext": { "privileged": true } }] } }),
+            ),
+            object(
+                "apps",
+                "ReplicaSet",
+                Some("app"),
+                "rs",
+                template(json!({ "hostNetwork": true })),
+            ),
+        ];
+        let scope = Scope {
+            install_namespace: Some("app"),
+            ..SCOPE
+        };
+        let exporter = reason_of(&objects, &scope, "node-exporter").unwrap();
+        assert!(
+            exporter.contains("node's namespaces (hostNetwork, hostPID)"),
+            "{exporter}"
+        );
+        assert!(exporter.contains("mounts host paths /"), "{exporter}");
+        let agent = reason_of(&objects, &scope, "agent").unwrap();
+        assert!(
+            agent.contains("runs container mount-bpf privileged"),
+            "{agent}"
+        );
+        assert!(
+            agent.contains("adds capabilities NET_ADMIN,SYS_ADMIN to container agent"),
+            "{agent}"
+        );
+        assert_eq!(reason_of(&objects, &scope, "web"), None);
+        assert_eq!(reason_of(&objects, &scope, "db"), None);
+        assert!(
+            reason_of(&objects, &scope, "ipc")
+                .unwrap()
+                .contains("hostIPC")
+        );
+        assert!(
+            reason_of(&objects, &scope, "cleanup")
+                .unwrap()
+                .contains("mounts host paths /var/log")
+        );
+        assert!(
+            reason_of(&objects, &scope, "debug")
+                .unwrap()
+                .contains("container shell privileged")
+        );
+        assert!(
+            reason_of(&objects, &scope, "rs")
+                .unwrap()
+                .contains("hostNetwork")
+        );
     }
 }

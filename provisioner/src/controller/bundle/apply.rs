@@ -16,9 +16,10 @@ use kube::api::Api;
 
 use super::unpack::Content;
 use super::{Flow, Pass, installed_fingerprint, remove_objects, timing};
-use crate::controller::apply::{ApplySettings, apply};
+use crate::controller::apply::{ApplySettings, check, write};
 use crate::controller::context::Context;
 use crate::controller::error::{Error, Result};
+use crate::controller::identity::Applier;
 use crate::controller::plan::Plan;
 use crate::controller::source::digest_of;
 use crate::controller::status::condition;
@@ -29,6 +30,7 @@ pub(super) async fn apply_and_prune(
     class: &ProvisionerClass,
     content: &Content,
     plan: &Plan,
+    applier: &Applier,
 ) -> Result<Flow<()>> {
     let ctx = pass.ctx;
     // Objects live as desired are skipped only when this exact content (and spec) was
@@ -42,7 +44,6 @@ pub(super) async fn apply_and_prune(
         || pass.status.installed_image.as_deref() != Some(content.resolved_image.as_str());
     check_install_namespace(pass, plan).await?;
     let planned: Vec<InventoryEntry> = plan.objects.iter().map(|o| o.inventory_entry()).collect();
-    record_before_applying(pass, &planned).await?;
     if write_all {
         pass.set_condition(
             types::INSTALLED,
@@ -53,17 +54,27 @@ pub(super) async fn apply_and_prune(
         pass.show_progress().await?;
     }
     let timeout = timing::apply_timeout(pass.bundle, &ctx.settings);
-    let applying = apply(
-        &ctx.client,
-        &ctx.kinds,
-        plan,
-        &pass.name,
-        ApplySettings {
-            concurrency: ctx.settings.apply_concurrency,
-            crd_timeout: ctx.settings.crd_timeout,
-            write_all,
-        },
-    );
+    let settings = ApplySettings {
+        concurrency: ctx.settings.apply_concurrency,
+        crd_timeout: ctx.settings.crd_timeout,
+        write_all,
+    };
+    let (name, identity) = (pass.name.clone(), applier.describe());
+    let applying = async {
+        let checked = check(&applier.client, plan, &name, &identity, &settings).await?;
+        // Only objects the identity may write are recorded, so that nothing refused is ever
+        // pruned or uninstalled.
+        record_before_applying(pass, &planned).await?;
+        write(
+            &applier.client,
+            &ctx.kinds,
+            plan,
+            &identity,
+            settings,
+            checked,
+        )
+        .await
+    };
     let outcome = tokio::time::timeout(timeout, applying)
         .await
         .map_err(|_| Error::Apply {
@@ -78,10 +89,11 @@ pub(super) async fn apply_and_prune(
         .objects_unchanged
         .inc_by(outcome.unchanged as u64);
     for object in &plan.objects {
-        ctx.drift.ensure(&ctx.client, &object.resource);
+        ctx.drift
+            .ensure(applier, &object.resource, object.namespace.as_deref());
     }
 
-    prune(pass, &planned).await?;
+    prune(pass, applier, &planned).await?;
     pass.status.inventory = planned;
     let installed = content.resolved_image.clone();
     pass.set_condition(
@@ -185,7 +197,7 @@ pub(super) fn record_history(status: &mut BundleStatus, image: &str, installed_a
 /// Removes, in reverse order, the objects of the recorded inventory that `keep` no longer has.
 /// An object is the same whatever version names it: one that moved to another version of its
 /// kind is kept.
-async fn prune(pass: &Pass<'_>, keep: &[InventoryEntry]) -> Result<()> {
+async fn prune(pass: &Pass<'_>, applier: &Applier, keep: &[InventoryEntry]) -> Result<()> {
     let keep: HashSet<ObjectKey> = keep.iter().map(object_key).collect();
     let gone = pass
         .status
@@ -196,7 +208,7 @@ async fn prune(pass: &Pass<'_>, keep: &[InventoryEntry]) -> Result<()> {
         .collect::<Vec<_>>();
     // Collected first: a filtering iterator held across the removals' awaits would make the
     // reconcile future not `Send` for all lifetimes.
-    remove_objects(pass, gone)
+    remove_objects(pass, applier, gone)
         .await
         .map_err(|(object, message)| Error::Prune { object, message })
 }

@@ -30,9 +30,11 @@ use gantry_api::{
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
+use super::allowed_images;
 use super::context::Context;
 use super::error::{Error, Result};
 use super::health;
+use super::identity::Applier;
 use super::inventory::{Removal, remove};
 use super::metrics::{ReasonLabels, ResultLabels};
 use super::source::is_digest_reference;
@@ -221,14 +223,18 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
     let class = proceed!(select::class(pass).await);
     proceed!(suspend::check(pass));
     proceed!(dependencies::check(pass).await);
+    // Before anything is fetched: whose permissions the objects will be applied with, and
+    // whether the image may be used at all.
+    let applier = Applier::of(pass.bundle, &class, &pass.ctx.settings, &pass.ctx.appliers)?;
+    allowed_images::check(pass.bundle, &class)?;
     let resolved = proceed!(resolve::resolve(pass, &class).await);
     let resolved = verify::verify(pass, &class, resolved).await?;
     let content = proceed!(unpack::unpack_and_store(pass, &class, resolved).await);
-    let plan = proceed!(plan::plan(pass, &content).await);
+    let plan = proceed!(plan::plan(pass, &content, &applier).await);
     proceed!(approve::approve(pass, &class, &content).await);
-    proceed!(apply::apply_and_prune(pass, &class, &content, &plan).await);
+    proceed!(apply::apply_and_prune(pass, &class, &content, &plan, &applier).await);
     let policy = EffectiveHealth::of(class.spec.health.as_ref(), pass.bundle.spec.health.as_ref());
-    let wake = health::check(pass, policy).await;
+    let wake = health::check(pass, policy, &applier.client).await;
     let visit = next_visit(pass.bundle, pass.ctx);
     Ok(Outcome::Done(Action::requeue(
         wake.map_or(visit, |w| w.min(visit)),
@@ -239,11 +245,17 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
 /// names the object and the API server's message.
 async fn remove_objects<'e>(
     pass: &Pass<'_>,
+    applier: &Applier,
     entries: impl IntoIterator<Item = &'e InventoryEntry>,
 ) -> Result<(), (String, String)> {
     let ctx = pass.ctx;
     for entry in entries {
-        if remove(&ctx.client, &ctx.kinds, entry, &pass.name).await? == Removal::Deleted {
+        let removed = remove(&applier.client, &ctx.kinds, entry, &pass.name)
+            .await
+            .map_err(|(object, message)| {
+                (object, format!("{message} (as {})", applier.describe()))
+            })?;
+        if removed == Removal::Deleted {
             ctx.metrics.objects_deleted.inc();
         }
     }

@@ -4,11 +4,16 @@
 use super::unpack::Content;
 use super::{Flow, Pass};
 use crate::controller::error::Result;
-use crate::controller::permissions::requested_permissions;
+use crate::controller::identity::Applier;
+use crate::controller::permissions::{Scope, requested_permissions};
 use crate::controller::plan::{Plan, plan as plan_objects};
 
 /// Plans the content and fills in `status.requestedPermissions`.
-pub(super) async fn plan(pass: &mut Pass<'_>, content: &Content) -> Result<Flow<Plan>> {
+pub(super) async fn plan(
+    pass: &mut Pass<'_>,
+    content: &Content,
+    applier: &Applier,
+) -> Result<Flow<Plan>> {
     let ctx = pass.ctx;
     let plan = plan_objects(
         &ctx.client,
@@ -18,6 +23,14 @@ pub(super) async fn plan(pass: &mut Pass<'_>, content: &Content) -> Result<Flow<
         pass.bundle.spec.install_namespace.as_deref(),
     )
     .await?;
-    pass.status.requested_permissions = Some(requested_permissions(&plan.objects));
+    let mut permissions = requested_permissions(
+        &plan.objects,
+        &Scope {
+            install_namespace: pass.bundle.spec.install_namespace.as_deref(),
+            provisioner_namespace: &ctx.settings.namespace,
+        },
+    );
+    permissions.service_account = applier.account.clone();
+    pass.status.requested_permissions = Some(permissions);
     Ok(Flow::Continue(plan))
 }

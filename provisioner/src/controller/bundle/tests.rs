@@ -111,7 +111,7 @@ fn context(client: Client, classes: &[ProvisionerClass]) -> Context {
         kinds: KindCache::default(),
         metrics: Arc::new(Metrics::default()),
         recorder: Recorder::new(
-            client,
+            client.clone(),
             Reporter {
                 controller: "gantry-provisioner".into(),
                 instance: None,
@@ -121,6 +121,7 @@ fn context(client: Client, classes: &[ProvisionerClass]) -> Context {
         resolved: Default::default(),
         checked: Default::default(),
         verified: Default::default(),
+        appliers: crate::controller::identity::Appliers::new(None, client.clone()),
     }
 }
 

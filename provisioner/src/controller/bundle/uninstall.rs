@@ -13,7 +13,9 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::{Outcome, Pass, remove_objects};
+use crate::controller::class_selection::{Selection, select};
 use crate::controller::error::{Error, Result};
+use crate::controller::identity::{Applier, service_account_for};
 use crate::controller::inventory::still_present;
 use crate::controller::status::publish;
 
@@ -21,12 +23,15 @@ use crate::controller::status::publish;
 const UNINSTALL_RECHECK: Duration = Duration::from_secs(2);
 
 /// The inventory's objects that are still there, described with their finalizers.
-async fn remaining(pass: &Pass<'_>) -> Result<Vec<String>> {
+async fn remaining(pass: &Pass<'_>, applier: &Applier) -> Result<Vec<String>> {
     let mut remaining = Vec::new();
     for entry in &pass.status.inventory {
-        let present = still_present(&pass.ctx.client, &pass.ctx.kinds, entry, &pass.name)
+        let present = still_present(&applier.client, &pass.ctx.kinds, entry, &pass.name)
             .await
-            .map_err(|(object, message)| Error::Uninstall { object, message })?;
+            .map_err(|(object, message)| Error::Uninstall {
+                object,
+                message: format!("{message} (as {})", applier.describe()),
+            })?;
         remaining.extend(present);
     }
     Ok(remaining)
@@ -38,10 +43,16 @@ pub(super) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
         return Ok(Outcome::Gone);
     }
     let name = &pass.name.clone();
-    remove_objects(pass, pass.status.inventory.iter().rev())
-        .await
-        .map_err(|(object, message)| Error::Uninstall { object, message })?;
-    let remaining = remaining(pass).await?;
+    // Nothing installed (a bundle refused before its first apply): no identity is needed.
+    let remaining = if pass.status.inventory.is_empty() {
+        Vec::new()
+    } else {
+        let applier = uninstall_applier(pass)?;
+        remove_objects(pass, &applier, pass.status.inventory.iter().rev())
+            .await
+            .map_err(|(object, message)| Error::Uninstall { object, message })?;
+        remaining(pass, &applier).await?
+    };
     if !remaining.is_empty() {
         pass.set_condition(
             types::INSTALLED,
@@ -84,4 +95,33 @@ pub(super) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
     )
     .await;
     Ok(Outcome::Gone)
+}
+
+/// Who removes the objects: the identity the bundle's class names now (as installs use it);
+/// when the class is gone, the ServiceAccount recorded when the content was planned.
+fn uninstall_applier(pass: &Pass<'_>) -> Result<Applier> {
+    let ctx = pass.ctx;
+    let account = match select(pass.bundle, &ctx.classes.state()) {
+        Selection::Serve(class) => service_account_for(pass.bundle, &class, &ctx.settings)?,
+        Selection::NotOurs | Selection::Missing(_) => {
+            let recorded = pass
+                .status
+                .requested_permissions
+                .as_ref()
+                .and_then(|p| p.service_account.clone())
+                .or_else(|| ctx.settings.default_service_account.clone());
+            if recorded.is_none() && ctx.settings.require_service_account {
+                return Err(Error::ServiceAccountRequired {
+                    class: pass
+                        .bundle
+                        .spec
+                        .provisioner_class_name
+                        .clone()
+                        .unwrap_or_else(|| "(default)".into()),
+                });
+            }
+            recorded
+        }
+    };
+    Applier::as_account(account, &ctx.appliers)
 }

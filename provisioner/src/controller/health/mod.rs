@@ -44,11 +44,15 @@ pub fn policy(bundle: &Bundle, ctx: &Context) -> EffectiveHealth {
 
 /// The health step, after a successful apply: assesses every object of the inventory, sets
 /// `Healthy`, and says when to come back at the latest (the end of the health timeout).
-pub(crate) async fn check(pass: &mut Pass<'_>, policy: EffectiveHealth) -> Option<Duration> {
+pub(crate) async fn check(
+    pass: &mut Pass<'_>,
+    policy: EffectiveHealth,
+    client: &kube::Client,
+) -> Option<Duration> {
     let ctx = pass.ctx;
     let mut objects = Vec::with_capacity(pass.status.inventory.len());
     for entry in &pass.status.inventory {
-        objects.push((describe(entry), assess_live(ctx, entry).await));
+        objects.push((describe(entry), assess_live(ctx, client, entry).await));
     }
     let now = Timestamp::now();
     let verdict = judge(
@@ -75,7 +79,7 @@ pub(crate) async fn check(pass: &mut Pass<'_>, policy: EffectiveHealth) -> Optio
 
 /// Reads one object and assesses it; workloads that are not healthy are explained by their
 /// Pods' container states (an image that cannot be pulled, a crash loop).
-async fn assess_live(ctx: &Context, entry: &InventoryEntry) -> Assessment {
+async fn assess_live(ctx: &Context, client: &kube::Client, entry: &InventoryEntry) -> Assessment {
     let gvk = GroupVersionKind::gvk(&entry.group, &entry.version, &entry.kind);
     let kind = match ctx.kinds.resolve(&ctx.client, &gvk).await {
         Ok(Some(kind)) => kind,
@@ -83,7 +87,7 @@ async fn assess_live(ctx: &Context, entry: &InventoryEntry) -> Assessment {
         Err(error) => return not_readable(&error.to_string()),
     };
     let live = match kind
-        .api(&ctx.client, entry.namespace.as_deref())
+        .api(client, entry.namespace.as_deref())
         .get_opt(&entry.name)
         .await
     {
@@ -98,7 +102,7 @@ async fn assess_live(ctx: &Context, entry: &InventoryEntry) -> Assessment {
         && let Some(selector) = pod_selector(&object)
     {
         let pods: Api<DynamicObject> = Api::namespaced_with(
-            ctx.client.clone(),
+            client.clone(),
             namespace,
             &kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
         );

@@ -1,0 +1,496 @@
+//! `diff`: what applying a bundle's stored content (pending approval, or current) would change
+//! on the cluster, as `kubectl diff` shows it: each object is applied server-side as a dry run,
+//! with the provisioner's field manager, and compared with the live object; objects of the
+//! inventory the content no longer has are shown as pruned. Secrets' values are masked.
+//! Exit status: 0 no changes, 1 changes, 2 (and more) an error.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use gantry_api::{BUNDLE_LABEL, Bundle, FIELD_MANAGER, InventoryEntry, ProvisionerClass};
+use gantry_image::{EffectiveLimits, read_canonical};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+use super::cluster::GlobalArgs;
+use super::review::get_bundle;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  kubectl bundle diff my-app\n  \
+    kubectl -n gantry-system port-forward svc/gantry-storage 8080 &\n  \
+    kubectl bundle diff my-app --storage-url http://127.0.0.1:8080 --storage-token-file token\n\n\
+    Exit status: 0 when nothing would change, 1 when something would, 2 on an error.")]
+pub struct DiffArgs {
+    /// The bundle.
+    name: String,
+    /// Base URL of the storage server, replacing the one in status.contentURL (for example a
+    /// port-forward from outside the cluster).
+    #[arg(long, value_name = "URL")]
+    storage_url: Option<String>,
+    /// File holding a bearer token the storage server accepts (audience gantry-storage, with
+    /// get on /bundles/*).
+    #[arg(long, value_name = "FILE", conflicts_with = "storage_token")]
+    storage_token_file: Option<PathBuf>,
+    /// A bearer token the storage server accepts.
+    #[arg(long, env = "GANTRY_STORAGE_TOKEN", hide_env_values = true)]
+    storage_token: Option<String>,
+    /// CA certificate (PEM) trusted for the storage server's TLS.
+    #[arg(long, value_name = "FILE")]
+    storage_ca_file: Option<PathBuf>,
+}
+
+/// Runs the diff; the exit status says whether anything would change.
+pub async fn diff(global: &GlobalArgs, args: DiffArgs) -> ExitCode {
+    match run(global, args).await {
+        Ok(false) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::from(1),
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Identifies an object whatever version names it: group, kind, namespace, name.
+type ObjectKey = (String, String, Option<String>, String);
+
+async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
+    let client = global.client().await?;
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let bundle = get_bundle(&bundles, &args.name).await?;
+    let name = bundle.name_any();
+    let status = bundle.status.clone().unwrap_or_default();
+    let (Some(url), Some(digest)) = (status.content_url.clone(), status.content_digest.clone())
+    else {
+        bail!("bundle {name} has no stored content yet (status.contentURL is empty)");
+    };
+    let limits = class_limits(&client, &bundle).await;
+    let body = download(&args, &url, limits.max_compressed_bytes).await?;
+    let objects =
+        tokio::task::spawn_blocking(move || read_canonical(&body[..], Some(&digest), &limits))
+            .await
+            .context("reading the stored content")?
+            .with_context(|| format!("stored content of bundle {name}"))?;
+
+    let mut changed = false;
+    let mut failures = Vec::new();
+    let mut desired: Vec<ObjectKey> = Vec::new();
+    let mut out = String::new();
+    for object in objects {
+        let described = describe_value(&object.object);
+        match diff_object(&client, &bundle, object.object).await {
+            Ok(ObjectDiff { key, text }) => {
+                desired.push(key);
+                if let Some(text) = text {
+                    changed = true;
+                    out.push_str(&text);
+                }
+            }
+            Err(error) => failures.push(format!("{described}: {error:#}")),
+        }
+    }
+    for entry in &status.inventory {
+        let key = (
+            entry.group.clone(),
+            entry.kind.clone(),
+            entry.namespace.clone(),
+            entry.name.clone(),
+        );
+        if desired.contains(&key) {
+            continue;
+        }
+        match pruned(&client, entry, &name).await {
+            Ok(Some(text)) => {
+                changed = true;
+                out.push_str(&text);
+            }
+            Ok(None) => {}
+            Err(error) => failures.push(format!("{}: {error:#}", describe_entry(entry))),
+        }
+    }
+    print!("{out}");
+    if !failures.is_empty() {
+        bail!(
+            "{} object(s) could not be compared:\n  {}",
+            failures.len(),
+            failures.join("\n  ")
+        );
+    }
+    Ok(changed)
+}
+
+/// The class's limits, so content the provisioner accepted is read back here too.
+async fn class_limits(client: &Client, bundle: &Bundle) -> EffectiveLimits {
+    let classes: Api<ProvisionerClass> = Api::all(client.clone());
+    let class = match &bundle.spec.provisioner_class_name {
+        Some(name) => classes.get_opt(name).await.ok().flatten(),
+        None => None,
+    };
+    EffectiveLimits::from_api(class.as_ref().and_then(|c| c.spec.limits.as_ref()))
+}
+
+/// Downloads the stored tarball (`url`, rebased on `--storage-url`).
+async fn download(args: &DiffArgs, url: &str, max_bytes: u64) -> anyhow::Result<Vec<u8>> {
+    let url = match &args.storage_url {
+        Some(base) => rebase(url, base)?,
+        None => url.to_string(),
+    };
+    let mut builder =
+        reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(10));
+    if let Some(path) = &args.storage_ca_file {
+        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let certificate = reqwest::Certificate::from_pem(&pem)
+            .with_context(|| format!("{}: not a PEM certificate", path.display()))?;
+        builder = builder.tls_certs_only([certificate]);
+    } else if !url.starts_with("https://") {
+        builder = builder.tls_certs_only([]);
+    }
+    let http = builder.build().context("building the HTTP client")?;
+    let token = match (&args.storage_token_file, &args.storage_token) {
+        (Some(path), _) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?
+                .trim()
+                .to_string(),
+        ),
+        (None, token) => token.clone(),
+    };
+    let mut request = http.get(&url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.with_context(|| {
+        format!(
+            "fetching the stored content from {url} (from outside the cluster, port-forward the \
+             storage server and pass --storage-url)"
+        )
+    })?;
+    let status = response.status();
+    if !status.is_success() {
+        bail!("fetching {url}: the storage server answered {status}");
+    }
+    let body = response
+        .bytes()
+        .await
+        .with_context(|| format!("reading {url}"))?;
+    if body.len() as u64 > max_bytes {
+        bail!(
+            "{url}: {} bytes, over the class's limit of {max_bytes}",
+            body.len()
+        );
+    }
+    Ok(body.to_vec())
+}
+
+/// `url` with its scheme, host and port taken from `base`.
+fn rebase(url: &str, base: &str) -> anyhow::Result<String> {
+    let path_start = url
+        .find("://")
+        .and_then(|scheme| url[scheme + 3..].find('/').map(|p| scheme + 3 + p))
+        .with_context(|| format!("status.contentURL {url:?} is not an http(s) URL"))?;
+    Ok(format!(
+        "{}{}",
+        base.trim_end_matches('/'),
+        &url[path_start..]
+    ))
+}
+
+struct ObjectDiff {
+    key: ObjectKey,
+    /// The unified diff; `None` when applying changes nothing.
+    text: Option<String>,
+}
+
+/// Dry-runs the apply of one object and compares the result with the live object.
+async fn diff_object(
+    client: &Client,
+    bundle: &Bundle,
+    mut object: Value,
+) -> anyhow::Result<ObjectDiff> {
+    let (group, version) = group_version(&object)?;
+    let kind = str_at(&object, "/kind").to_string();
+    let name = str_at(&object, "/metadata/name").to_string();
+    let gvk = GroupVersionKind::gvk(&group, &version, &kind);
+    let discovered = kube::discovery::pinned_kind(client, &gvk).await;
+    let metadata = object
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .context("the object has no metadata")?;
+    // Labelled as the provisioner labels it, so the label is no change.
+    let labels = metadata
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Some(labels) = labels.as_object_mut() {
+        labels.insert(BUNDLE_LABEL.into(), Value::String(bundle.name_any()));
+    }
+    let Ok((resource, capabilities)) = discovered else {
+        // A kind this very bundle defines (its CRD is not installed yet): created as it is.
+        let namespace = metadata
+            .get("namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| bundle.spec.install_namespace.clone());
+        let key = (group, kind.clone(), namespace.clone(), name.clone());
+        let title = title(&kind, namespace.as_deref(), &name);
+        let note = "kind not served yet: a CRD of the bundle defines it";
+        return Ok(ObjectDiff {
+            key,
+            text: Some(unified(&title, None, Some(&object), note)),
+        });
+    };
+    let namespace = match capabilities.scope {
+        Scope::Cluster => {
+            metadata.remove("namespace");
+            None
+        }
+        Scope::Namespaced => {
+            let namespace = metadata
+                .get("namespace")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .or_else(|| bundle.spec.install_namespace.clone())
+                .context("a namespaced object carries no namespace and the bundle sets no installNamespace")?;
+            metadata.insert("namespace".into(), Value::String(namespace.clone()));
+            Some(namespace)
+        }
+    };
+    let api: Api<DynamicObject> = match &namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let key = (group, kind.clone(), namespace.clone(), name.clone());
+    let title = title(&kind, namespace.as_deref(), &name);
+    let live = api
+        .get_opt(&name)
+        .await
+        .with_context(|| format!("reading {title}"))?
+        .map(|live| serde_json::to_value(live).unwrap_or(Value::Null));
+    let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
+    let (after, note) = match api.patch(&name, &params, &Patch::Apply(&object)).await {
+        Ok(applied) => (serde_json::to_value(applied).unwrap_or(Value::Null), ""),
+        // Its namespace is created by the bundle and does not exist yet.
+        Err(kube::Error::Api(status)) if status.code == 404 && live.is_none() => {
+            (object, "its namespace does not exist yet")
+        }
+        Err(error) => return Err(error).with_context(|| format!("dry-run apply of {title}")),
+    };
+    let mut before = live.map(clean);
+    let mut after = clean(after);
+    if kind == "Secret" && key.0.is_empty() {
+        mask_secrets(before.as_mut(), &mut after);
+    }
+    let text = (before.as_ref() != Some(&after))
+        .then(|| unified(&title, before.as_ref(), Some(&after), note));
+    Ok(ObjectDiff { key, text })
+}
+
+/// An inventory object the new content lacks, shown as removed (if it is still there and
+/// still the bundle's).
+async fn pruned(
+    client: &Client,
+    entry: &InventoryEntry,
+    bundle: &str,
+) -> anyhow::Result<Option<String>> {
+    let gvk = GroupVersionKind::gvk(&entry.group, &entry.version, &entry.kind);
+    let Ok((resource, _)) = kube::discovery::pinned_kind(client, &gvk).await else {
+        return Ok(None);
+    };
+    let api: Api<DynamicObject> = match &entry.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let Some(live) = api.get_opt(&entry.name).await? else {
+        return Ok(None);
+    };
+    if live.labels().get(BUNDLE_LABEL).map(String::as_str) != Some(bundle) {
+        return Ok(None);
+    }
+    let mut live = clean(serde_json::to_value(live)?);
+    if entry.kind == "Secret" && entry.group.is_empty() {
+        let mut none = Value::Null;
+        mask_secrets(Some(&mut live), &mut none);
+    }
+    let title = title(&entry.kind, entry.namespace.as_deref(), &entry.name);
+    Ok(Some(unified(&title, Some(&live), None, "pruned")))
+}
+
+fn group_version(object: &Value) -> anyhow::Result<(String, String)> {
+    let api_version = str_at(object, "/apiVersion");
+    Ok(match api_version.split_once('/') {
+        Some((group, version)) => (group.to_string(), version.to_string()),
+        None if !api_version.is_empty() => (String::new(), api_version.to_string()),
+        None => bail!("the object has no apiVersion"),
+    })
+}
+
+fn str_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn title(kind: &str, namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+fn describe_value(object: &Value) -> String {
+    title(
+        str_at(object, "/kind"),
+        object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str),
+        str_at(object, "/metadata/name"),
+    )
+}
+
+fn describe_entry(entry: &InventoryEntry) -> String {
+    title(&entry.kind, entry.namespace.as_deref(), &entry.name)
+}
+
+/// Drops what changes on every write and says nothing about the object.
+fn clean(mut object: Value) -> Value {
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in [
+            "managedFields",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "uid",
+            "selfLink",
+        ] {
+            metadata.remove(field);
+        }
+    }
+    object
+}
+
+/// Replaces Secret values (`data`, `stringData`) with `***`, or `*** (before)` / `*** (after)`
+/// where the value changes, as `kubectl diff` does.
+fn mask_secrets(before: Option<&mut Value>, after: &mut Value) {
+    let values = |object: &Value| -> BTreeMap<String, Value> {
+        ["data", "stringData"]
+            .iter()
+            .filter_map(|field| object.get(*field).and_then(Value::as_object))
+            .flat_map(|map| map.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .collect()
+    };
+    let old = before.as_deref().map(values).unwrap_or_default();
+    let new = values(after);
+    let mask = |object: &mut Value, other: &BTreeMap<String, Value>, side: &str| {
+        for field in ["data", "stringData"] {
+            if let Some(map) = object.get_mut(field).and_then(Value::as_object_mut) {
+                for (key, value) in map.iter_mut() {
+                    let masked = match other.get(key) {
+                        Some(same) if same == value => "***".to_string(),
+                        Some(_) => format!("*** ({side})"),
+                        None => "***".to_string(),
+                    };
+                    *value = Value::String(masked);
+                }
+            }
+        }
+    };
+    if let Some(before) = before {
+        mask(before, &new, "before");
+    }
+    mask(after, &old, "after");
+}
+
+/// A unified diff of two objects rendered as YAML, with `--- TITLE (live)` and
+/// `+++ TITLE (after apply)` headers (`(pruned)` when the object goes).
+fn unified(title: &str, before: Option<&Value>, after: Option<&Value>, note: &str) -> String {
+    let render = |value: Option<&Value>| {
+        value
+            .map(|v| {
+                serde_saphyr::to_string(v).unwrap_or_else(|e| format!("# not rendered: {e}\n"))
+            })
+            .unwrap_or_default()
+    };
+    let (old, new) = (render(before), render(after));
+    let after_label = match after {
+        Some(_) => "after apply",
+        None => "pruned",
+    };
+    let mut text = similar::TextDiff::from_lines(&old, &new)
+        .unified_diff()
+        .context_radius(3)
+        .header(
+            &format!("{title} (live)"),
+            &format!("{title} ({after_label})"),
+        )
+        .to_string();
+    if !note.is_empty() && after.is_some() {
+        text = format!("# {title}: {note}\n{text}");
+    }
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_are_masked_and_changes_marked() {
+        let mut before = json!({ "kind": "Secret", "data": { "same": "YQ==", "changed": "Yg==", "gone": "Yw==" } });
+        let mut after = json!({ "kind": "Secret", "data": { "same": "YQ==", "changed": "ZA==", "new": "ZQ==" } });
+        mask_secrets(Some(&mut before), &mut after);
+        assert_eq!(
+            before["data"],
+            json!({ "same": "***", "changed": "*** (before)", "gone": "***" })
+        );
+        assert_eq!(
+            after["data"],
+            json!({ "same": "***", "changed": "*** (after)", "new": "***" })
+        );
+    }
+
+    #[test]
+    fn the_diff_has_headers_and_changed_lines() {
+        let before = json!({ "kind": "ConfigMap", "data": { "a": "1", "b": "2" } });
+        let after = json!({ "kind": "ConfigMap", "data": { "a": "1", "b": "3" } });
+        let text = unified("ConfigMap ns/c", Some(&before), Some(&after), "");
+        assert!(text.contains("--- ConfigMap ns/c (live)"), "{text}");
+        assert!(text.contains("+++ ConfigMap ns/c (after apply)"), "{text}");
+        assert!(
+            text.contains("-  b: '2'") || text.contains("-  b: \"2\""),
+            "{text}"
+        );
+        let pruned = unified("ConfigMap ns/c", Some(&before), None, "pruned");
+        assert!(pruned.contains("+++ ConfigMap ns/c (pruned)"), "{pruned}");
+        assert!(pruned.contains("-kind: ConfigMap"), "{pruned}");
+    }
+
+    #[test]
+    fn volatile_metadata_is_no_change() {
+        let a = json!({ "metadata": { "name": "x", "resourceVersion": "1", "managedFields": [] } });
+        let b = json!({ "metadata": { "name": "x", "resourceVersion": "2", "generation": 3 } });
+        assert_eq!(clean(a), clean(b));
+    }
+
+    #[test]
+    fn content_urls_move_to_another_base() {
+        assert_eq!(
+            rebase(
+                "http://gantry-storage.gantry-system.svc:8080/bundles/b/ab.tar.gz",
+                "http://127.0.0.1:18080/"
+            )
+            .unwrap(),
+            "http://127.0.0.1:18080/bundles/b/ab.tar.gz"
+        );
+        assert!(rebase("not a url", "http://x").is_err());
+    }
+}

@@ -128,7 +128,9 @@ fn load_tls(files: &TlsFiles) -> Result<TlsAcceptor, ServerError> {
     .with_no_client_auth()
     .with_single_cert(certs, key)
     .map_err(|e| tls_err("key", &files.key, e))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // HTTP/1.1 only: hyper bounds the time a client takes to send an HTTP/1 request head, but
+    // has no such limit for HTTP/2, whose slow clients could hold connections forever.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
@@ -197,7 +199,10 @@ impl Server {
         } = self;
         let write_timeout = state.transfer.idle_timeout;
         let service = TowerToHyperService::new(router(state.clone()));
-        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // HTTP/1 only, without sniffing the version: the sniffing waits for the first bytes
+        // with no time limit, while hyper's HTTP/1 header timeout runs from the start of the
+        // connection (a client that sends nothing is closed after it too).
+        let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
         // Without a timer hyper enforces no header timeout: slow clients could hold
         // connections open forever without sending a request.
         builder
@@ -207,7 +212,6 @@ impl Server {
             // Bounds what hyper queues per connection (one streamed chunk), which keeps
             // memory flat with many concurrent large downloads; also caps request heads.
             .max_buf_size(HTTP1_MAX_BUF);
-        builder.http2().timer(TokioTimer::new());
         let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
 

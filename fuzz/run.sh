@@ -24,7 +24,9 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
 fi
 
 mkdir -p logs
-nice -n 10 cargo +nightly fuzz build --sanitizer "$sanitizer" $targets >&2
+for target in $targets; do
+    nice -n 10 cargo +nightly fuzz build --sanitizer "$sanitizer" "$target" >&2
+done
 
 summary=()
 failed=0

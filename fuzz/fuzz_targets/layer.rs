@@ -48,7 +48,10 @@ fuzz_target!(|data: &[u8]| {
     let scratch = tempfile::tempdir().expect("a scratch directory");
     let mut tree = LayerTree::new(scratch.path().to_path_buf(), limits);
     for (index, layer) in layers(data).into_iter().enumerate() {
-        if tree.apply_layer(index, &format!("layer{index}"), layer).is_err() {
+        if tree
+            .apply_layer(index, &format!("layer{index}"), layer)
+            .is_err()
+        {
             return;
         }
     }
@@ -72,7 +75,10 @@ fuzz_target!(|data: &[u8]| {
     let digest = write_canonical(&files, &mut first).expect("writing the canonical tarball");
     let mut second = Vec::new();
     write_canonical(&files, &mut second).expect("writing it again");
-    assert!(first == second, "the canonical tarball differs between writes");
+    assert!(
+        first == second,
+        "the canonical tarball differs between writes"
+    );
     let objects = read_canonical(&first[..], Some(&digest.digest), &limits)
         .expect("a validated bundle's canonical tarball reads back");
     assert_eq!(objects.len(), validated.len());

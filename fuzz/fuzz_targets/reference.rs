@@ -11,8 +11,9 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(reference) = parse_reference(text) {
         let whole = reference.whole();
-        let again = parse_reference(&whole)
-            .unwrap_or_else(|e| panic!("{text:?} was accepted as {whole:?}, which is refused: {e}"));
+        let again = parse_reference(&whole).unwrap_or_else(|e| {
+            panic!("{text:?} was accepted as {whole:?}, which is refused: {e}")
+        });
         assert_eq!(again.whole(), whole);
         assert_eq!(again.digest(), reference.digest());
     }

@@ -17,7 +17,10 @@ fuzz_target!(|data: &[u8]| {
     };
     match parse_range(header, size) {
         RangeOutcome::Partial { start, end } => {
-            assert!(start <= end && end < size, "{header:?} size {size}: {start}-{end}")
+            assert!(
+                start <= end && end < size,
+                "{header:?} size {size}: {start}-{end}"
+            )
         }
         RangeOutcome::Full | RangeOutcome::Unsatisfiable => {}
     }

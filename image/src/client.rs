@@ -673,7 +673,10 @@ mod tests {
         // One that ends early fails at its end.
         let mut short = check(10).unwrap();
         short.received(9).unwrap();
-        assert_eq!(actual(short.finish().unwrap_err()), (10, BlobSize::Exactly(9)));
+        assert_eq!(
+            actual(short.finish().unwrap_err()),
+            (10, BlobSize::Exactly(9))
+        );
         // An empty blob declared empty is fine; a negative size is not a size.
         check(0).unwrap().finish().unwrap();
         assert!(matches!(

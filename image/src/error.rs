@@ -36,7 +36,9 @@ pub enum ImageError {
 
     /// A blob (layer, config, manifest or index) whose length differs from the size its
     /// descriptor declares. Reading stops one byte past the declared size.
-    #[error("{what}: size mismatch: its descriptor declares {declared} bytes, the registry sent {actual}")]
+    #[error(
+        "{what}: size mismatch: its descriptor declares {declared} bytes, the registry sent {actual}"
+    )]
     SizeMismatch {
         what: String,
         digest: String,

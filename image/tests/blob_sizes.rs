@@ -127,7 +127,10 @@ async fn a_layer_shorter_than_its_descriptor_says_is_refused() {
     assert_eq!(digest, sha256(&layer));
     assert_eq!(declared_seen, declared as u64);
     assert_eq!(actual, BlobSize::Exactly(layer.len() as u64));
-    assert!(message.contains(&format!("declares {declared} bytes")), "{message}");
+    assert!(
+        message.contains(&format!("declares {declared} bytes")),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -153,9 +156,13 @@ async fn a_platform_manifest_of_another_size_than_its_index_entry_is_refused() {
     for delta in [-7i64, 7] {
         let repository = unique_name("size-index");
         // Pushed by digest, then named by an index that gets its size wrong.
-        let (digest, manifest) =
-            push_image_manifest(host, &repository, &[(GZIP_LAYER, layer_blob())], "linux/amd64")
-                .await;
+        let (digest, manifest) = push_image_manifest(
+            host,
+            &repository,
+            &[(GZIP_LAYER, layer_blob())],
+            "linux/amd64",
+        )
+        .await;
         let declared = manifest.len() as i64 + delta;
         let index = serde_json::to_vec(&json!({
             "schemaVersion": 2,

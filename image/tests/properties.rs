@@ -23,15 +23,20 @@ struct Noise {
 }
 
 fn noise() -> impl Strategy<Value = Noise> {
-    (0o400u32..0o1000, any::<u32>(), 0u64..70_000, 0u64..70_000, any::<bool>()).prop_map(
-        |(mode, mtime, uid, gid, dot_slash)| Noise {
+    (
+        0o400u32..0o1000,
+        any::<u32>(),
+        0u64..70_000,
+        0u64..70_000,
+        any::<bool>(),
+    )
+        .prop_map(|(mode, mtime, uid, gid, dot_slash)| Noise {
             mode,
             mtime: u64::from(mtime),
             uid,
             gid,
             dot_slash,
-        },
-    )
+        })
 }
 
 fn files() -> impl Strategy<Value = BTreeMap<String, Vec<u8>>> {
@@ -97,7 +102,11 @@ fn canonical_of_layer(layer: &[u8]) -> Vec<u8> {
 }
 
 /// A bundle directory written file by file in `order`, each file with its own mtime.
-fn canonical_of_dir(files: &BTreeMap<String, Vec<u8>>, order: &[usize], noise: &[Noise]) -> Vec<u8> {
+fn canonical_of_dir(
+    files: &BTreeMap<String, Vec<u8>>,
+    order: &[usize],
+    noise: &[Noise],
+) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let manifests = dir.path().join("manifests");
     std::fs::create_dir(&manifests).unwrap();
@@ -106,7 +115,8 @@ fn canonical_of_dir(files: &BTreeMap<String, Vec<u8>>, order: &[usize], noise: &
         let (name, content) = entries[index];
         let path = manifests.join(name);
         std::fs::write(&path, content).unwrap();
-        let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(noise[position % noise.len()].mtime);
+        let mtime =
+            SystemTime::UNIX_EPOCH + Duration::from_secs(noise[position % noise.len()].mtime);
         std::fs::File::options()
             .write(true)
             .open(&path)
@@ -170,14 +180,33 @@ proptest! {
 /// Entry paths built from the components that matter (and some that should not).
 fn entry_path() -> impl Strategy<Value = Vec<u8>> {
     let component = prop::sample::select(vec![
-        "manifests", "..", ".", "", "a.yaml", "b.json", ".wh.a.yaml", ".wh..wh..opq",
-        ".wh.manifests", ".wh..", ".wh.", "...", "etc", "a\nb.yaml", "a\\b.yaml", "x",
-        "manifests\u{0}", "\u{202e}c.yaml",
+        "manifests",
+        "..",
+        ".",
+        "",
+        "a.yaml",
+        "b.json",
+        ".wh.a.yaml",
+        ".wh..wh..opq",
+        ".wh.manifests",
+        ".wh..",
+        ".wh.",
+        "...",
+        "etc",
+        "a\nb.yaml",
+        "a\\b.yaml",
+        "x",
+        "manifests\u{0}",
+        "\u{202e}c.yaml",
     ]);
     prop_oneof![
         prop::collection::vec(any::<u8>(), 0..48),
         (any::<bool>(), prop::collection::vec(component, 0..5)).prop_map(|(absolute, parts)| {
-            let mut path = if absolute { "/".to_string() } else { String::new() };
+            let mut path = if absolute {
+                "/".to_string()
+            } else {
+                String::new()
+            };
             path.push_str(&parts.join("/"));
             path.into_bytes()
         }),

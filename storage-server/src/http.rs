@@ -305,9 +305,7 @@ async fn get_tarball(
             // Offsets are within `size`, which is `data.len()`.
             Body::from(data.slice(start as usize..(start + len) as usize))
         }
-        Content::File { file, .. } => {
-            stream_file(file, start, len, s.metrics.clone(), s.transfer)
-        }
+        Content::File { file, .. } => stream_file(file, start, len, s.metrics.clone(), s.transfer),
     };
     builder.body(body).unwrap_or_default()
 }

@@ -50,7 +50,11 @@ impl<IO> WriteTimeout<IO> {
         }
     }
 
-    fn progress<T>(&mut self, result: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+    fn progress<T>(
+        &mut self,
+        result: Poll<io::Result<T>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<T>> {
         match result {
             Poll::Ready(r) => {
                 self.stalled = None;
@@ -130,6 +134,9 @@ mod tests {
         let err = conn.write_all(&[2u8; 4096]).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         let waited = started.elapsed();
-        assert!(waited >= Duration::from_secs(5) && waited < Duration::from_secs(6), "{waited:?}");
+        assert!(
+            waited >= Duration::from_secs(5) && waited < Duration::from_secs(6),
+            "{waited:?}"
+        );
     }
 }

@@ -192,7 +192,10 @@ async fn trickling_and_stalled_uploads_are_cut_off_and_leave_nothing() {
     server.wait_ready().await;
     let stored = content(100_000, 1);
     let stored_path = tarball_path("demo", &stored);
-    assert_eq!(server.put(&stored_path, &stored).await.status, StatusCode::CREATED);
+    assert_eq!(
+        server.put(&stored_path, &stored).await.status,
+        StatusCode::CREATED
+    );
     let baseline = fds(server.pid());
     let rss_before = rss_kib(server.pid());
     let peak = PeakRss::watch(server.pid());
@@ -231,9 +234,15 @@ async fn trickling_and_stalled_uploads_are_cut_off_and_leave_nothing() {
     // Another upload into the same bundle goes through meanwhile.
     let other = content(300_000, 2);
     let other_path = tarball_path("demo", &other);
-    assert_eq!(server.put(&other_path, &other).await.status, StatusCode::CREATED);
+    assert_eq!(
+        server.put(&other_path, &other).await.status,
+        StatusCode::CREATED
+    );
 
-    for (clients, says) in [(trickling, "bytes a second"), (stalled, "no data for 2 seconds")] {
+    for (clients, says) in [
+        (trickling, "bytes a second"),
+        (stalled, "no data for 2 seconds"),
+    ] {
         for client in clients {
             let (answer, took) = tokio::time::timeout(Duration::from_secs(30), client)
                 .await
@@ -345,13 +354,18 @@ async fn downloads_left_unread_or_read_slowly_are_cut_off() {
     }
     // Every download holds a connection and the open tarball until the server cuts it off.
     let pid = server.pid();
-    gantry_tests::wait_until("the downloads to start", Duration::from_secs(10), || async {
-        (fds(pid) >= baseline + 16).then_some(())
-    })
+    gantry_tests::wait_until(
+        "the downloads to start",
+        Duration::from_secs(10),
+        || async { (fds(pid) >= baseline + 16).then_some(()) },
+    )
     .await;
     wait_released(&server, baseline, Duration::from_secs(30)).await;
     let released = started.elapsed();
-    assert!(released < Duration::from_secs(15), "released after {released:?}");
+    assert!(
+        released < Duration::from_secs(15),
+        "released after {released:?}"
+    );
     // Now read what the kernel still holds: no client got the whole tarball.
     drain.store(true, Ordering::Relaxed);
     for client in clients {
@@ -414,7 +428,9 @@ async fn concurrent_uploads_of_one_bundle_leave_one_complete_tarball() {
     server.wait_ready().await;
     let data = content((1 << 20) + 7, 9);
     let path = tarball_path("demo", &data);
-    let others: Vec<Vec<u8>> = (0..6u8).map(|i| content(200_000 + i as usize, 40 + i)).collect();
+    let others: Vec<Vec<u8>> = (0..6u8)
+        .map(|i| content(200_000 + i as usize, 40 + i))
+        .collect();
 
     #[derive(Debug, PartialEq)]
     enum Kind {
@@ -472,7 +488,10 @@ async fn concurrent_uploads_of_one_bundle_leave_one_complete_tarball() {
             }
         }
     }
-    assert_eq!(created, 1, "exactly one upload of the same digest creates it");
+    assert_eq!(
+        created, 1,
+        "exactly one upload of the same digest creates it"
+    );
 
     // Once the server has noticed the aborted uploads, only complete tarballs are left.
     let mut expected: Vec<String> = std::iter::once(&data)
@@ -496,7 +515,10 @@ async fn concurrent_uploads_of_one_bundle_leave_one_complete_tarball() {
     for stored in std::iter::once(&data).chain(others.iter()) {
         let get = server.get(&tarball_path("demo", stored)).await;
         assert_eq!(get.status, StatusCode::OK);
-        assert!(get.body[..] == stored[..], "stored content differs from every upload");
+        assert!(
+            get.body[..] == stored[..],
+            "stored content differs from every upload"
+        );
     }
     assert_eq!(
         server.metric("gantry_storage_stored_tarballs").await,
@@ -516,7 +538,13 @@ impl Tmpfs {
         let path = dir.path().join("volume");
         std::fs::create_dir(&path).unwrap();
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
             .arg(&path)
             .status()
             .expect("running mount");
@@ -558,7 +586,10 @@ async fn a_full_volume_is_a_507_that_keeps_what_was_stored() {
 
     let kept = content(1 << 20, 1);
     let kept_path = tarball_path("demo", &kept);
-    assert_eq!(server.put(&kept_path, &kept).await.status, StatusCode::CREATED);
+    assert_eq!(
+        server.put(&kept_path, &kept).await.status,
+        StatusCode::CREATED
+    );
     let free = free_bytes(&volume.path);
 
     // Larger than what is left: the upload fails when the volume fills.
@@ -568,10 +599,17 @@ async fn a_full_volume_is_a_507_that_keeps_what_was_stored() {
         .expect("an answer");
     assert_eq!(status, 507, "{body}");
     assert!(body.contains("storage volume is full"), "{body}");
-    assert!(server.logs().contains("storage volume full"), "{}", server.logs());
+    assert!(
+        server.logs().contains("storage volume full"),
+        "{}",
+        server.logs()
+    );
 
     // Nothing partial is left or served, the space is given back, the stored tarball is intact.
-    let expected = vec!["demo".to_string(), format!("demo/{}.tar.gz", sha256_hex(&kept))];
+    let expected = vec![
+        "demo".to_string(),
+        format!("demo/{}.tar.gz", sha256_hex(&kept)),
+    ];
     assert_eq!(tree(&volume.path), expected);
     assert_eq!(free_bytes(&volume.path), free);
     let missing = server.get(&tarball_path("demo", &big)).await;

@@ -160,16 +160,29 @@ async fn approving_while_the_tag_moves_never_approves_the_new_digest() {
     // Meanwhile the tag moves to B and the controller records it.
     let second = push(&repo, &[("a.yaml", config_map("cm", None, "v2"))]).await;
     let b = digest(&second);
-    wait_bundle(&client, &name, "the new digest awaiting approval", |bundle| {
-        bundle.status.as_ref().and_then(|s| s.resolved_image.as_deref()) == Some(second.as_str())
-            && condition(bundle, types::APPROVED)
-                .is_some_and(|c| c.reason == reasons::AWAITING_APPROVAL && c.message.contains(&b))
-    })
+    wait_bundle(
+        &client,
+        &name,
+        "the new digest awaiting approval",
+        |bundle| {
+            bundle
+                .status
+                .as_ref()
+                .and_then(|s| s.resolved_image.as_deref())
+                == Some(second.as_str())
+                && condition(bundle, types::APPROVED).is_some_and(|c| {
+                    c.reason == reasons::AWAITING_APPROVAL && c.message.contains(&b)
+                })
+        },
+    )
     .await;
 
     // The approver confirms what they reviewed: the plugin refuses to write it onto B.
     let (approved, output) = approver.answer("y");
-    assert!(!approved, "approve succeeded after the tag moved:\n{output}");
+    assert!(
+        !approved,
+        "approve succeeded after the tag moved:\n{output}"
+    );
     assert!(
         output.contains("changed while it was shown"),
         "the refusal says why:\n{output}"
@@ -185,7 +198,11 @@ async fn approving_while_the_tag_moves_never_approves_the_new_digest() {
     let approved_condition = condition(&bundle, types::APPROVED).unwrap();
     assert_eq!(approved_condition.status, "False");
     assert_eq!(approved_condition.reason, reasons::AWAITING_APPROVAL);
-    assert_eq!(config_map_data(&client, &ns, "cm").await, None, "nothing applied");
+    assert_eq!(
+        config_map_data(&client, &ns, "cm").await,
+        None,
+        "nothing applied"
+    );
 
     // Pinning the reviewed digest after the move is refused too, naming the new one.
     let pinned_to_a = fails(&["approve", &name, "--yes", "--digest", &a]);
@@ -216,13 +233,22 @@ async fn approving_while_the_tag_moves_never_approves_the_new_digest() {
         )
         .await
         .expect("writing an approval of the old digest");
-    wait_bundle(&client, &name, "the old approval seen and not carried over", |bundle| {
-        condition(bundle, types::APPROVED).is_some_and(|c| {
-            c.reason == reasons::AWAITING_APPROVAL && c.message.contains("does not carry over")
-        })
-    })
+    wait_bundle(
+        &client,
+        &name,
+        "the old approval seen and not carried over",
+        |bundle| {
+            condition(bundle, types::APPROVED).is_some_and(|c| {
+                c.reason == reasons::AWAITING_APPROVAL && c.message.contains("does not carry over")
+            })
+        },
+    )
     .await;
-    assert_eq!(config_map_data(&client, &ns, "cm").await, None, "B is not applied");
+    assert_eq!(
+        config_map_data(&client, &ns, "cm").await,
+        None,
+        "B is not applied"
+    );
 
     // Reviewing B and approving it installs B.
     let mut approver = OnTerminal::start(&["approve", &name, "--kubeconfig", &kc]);

@@ -545,7 +545,10 @@ mod tests {
             (n < 10_000).then(|| (Ok::<_, io::Error>(Bytes::from_static(b"x")), n + 1))
         });
         let started = tokio::time::Instant::now();
-        let err = store.put(&b, &d, Box::pin(trickle), 1 << 20).await.unwrap_err();
+        let err = store
+            .put(&b, &d, Box::pin(trickle), 1 << 20)
+            .await
+            .unwrap_err();
         assert!(
             matches!(&err, StoreError::Timeout(m) if m.contains("100 bytes a second")),
             "{err}"

@@ -30,6 +30,7 @@ struct OnTerminal {
     child: Child,
     stdin: Option<ChildStdin>,
     output: Arc<Mutex<Vec<u8>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl OnTerminal {
@@ -56,12 +57,13 @@ impl OnTerminal {
             .spawn()
             .expect("starting kubectl bundle under script");
         let output = Arc::new(Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
         for mut stream in [
             Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
             Box::new(child.stderr.take().unwrap()),
         ] {
             let output = output.clone();
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = stream.read(&mut buf) {
                     if n == 0 {
@@ -69,12 +71,13 @@ impl OnTerminal {
                     }
                     output.lock().unwrap().extend_from_slice(&buf[..n]);
                 }
-            });
+            }));
         }
         OnTerminal {
             stdin: child.stdin.take(),
             child,
             output,
+            readers,
         }
     }
 
@@ -119,7 +122,10 @@ impl OnTerminal {
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
         drop(stdin);
-        // The readers end with the process; take what they collected.
+        // The readers end once the process has closed its output: wait for its last lines.
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
         let text = self.text();
         (status.success(), text)
     }

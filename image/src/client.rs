@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use base64::Engine;
 use futures::StreamExt;
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::client::{
+    BlobResponse, Certificate, CertificateEncoding, ClientConfig, ClientProtocol,
+};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
@@ -13,7 +15,7 @@ use oci_client::{Client, Reference, RegistryOperation};
 use sha2::{Digest, Sha256};
 
 use super::auth::{DockerConfig, normalize_registry};
-use super::error::ImageError;
+use super::error::{BlobSize, ImageError};
 pub use super::reference::parse_reference;
 
 /// Manifests and indexes larger than this are refused (registries cap them at 4 MiB).
@@ -175,7 +177,7 @@ impl RegistryClient {
         let digest = match header {
             Some(digest) => digest,
             None => {
-                self.fetch_manifest(&parsed, authorization.as_deref())
+                self.fetch_manifest(&parsed, authorization.as_deref(), None)
                     .await?
                     .1
             }
@@ -251,11 +253,33 @@ impl RegistryClient {
     /// Fetches a manifest (or index), at most [`MAX_MANIFEST_BYTES`], and checks its digest:
     /// `sha256` of the body, which must equal the reference's digest when it has one (and the
     /// registry's `Docker-Content-Digest` when it sends one).
+    ///
+    /// `declared` is the size an index entry gives for this manifest: the body must have
+    /// exactly that length, and no more than one byte past it is read.
     pub(crate) async fn fetch_manifest(
         &self,
         reference: &Reference,
         authorization: Option<&str>,
+        declared: Option<i64>,
     ) -> Result<(bytes::Bytes, String), ImageError> {
+        let mut size = match declared {
+            Some(declared) => {
+                let what = format!("manifest of {reference}");
+                let digest = reference.digest().unwrap_or_default().to_string();
+                let check = SizeCheck::new(reference, what, digest, declared)?;
+                if check.declared > MAX_MANIFEST_BYTES {
+                    return Err(ImageError::InvalidManifest {
+                        reference: reference.whole(),
+                        reason: format!(
+                            "its index entry declares {} bytes (at most {MAX_MANIFEST_BYTES})",
+                            check.declared
+                        ),
+                    });
+                }
+                Some(check)
+            }
+            None => None,
+        };
         let mut response = self
             .manifest_request(reference, reqwest::Method::GET, authorization)
             .await?;
@@ -264,11 +288,17 @@ impl RegistryClient {
             .get("Docker-Content-Digest")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        if let Some(size) = &size {
+            size.announced(response.content_length())?;
+        }
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| ImageError::Registry {
             reference: reference.whole(),
             detail: format!("reading the manifest: {}", chain(&e)),
         })? {
+            if let Some(size) = &mut size {
+                size.received(chunk.len())?;
+            }
             body.extend_from_slice(&chunk);
             if body.len() as u64 > MAX_MANIFEST_BYTES {
                 return Err(ImageError::InvalidManifest {
@@ -276,6 +306,9 @@ impl RegistryClient {
                     reason: format!("larger than {MAX_MANIFEST_BYTES} bytes"),
                 });
             }
+        }
+        if let Some(size) = &size {
+            size.finish()?;
         }
         let body = bytes::Bytes::from(body);
         let actual = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
@@ -308,28 +341,21 @@ impl RegistryClient {
         max: u64,
     ) -> Result<Vec<u8>, ImageError> {
         let what = format!("blob {} of {reference}", descriptor.digest);
-        if descriptor.size < 0 || descriptor.size as u64 > max {
+        let mut size = SizeCheck::for_descriptor(reference, what.clone(), descriptor)?;
+        if size.declared > max {
             return Err(ImageError::InvalidManifest {
                 reference: reference.whole(),
                 reason: format!("{what} declares {} bytes (at most {max})", descriptor.size),
             });
         }
-        let mut stream = self
-            .client
-            .pull_blob_stream(reference, &registry_only(descriptor))
-            .await
-            .map_err(|e| map_error(reference, e))?;
+        let mut stream = self.blob_stream(reference, descriptor, &size).await?;
         let mut data = Vec::new();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| map_stream_error(reference, &what, e))?;
+            size.received(chunk.len())?;
             data.extend_from_slice(&chunk);
-            if data.len() as u64 > max {
-                return Err(ImageError::InvalidManifest {
-                    reference: reference.whole(),
-                    reason: format!("{what} is larger than {max} bytes"),
-                });
-            }
         }
+        size.finish()?;
         let actual = format!("sha256:{}", hex::encode(Sha256::digest(&data)));
         if actual != descriptor.digest {
             return Err(ImageError::DigestMismatch {
@@ -339,6 +365,108 @@ impl RegistryClient {
             });
         }
         Ok(data)
+    }
+}
+
+impl RegistryClient {
+    /// Opens a blob for streaming, from the image's registry only, after checking the length
+    /// the registry announces (`Content-Length`, the whole blob) against the descriptor: a
+    /// blob of another size fails here, naming its actual size, before any byte is read.
+    /// Asked as the range "from byte 0" so that `oci-client` does not hash the blob a second
+    /// time (it verifies whole responses only); callers check the digest.
+    pub(crate) async fn blob_stream(
+        &self,
+        reference: &Reference,
+        descriptor: &OciDescriptor,
+        size: &SizeCheck,
+    ) -> Result<oci_client::client::SizedStream, ImageError> {
+        let stream = match self
+            .client
+            .pull_blob_stream_partial(reference, &registry_only(descriptor), 0, None)
+            .await
+            .map_err(|e| map_error(reference, e))?
+        {
+            BlobResponse::Full(stream) | BlobResponse::Partial(stream) => stream,
+        };
+        size.announced(stream.content_length)?;
+        Ok(stream)
+    }
+}
+
+/// The size a descriptor declares for a blob, checked against what the registry sends: an
+/// announced length (`Content-Length`) that differs fails before any byte is read, a body
+/// that runs past the declared size fails one byte past it, and one that ends early fails at
+/// its end.
+#[derive(Debug)]
+pub(crate) struct SizeCheck {
+    what: String,
+    digest: String,
+    pub(crate) declared: u64,
+    received: u64,
+}
+
+impl SizeCheck {
+    /// `declared` as a descriptor carries it (a signed number in the JSON).
+    pub(crate) fn new(
+        reference: &Reference,
+        what: String,
+        digest: String,
+        declared: i64,
+    ) -> Result<Self, ImageError> {
+        let declared = u64::try_from(declared).map_err(|_| ImageError::InvalidManifest {
+            reference: reference.whole(),
+            reason: format!("{what} declares a negative size ({declared})"),
+        })?;
+        Ok(SizeCheck {
+            what,
+            digest,
+            declared,
+            received: 0,
+        })
+    }
+
+    pub(crate) fn for_descriptor(
+        reference: &Reference,
+        what: String,
+        descriptor: &OciDescriptor,
+    ) -> Result<Self, ImageError> {
+        Self::new(reference, what, descriptor.digest.clone(), descriptor.size)
+    }
+
+    fn mismatch(&self, actual: BlobSize) -> ImageError {
+        ImageError::SizeMismatch {
+            what: self.what.clone(),
+            digest: self.digest.clone(),
+            declared: self.declared,
+            actual,
+        }
+    }
+
+    /// Checks the length the registry announced for the whole blob, if it did.
+    pub(crate) fn announced(&self, length: Option<u64>) -> Result<(), ImageError> {
+        match length {
+            Some(length) if length != self.declared => {
+                Err(self.mismatch(BlobSize::Exactly(length)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts `len` more bytes; fails once they run past the declared size.
+    pub(crate) fn received(&mut self, len: usize) -> Result<(), ImageError> {
+        self.received = self.received.saturating_add(len as u64);
+        if self.received > self.declared {
+            return Err(self.mismatch(BlobSize::MoreThan(self.declared)));
+        }
+        Ok(())
+    }
+
+    /// At the end of the body: fails if it was shorter than declared.
+    pub(crate) fn finish(&self) -> Result<(), ImageError> {
+        if self.received < self.declared {
+            return Err(self.mismatch(BlobSize::Exactly(self.received)));
+        }
+        Ok(())
     }
 }
 
@@ -509,6 +637,57 @@ mod tests {
         assert!(matches!(
             parse_reference("UPPER/Case:tag"),
             Err(ImageError::InvalidReference { .. })
+        ));
+    }
+
+    #[test]
+    fn blob_sizes_are_checked_while_streaming() {
+        let r = parse_reference("127.0.0.1:5000/app:v1").unwrap();
+        let check = |declared| SizeCheck::new(&r, "layer x".into(), "sha256:x".into(), declared);
+        let actual = |e: ImageError| match e {
+            ImageError::SizeMismatch {
+                declared, actual, ..
+            } => (declared, actual),
+            other => panic!("{other:?}"),
+        };
+
+        // Exactly the declared size, in any chunks, with or without a Content-Length.
+        let mut exact = check(10).unwrap();
+        exact.announced(Some(10)).unwrap();
+        exact.announced(None).unwrap();
+        exact.received(4).unwrap();
+        exact.received(6).unwrap();
+        exact.finish().unwrap();
+
+        // An announced length that differs fails before anything is read.
+        assert_eq!(
+            actual(check(10).unwrap().announced(Some(11)).unwrap_err()),
+            (10, BlobSize::Exactly(11))
+        );
+        assert_eq!(
+            actual(check(10).unwrap().announced(Some(3)).unwrap_err()),
+            (10, BlobSize::Exactly(3))
+        );
+
+        // A body without a length stops as soon as it runs past the declared size.
+        let mut long = check(10).unwrap();
+        long.received(10).unwrap();
+        assert_eq!(
+            actual(long.received(1).unwrap_err()),
+            (10, BlobSize::MoreThan(10))
+        );
+        // One that ends early fails at its end.
+        let mut short = check(10).unwrap();
+        short.received(9).unwrap();
+        assert_eq!(
+            actual(short.finish().unwrap_err()),
+            (10, BlobSize::Exactly(9))
+        );
+        // An empty blob declared empty is fine; a negative size is not a size.
+        check(0).unwrap().finish().unwrap();
+        assert!(matches!(
+            check(-1),
+            Err(ImageError::InvalidManifest { reason, .. }) if reason.contains("negative")
         ));
     }
 

@@ -34,6 +34,18 @@ pub enum ImageError {
         actual: String,
     },
 
+    /// A blob (layer, config, manifest or index) whose length differs from the size its
+    /// descriptor declares. Reading stops one byte past the declared size.
+    #[error(
+        "{what}: size mismatch: its descriptor declares {declared} bytes, the registry sent {actual}"
+    )]
+    SizeMismatch {
+        what: String,
+        digest: String,
+        declared: u64,
+        actual: BlobSize,
+    },
+
     #[error("limit {limit} ({value}) exceeded by {culprit}")]
     LimitExceeded {
         limit: LimitKind,
@@ -98,6 +110,24 @@ pub enum ImageError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// How long a blob turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlobSize {
+    /// Exactly this many bytes (the whole blob was seen, or the registry announced its length).
+    Exactly(u64),
+    /// More than this many bytes: reading stopped there.
+    MoreThan(u64),
+}
+
+impl fmt::Display for BlobSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BlobSize::Exactly(n) => write!(f, "{n} bytes"),
+            BlobSize::MoreThan(n) => write!(f, "more than {n} bytes"),
+        }
+    }
 }
 
 fn list_or_none(items: &[String]) -> String {

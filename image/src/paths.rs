@@ -77,6 +77,9 @@ pub fn classify(raw: &[u8]) -> Result<PathClass, ImageError> {
         if target.is_empty() {
             return Err(invalid("whiteout without a target"));
         }
+        if target == "." || target == ".." {
+            return Err(invalid("whiteout of '.' or '..'"));
+        }
         return Ok(PathClass::Whiteout(target.to_string()));
     }
     Ok(PathClass::File(name.to_string()))

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use futures::StreamExt;
 use oci_client::Reference;
-use oci_client::client::BlobResponse;
 use oci_client::manifest::{ImageIndexEntry, OciDescriptor};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -20,9 +19,7 @@ use tokio::sync::mpsc;
 use super::canonical::{
     CanonicalDigest, write_canonical, write_canonical_file, write_canonical_file_objects,
 };
-use super::client::{
-    RegistryClient, map_error, map_stream_error, parse_reference, pinned, registry_only,
-};
+use super::client::{RegistryClient, SizeCheck, map_stream_error, parse_reference, pinned};
 use super::error::ImageError;
 use super::layer::{BundleFiles, LayerTree};
 use super::limits::{EffectiveLimits, LimitKind};
@@ -267,7 +264,7 @@ impl RegistryClient {
         let authorization = self.authorization(&reference).await?;
 
         let (body, top_digest) = self
-            .fetch_manifest(&reference, authorization.as_deref())
+            .fetch_manifest(&reference, authorization.as_deref(), None)
             .await?;
         // Everything below is fetched by digest, so a tag moving meanwhile changes nothing.
         let top = reference.clone_with_digest(top_digest.clone());
@@ -277,7 +274,7 @@ impl RegistryClient {
             let (entry, platform) = select(&entries, &wanted, &reference.whole())?;
             let image_ref = reference.clone_with_digest(entry.digest.clone());
             let (body, digest) = self
-                .fetch_manifest(&image_ref, authorization.as_deref())
+                .fetch_manifest(&image_ref, authorization.as_deref(), Some(entry.size))
                 .await?;
             let manifest = parse_manifest(&image_ref, &body)?;
             if is_index(&manifest) {
@@ -406,16 +403,8 @@ impl RegistryClient {
         let limits = &request.limits;
         let stats = request.stats.as_deref();
         let what = format!("layer {} of {}", layer.digest, reference.whole());
-        // Asked as the range "from byte 0" so that the client does not hash the blob a second
-        // time (it verifies whole responses only); the digest is checked below either way.
-        let mut stream = match self
-            .client
-            .pull_blob_stream_partial(reference, &registry_only(layer), 0, None)
-            .await
-            .map_err(|e| map_error(reference, e))?
-        {
-            BlobResponse::Full(stream) | BlobResponse::Partial(stream) => stream,
-        };
+        let mut size = SizeCheck::for_descriptor(reference, what.clone(), layer)?;
+        let mut stream = self.blob_stream(reference, layer, &size).await?;
         let (tx, rx) = mpsc::channel::<Bytes>(16);
         let name = layer.digest.clone();
         let worker = tokio::task::spawn_blocking(move || {
@@ -435,6 +424,10 @@ impl RegistryClient {
                     break;
                 }
             };
+            if let Err(mismatch) = size.received(chunk.len()) {
+                failure = Some(mismatch);
+                break;
+            }
             total += chunk.len() as u64;
             if let Some(stats) = stats {
                 stats.compressed_bytes.store(total, Ordering::Relaxed);
@@ -464,6 +457,7 @@ impl RegistryClient {
         if let Some(failure) = failure {
             return Err(failure);
         }
+        size.finish()?;
         let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
         if actual != layer.digest {
             return Err(ImageError::DigestMismatch {

@@ -23,7 +23,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use crate::auth::{Authorizer, Decision};
 use crate::metrics::{AuthLabels, CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics, RequestLabels};
 use crate::range::{RangeOutcome, parse_range};
-use crate::store::{Content, PutOutcome, Store, StoreError};
+use crate::store::{Content, PutOutcome, Store, StoreError, TransferLimits};
 
 /// Chunk size when streaming a large body.
 const STREAM_CHUNK: u64 = 128 * 1024;
@@ -36,6 +36,8 @@ pub struct AppState {
     /// Set once the start-up check of the store is done.
     pub ready: AtomicBool,
     pub max_body_bytes: u64,
+    /// How slow a download may be (uploads: the store's own copy).
+    pub transfer: TransferLimits,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -223,6 +225,11 @@ fn store_error(e: StoreError) -> Response {
         StoreError::TarballNotFound { .. } | StoreError::BundleNotFound(_) => StatusCode::NOT_FOUND,
         StoreError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         StoreError::DigestMismatch { .. } | StoreError::Body(_) => StatusCode::BAD_REQUEST,
+        StoreError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+        StoreError::NoSpace { .. } => {
+            tracing::error!(error = %e, "storage volume full");
+            StatusCode::INSUFFICIENT_STORAGE
+        }
         StoreError::Io { .. } | StoreError::NotADirectory(_) | StoreError::Task(_) => {
             tracing::error!(error = %e, "storage error");
             StatusCode::INTERNAL_SERVER_ERROR
@@ -298,7 +305,7 @@ async fn get_tarball(
             // Offsets are within `size`, which is `data.len()`.
             Body::from(data.slice(start as usize..(start + len) as usize))
         }
-        Content::File { file, .. } => stream_file(file, start, len, s.metrics.clone()),
+        Content::File { file, .. } => stream_file(file, start, len, s.metrics.clone(), s.transfer),
     };
     builder.body(body).unwrap_or_default()
 }
@@ -308,13 +315,34 @@ async fn get_tarball(
 /// The buffer is allocated on the async side and reused once hyper has written the
 /// previous chunk, so a download costs at most two chunks of memory and the blocking
 /// threads never allocate (which keeps glibc from spreading buffers over its arenas).
-fn stream_file(file: File, start: u64, len: u64, metrics: Arc<Metrics>) -> Body {
+///
+/// A client reading too slowly is cut off: hyper asks for the next chunk only once the
+/// previous one is written, so a download still running past `transfer`'s deadline for its
+/// length fails there (a client that reads nothing at all is cut off by the connection's
+/// write timeout, since then nothing asks for a chunk).
+fn stream_file(
+    file: File,
+    start: u64,
+    len: u64,
+    metrics: Arc<Metrics>,
+    transfer: TransferLimits,
+) -> Body {
     let buf = BytesMut::with_capacity(len.min(STREAM_CHUNK) as usize);
+    let deadline = transfer.deadline(tokio::time::Instant::now(), len);
     let stream = futures::stream::try_unfold(
         (file, start, start + len, buf),
-        |(file, pos, end, mut buf)| async move {
+        move |(file, pos, end, mut buf)| async move {
             if pos >= end {
                 return Ok(None);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "download slower than the minimum of {} bytes a second",
+                        transfer.min_rate
+                    ),
+                ));
             }
             let n = (end - pos).min(STREAM_CHUNK) as usize;
             buf.clear();

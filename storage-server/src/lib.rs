@@ -7,6 +7,8 @@ pub mod http;
 pub mod metrics;
 pub mod range;
 pub mod server;
+pub mod stall;
 pub mod store;
 
 pub use server::{AuthConfig, Config, Server, ServerError, TlsFiles};
+pub use store::TransferLimits;

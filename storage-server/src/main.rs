@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
-use gantry_storage::{AuthConfig, Config, Server, TlsFiles};
+use gantry_storage::server::HEADER_READ_TIMEOUT;
+use gantry_storage::{AuthConfig, Config, Server, TlsFiles, TransferLimits};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -51,6 +52,16 @@ struct Args {
     /// Memory for caching tarballs of up to 64 KiB, in bytes (0 disables the cache).
     #[arg(long, default_value_t = 8 << 20)]
     cache_bytes: u64,
+    /// Seconds a client may take to send a request head (and to finish a TLS handshake).
+    #[arg(long, default_value_t = HEADER_READ_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    header_read_timeout: u64,
+    /// Seconds an upload may send nothing, or a download be left unread, before it is cut off.
+    #[arg(long, default_value_t = TransferLimits::DEFAULT.idle_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout: u64,
+    /// Bytes per second an upload or download must average (after --idle-timeout's grace)
+    /// before it is cut off; 0 disables the check.
+    #[arg(long, default_value_t = TransferLimits::DEFAULT.min_rate)]
+    min_transfer_rate: u64,
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
 }
@@ -120,6 +131,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tls,
         max_body_bytes: args.max_body_bytes,
         cache_bytes: args.cache_bytes,
+        header_read_timeout: Duration::from_secs(args.header_read_timeout),
+        transfer: TransferLimits {
+            idle_timeout: Duration::from_secs(args.idle_timeout),
+            min_rate: args.min_transfer_rate,
+        },
     })
     .await?;
     let addr = server.local_addr().context("reading the listen address")?;

@@ -20,12 +20,13 @@ use tokio_rustls::TlsAcceptor;
 use crate::auth::Authorizer;
 use crate::http::{AppState, router};
 use crate::metrics::Metrics;
-use crate::store::{SMALL_TARBALL, Store, StoreError};
+use crate::stall::WriteTimeout;
+use crate::store::{SMALL_TARBALL, Store, StoreError, TransferLimits};
 
 /// How long open connections may take to finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-/// How long a client may take to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client may take to send a request's headers (the default of the flag).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// hyper's per-connection buffer limit (its default is about 400 KiB).
 const HTTP1_MAX_BUF: usize = 64 * 1024;
 
@@ -81,6 +82,10 @@ pub struct Config {
     pub max_body_bytes: u64,
     /// Memory for caching small tarballs (0: no cache).
     pub cache_bytes: u64,
+    /// How long a client may take to send a request head or finish a TLS handshake.
+    pub header_read_timeout: Duration,
+    /// How slow uploads and downloads may be.
+    pub transfer: TransferLimits,
 }
 
 /// Refuses to serve without authentication anywhere but on loopback.
@@ -123,7 +128,9 @@ fn load_tls(files: &TlsFiles) -> Result<TlsAcceptor, ServerError> {
     .with_no_client_auth()
     .with_single_cert(certs, key)
     .map_err(|e| tls_err("key", &files.key, e))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // HTTP/1.1 only: hyper bounds the time a client takes to send an HTTP/1 request head, but
+    // has no such limit for HTTP/2, whose slow clients could hold connections forever.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
@@ -131,6 +138,7 @@ pub struct Server {
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     state: Arc<AppState>,
+    header_read_timeout: Duration,
 }
 
 impl Server {
@@ -139,11 +147,10 @@ impl Server {
     pub async fn bind(config: Config) -> Result<Self, ServerError> {
         check_listen(config.listen, &config.auth)?;
         let tls = config.tls.as_ref().map(load_tls).transpose()?;
-        let store = Arc::new(Store::open_with_cache(
-            &config.root,
-            config.cache_bytes,
-            SMALL_TARBALL,
-        )?);
+        let store = Arc::new(
+            Store::open_with_cache(&config.root, config.cache_bytes, SMALL_TARBALL)?
+                .with_transfer_limits(config.transfer),
+        );
         let metrics = Arc::new(Metrics::new(
             store.stored_bytes_gauge(),
             store.stored_tarballs_gauge(),
@@ -172,7 +179,9 @@ impl Server {
                 metrics,
                 ready: AtomicBool::new(false),
                 max_body_bytes: config.max_body_bytes,
+                transfer: config.transfer,
             }),
+            header_read_timeout: config.header_read_timeout,
         })
     }
 
@@ -186,19 +195,23 @@ impl Server {
             listener,
             tls,
             state,
+            header_read_timeout,
         } = self;
+        let write_timeout = state.transfer.idle_timeout;
         let service = TowerToHyperService::new(router(state.clone()));
-        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // HTTP/1 only, without sniffing the version: the sniffing waits for the first bytes
+        // with no time limit, while hyper's HTTP/1 header timeout runs from the start of the
+        // connection (a client that sends nothing is closed after it too).
+        let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
         // Without a timer hyper enforces no header timeout: slow clients could hold
         // connections open forever without sending a request.
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .header_read_timeout(header_read_timeout)
             // Bounds what hyper queues per connection (one streamed chunk), which keeps
             // memory flat with many concurrent large downloads; also caps request heads.
             .max_buf_size(HTTP1_MAX_BUF);
-        builder.http2().timer(TokioTimer::new());
         let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
 
@@ -254,6 +267,7 @@ impl Server {
                         }
                     };
                     let _ = tcp.set_nodelay(true);
+                    let tcp = WriteTimeout::new(tcp, write_timeout);
                     let service = service.clone();
                     let builder = builder.clone();
                     let watcher = graceful.watcher();
@@ -268,7 +282,7 @@ impl Server {
                         }
                         Some(acceptor) => {
                             tokio::spawn(async move {
-                                let handshake = tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(tcp));
+                                let handshake = tokio::time::timeout(header_read_timeout, acceptor.accept(tcp));
                                 let stream = match handshake.await {
                                     Ok(Ok(s)) => s,
                                     Ok(Err(e)) => {

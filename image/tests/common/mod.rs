@@ -146,6 +146,18 @@ pub async fn push_image_manifest(
     (digest, manifest)
 }
 
+/// Pushes one blob to `repository`; returns its digest.
+pub async fn push_blob(host: &str, repository: &str, data: &[u8]) -> String {
+    let reference: Reference = format!("{host}/{repository}:unused").parse().unwrap();
+    let client = push_client(host, &reference).await;
+    let digest = sha256(data);
+    client
+        .push_blob(&reference, data.to_vec(), &digest)
+        .await
+        .unwrap();
+    digest
+}
+
 /// Pushes a manifest or index body under a tag.
 pub async fn tag(host: &str, repository: &str, tag: &str, body: Vec<u8>, media_type: &'static str) {
     let reference: Reference = format!("{host}/{repository}:{tag}").parse().unwrap();

@@ -191,6 +191,7 @@ impl Error {
             | ImageError::AuthRefused { .. }
             | ImageError::PlatformNotFound { .. }
             | ImageError::DigestMismatch { .. }
+            | ImageError::SizeMismatch { .. }
             | ImageError::InvalidManifest { .. }
             | ImageError::Registry { .. }
             | ImageError::Config(_)

@@ -15,7 +15,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncWriteExt, BufWriter};
 
 use super::files::{blocking, fsync_dir, io_err, is_real_dir};
-use super::{BODY_IDLE_TIMEOUT, StoreError};
+use super::{StoreError, TransferLimits};
 
 const WRITE_BUFFER: usize = 256 * 1024;
 
@@ -57,14 +57,16 @@ impl TempFile {
     }
 
     /// Writes `body` to `file` (this temporary file), hashing it on the way, and makes it
-    /// durable; fails if it is over `limit` bytes, stalls, or its sha256 is not `digest`.
-    /// Returns the size. Hashing a chunk as it arrives is cheap enough for the async side.
+    /// durable; fails if it is over `limit` bytes, stalls or trickles (`transfer`), or its
+    /// sha256 is not `digest`. Returns the size. Hashing a chunk as it arrives is cheap enough
+    /// for the async side.
     pub(super) async fn write_verified<S, E>(
         &self,
         file: fs::File,
         mut body: S,
         limit: u64,
         digest: &Digest,
+        transfer: TransferLimits,
     ) -> Result<u64, StoreError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -74,16 +76,24 @@ impl TempFile {
         let mut writer = BufWriter::with_capacity(WRITE_BUFFER, tokio::fs::File::from_std(file));
         let mut hasher = Sha256::new();
         let mut size = 0u64;
+        let start = tokio::time::Instant::now();
         loop {
-            // A stalled upload would otherwise hold the bundle's lock (and block its
-            // deletion) for as long as the client keeps the connection open.
-            let next = tokio::time::timeout(BODY_IDLE_TIMEOUT, body.next())
+            // A stalled or trickling upload would otherwise hold the bundle's lock (and block
+            // its deletion) for as long as the client keeps the connection open.
+            let idle = tokio::time::Instant::now() + transfer.idle_timeout;
+            let rate = transfer.deadline(start, size);
+            let next = tokio::time::timeout_at(idle.min(rate), body.next())
                 .await
                 .map_err(|_| {
-                    StoreError::Body(format!(
-                        "no data for {} seconds",
-                        BODY_IDLE_TIMEOUT.as_secs()
-                    ))
+                    StoreError::Timeout(if idle <= rate {
+                        format!("no data for {} seconds", transfer.idle_timeout.as_secs())
+                    } else {
+                        format!(
+                            "{size} bytes in {} seconds, slower than the minimum of {} bytes a second",
+                            start.elapsed().as_secs(),
+                            transfer.min_rate
+                        )
+                    })
                 })?;
             let Some(chunk) = next else {
                 break;

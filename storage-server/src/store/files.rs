@@ -10,10 +10,18 @@ use gantry_api::storage::{Digest, StoredTarball};
 
 use super::StoreError;
 
+/// Names the path of a failed file system step; a full volume (or quota) is told apart, since
+/// the client is told so (`507`) rather than of an internal error.
 pub(super) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
-        path: path.to_owned(),
-        source,
+    move |source| match source.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => StoreError::NoSpace {
+            path: path.to_owned(),
+            source,
+        },
+        _ => StoreError::Io {
+            path: path.to_owned(),
+            source,
+        },
     }
 }
 

@@ -23,7 +23,7 @@ use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::Stream;
@@ -47,8 +47,40 @@ pub const QUARANTINE_DIR: &str = ".quarantine";
 /// Tarballs up to this size are read whole, and are what the memory cache keeps.
 pub const SMALL_TARBALL: u64 = 64 * 1024;
 
-/// An upload that sends nothing for this long is aborted.
-pub const BODY_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How slow a transfer may be before it is cut off, so that a client sending or reading one
+/// byte at a time cannot hold a connection, a file and a bundle's lock forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferLimits {
+    /// A transfer that moves no byte for this long is cut off.
+    pub idle_timeout: Duration,
+    /// Bytes per second a transfer must average: one of `n` bytes must be done within
+    /// `idle_timeout + n / min_rate` of its start (as Apache's mod_reqtimeout `MinRate`).
+    /// 0 disables the check.
+    pub min_rate: u64,
+}
+
+impl TransferLimits {
+    /// The defaults of the server's flags.
+    pub const DEFAULT: TransferLimits = TransferLimits {
+        idle_timeout: Duration::from_secs(60),
+        min_rate: 16 * 1024,
+    };
+
+    /// The time by which a transfer that started at `start` must have moved `bytes`.
+    pub fn deadline(&self, start: tokio::time::Instant, bytes: u64) -> tokio::time::Instant {
+        let allowed = match self.min_rate {
+            0 => Duration::from_secs(100 * 365 * 24 * 3600),
+            rate => Duration::from_secs_f64(bytes as f64 / rate as f64),
+        };
+        start + self.idle_timeout + allowed
+    }
+}
+
+impl Default for TransferLimits {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -58,6 +90,16 @@ pub enum StoreError {
     DigestMismatch { expected: String, actual: String },
     #[error("reading the request body: {0}")]
     Body(String),
+    /// The client sent its upload too slowly (or not at all).
+    #[error("upload cut off: {0}")]
+    Timeout(String),
+    /// The volume has no space (or quota) left; nothing of the upload is kept.
+    #[error("{path}: the storage volume is full: {source}")]
+    NoSpace {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("tarball {bundle}/{digest}.tar.gz not found")]
     TarballNotFound { bundle: String, digest: String },
     #[error("bundle {0} not found")]
@@ -100,6 +142,7 @@ impl Content {
 
 pub struct Store {
     root: PathBuf,
+    transfer: TransferLimits,
     cache: Cache,
     locks: Locks,
     temp_counter: AtomicU64,
@@ -123,6 +166,7 @@ impl Store {
         }
         Ok(Self {
             root,
+            transfer: TransferLimits::DEFAULT,
             cache: Cache::new(budget, entry_max),
             locks: Locks::default(),
             temp_counter: AtomicU64::new(0),
@@ -133,6 +177,12 @@ impl Store {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Sets how slow an upload may be.
+    pub fn with_transfer_limits(mut self, transfer: TransferLimits) -> Self {
+        self.transfer = transfer;
+        self
     }
 
     /// Total size of the stored tarballs.
@@ -193,7 +243,9 @@ impl Store {
         let dir = self.bundle_dir(bundle);
         let temp_path = dir.join(format!("{TEMP_PREFIX}{digest}-{}", self.unique_suffix()));
         let (temp, file) = TempFile::create(&self.root, &dir, temp_path).await?;
-        let size = temp.write_verified(file, body, limit, digest).await?;
+        let size = temp
+            .write_verified(file, body, limit, digest, self.transfer)
+            .await?;
 
         let _commit = lock.lock.commit.lock().await;
         let created = temp
@@ -468,12 +520,43 @@ mod tests {
             .chain(futures::stream::pending());
         let err = store.put(&b, &d, Box::pin(stalled), 100).await.unwrap_err();
         assert!(
-            matches!(&err, StoreError::Body(m) if m.contains("no data for 60 seconds")),
+            matches!(&err, StoreError::Timeout(m) if m.contains("no data for 60 seconds")),
             "{err}"
         );
         assert_eq!(fs::read_dir(dir.path().join("demo")).unwrap().count(), 0);
         // The lock was released: the bundle can be deleted.
         assert_eq!(store.delete_bundle(&b).await.unwrap(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_upload_slower_than_the_minimum_rate_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path())
+            .unwrap()
+            .with_transfer_limits(TransferLimits {
+                idle_timeout: Duration::from_secs(5),
+                min_rate: 100,
+            });
+        let b = BundleName::parse("demo").unwrap();
+        let d = digest_of(&[b'x'; 10_000]);
+        // One byte a second: never idle for 5 seconds, but far below 100 bytes a second.
+        let trickle = futures::stream::unfold(0u32, |n| async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            (n < 10_000).then(|| (Ok::<_, io::Error>(Bytes::from_static(b"x")), n + 1))
+        });
+        let started = tokio::time::Instant::now();
+        let err = store
+            .put(&b, &d, Box::pin(trickle), 1 << 20)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Timeout(m) if m.contains("100 bytes a second")),
+            "{err}"
+        );
+        // Cut off once 5 s + n/100 s is past for the n bytes received: after about 5 s.
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(7), "{took:?}");
+        assert_eq!(fs::read_dir(dir.path().join("demo")).unwrap().count(), 0);
     }
 
     #[tokio::test]

@@ -9,8 +9,12 @@ use gantry_tests::{StorageOptions, StorageServer, registry, unique_name, wait_un
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 
+/// Each test runs its own provisioner, which must be the only one: they take turns.
+static ONE_PROVISIONER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn a_restart_in_the_middle_of_a_large_apply_converges() {
+    let _only = ONE_PROVISIONER.lock().await;
     let client = setup().await;
     let storage = StorageServer::start(StorageOptions::default());
     let ns = unique_name("restart");
@@ -83,6 +87,7 @@ async fn a_restart_in_the_middle_of_a_large_apply_converges() {
 /// chaos run: such objects stayed forever.
 #[tokio::test]
 async fn objects_of_an_interrupted_apply_are_pruned_when_the_content_moves_on() {
+    let _only = ONE_PROVISIONER.lock().await;
     let client = setup().await;
     let storage = StorageServer::start(StorageOptions::default());
     let ns = unique_name("interrupted");

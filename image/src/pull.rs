@@ -245,7 +245,7 @@ impl RegistryClient {
         let reference = parse_reference(reference)?;
         let authorization = self.authorization(&reference).await?;
         let (body, digest) = self
-            .fetch_manifest(&reference, authorization.as_deref())
+            .fetch_manifest(&reference, authorization.as_deref(), None)
             .await?;
         let manifest = parse_manifest(&reference, &body)?;
         if !is_index(&manifest) {

@@ -440,7 +440,7 @@ impl RegistryClient {
                 break;
             }
             let at = reference.clone_with_digest(referrer.digest.clone());
-            let (body, _) = self.fetch_manifest(&at, authorization).await?;
+            let (body, _) = self.fetch_manifest(&at, authorization, None).await?;
             let manifest: Manifest = parse(&at, &body)?;
             if manifest.subject.as_ref().map(|s| s.digest.as_str()) != Some(digest.as_str()) {
                 notes.push(format!(
@@ -484,7 +484,7 @@ impl RegistryClient {
             reference.repository().to_string(),
             tag.clone(),
         );
-        match self.fetch_manifest(&at, authorization).await {
+        match self.fetch_manifest(&at, authorization, None).await {
             Ok((body, _)) => {
                 let manifest: Manifest = parse(&at, &body)?;
                 let layers = manifest
@@ -550,7 +550,7 @@ impl RegistryClient {
                     reference.repository().to_string(),
                     fallback_tag(digest),
                 );
-                match self.fetch_manifest(&at, authorization).await {
+                match self.fetch_manifest(&at, authorization, None).await {
                     Ok((body, _)) => parse(&at, &body)?,
                     Err(ImageError::NotFound { .. }) => Manifest::default(),
                     Err(other) => return Err(other),

@@ -157,7 +157,7 @@ async fn a_bad_bundle_is_refused_with_the_same_message_in_both_modes() {
             wait_unpacked_false(cluster, &client, &bundle_name, reasons::INVALID_BUNDLE).await;
         let message = unpacked(&refused).unwrap().message;
         assert!(
-            message.starts_with(&format!("invalid bundle {image}: "))
+            message.starts_with(&format!("invalid bundle {image}@sha256:"))
                 && message.contains("10-config.yaml")
                 && message.contains("metadata.name is missing"),
             "{bundle_name}: {message}"

@@ -13,6 +13,7 @@ use kube::{Client, ResourceExt};
 use super::NodePullSettings;
 use super::pod::{PodFailure, PodInputs, PodState, pod_name, runtime_digest, state, unpack_pod};
 use crate::controller::error::{Error, Result};
+use crate::controller::source::is_digest_reference;
 
 /// How long past `activeDeadlineSeconds` the controller waits (scheduling, image pulls).
 const GRACE: Duration = Duration::from_secs(30);
@@ -118,10 +119,14 @@ pub async fn unpack_on_node(
             image: image.to_string(),
             message,
         }),
-        PodState::Failed(PodFailure::InvalidBundle(message)) => Err(Error::InvalidBundleReported {
-            image: image.to_string(),
-            message,
-        }),
+        PodState::Failed(PodFailure::InvalidBundle { message, image_id }) => {
+            // Named as a direct pull names it: the reference with the digest it resolved to.
+            let image = match runtime_digest(&image_id) {
+                Some(digest) if !is_digest_reference(image) => format!("{image}@{digest}"),
+                _ => image.to_string(),
+            };
+            Err(Error::InvalidBundleReported { image, message })
+        }
         PodState::Failed(PodFailure::Unpack(message)) => Err(unpack_error(image, message)),
         PodState::Waiting { unschedulable } => Err(unpack_error(
             image,

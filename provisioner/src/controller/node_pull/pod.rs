@@ -180,8 +180,9 @@ pub fn unpack_pod(name: &str, inputs: &PodInputs<'_>) -> Result<Pod, serde_json:
 pub enum PodFailure {
     /// The kubelet could not pull an image: its reason and message.
     Pull(String),
-    /// The content is invalid: the program's message.
-    InvalidBundle(String),
+    /// The content is invalid: the program's message, and the runtime's `imageID` of what it
+    /// read (so the failure names the digest, as a direct pull's does).
+    InvalidBundle { message: String, image_id: String },
     /// Anything else.
     Unpack(String),
 }
@@ -253,7 +254,10 @@ pub fn state(pod: &Pod) -> PodState {
                     "the unpack program's report {message:?} is not readable: {e}"
                 ))),
             },
-            EXIT_INVALID_BUNDLE => PodState::Failed(PodFailure::InvalidBundle(message)),
+            EXIT_INVALID_BUNDLE => PodState::Failed(PodFailure::InvalidBundle {
+                message,
+                image_id: main.image_id.clone(),
+            }),
             code => PodState::Failed(PodFailure::Unpack(format!(
                 "the unpack program failed (exit code {code}{}): {message}",
                 done.reason
@@ -398,7 +402,10 @@ mod tests {
         );
         assert_eq!(
             state(&terminated(EXIT_INVALID_BUNDLE, "invalid YAML")),
-            PodState::Failed(PodFailure::InvalidBundle("invalid YAML".into()))
+            PodState::Failed(PodFailure::InvalidBundle {
+                message: "invalid YAML".into(),
+                image_id: "r/x@sha256:ab".into()
+            })
         );
         assert!(matches!(
             state(&terminated(1, "storage")),

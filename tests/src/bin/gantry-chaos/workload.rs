@@ -39,6 +39,9 @@ pub struct BundleModel {
     pub approved: BTreeSet<String>,
     /// Whether an approval write is known to have succeeded.
     pub approval_confirmed: bool,
+    /// The UID of the Bundle the confirmed approval was written to (a soak deletes and creates
+    /// bundles again: an approval of an earlier one is not expected on a later one).
+    pub approved_uid: Option<String>,
 }
 
 impl BundleModel {
@@ -150,6 +153,7 @@ impl Workload {
                     deleted: false,
                     approved: BTreeSet::new(),
                     approval_confirmed: false,
+                    approved_uid: None,
                 })
             })
             .collect();
@@ -297,6 +301,7 @@ impl Workload {
             bundle.created = false;
             bundle.approved.clear();
             bundle.approval_confirmed = false;
+            bundle.approved_uid = None;
         }
     }
 
@@ -410,6 +415,7 @@ impl Workload {
         {
             Ok(_) => {
                 bundle.approval_confirmed = true;
+                bundle.approved_uid = live.uid();
                 self.counters.approved.fetch_add(1, Ordering::Relaxed);
             }
             Err(_) => {
@@ -468,6 +474,7 @@ impl Workload {
             }
             if model.approval_confirmed
                 && let Some(live) = live
+                && live.uid() == model.approved_uid
             {
                 match live.status.as_ref().and_then(|s| s.approval.as_ref()) {
                     Some(a) if model.approved.contains(&a.digest) => {}

@@ -38,20 +38,7 @@ async fn a_restart_in_the_middle_of_a_large_apply_converges() {
     )
     .await;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let partial = wait_until("the apply to be under way", WAIT, || {
-        let config_maps = config_maps.clone();
-        async move {
-            let n = config_maps
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .len();
-            // kube-root-ca.crt is not created here (no controller-manager runs).
-            (20..OBJECTS).contains(&n).then_some(n)
-        }
-    })
-    .await;
+    let partial = wait_for_count("the apply to be under way", &config_maps, 20..OBJECTS).await;
     provisioner.kill();
     let after_kill = config_maps
         .list(&ListParams::default())
@@ -118,19 +105,7 @@ async fn objects_of_an_interrupted_apply_are_pruned_when_the_content_moves_on() 
         .collect();
     push(&repository, &[("a.yaml", documents)]).await;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    wait_until("v2's apply to be under way", WAIT, || {
-        let config_maps = config_maps.clone();
-        async move {
-            let n = config_maps
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .len();
-            (10..OBJECTS).contains(&n).then_some(n)
-        }
-    })
-    .await;
+    wait_for_count("v2's apply to be under way", &config_maps, 10..OBJECTS).await;
     provisioner.kill();
 
     // Before v2 is applied again, the tag moves on to v3, which has none of v2's objects.
@@ -153,4 +128,26 @@ async fn objects_of_an_interrupted_apply_are_pruned_when_the_content_moves_on() 
         .filter_map(|cm| cm.metadata.name)
         .collect();
     assert_eq!(left, ["third"], "only v3's objects are left");
+}
+
+/// Waits until the number of ConfigMaps in `config_maps` lies in `range` (an apply under way);
+/// returns it. kube-root-ca.crt is not created here (no controller-manager runs).
+async fn wait_for_count(
+    what: &str,
+    config_maps: &Api<ConfigMap>,
+    range: std::ops::Range<usize>,
+) -> usize {
+    wait_until(what, WAIT, || {
+        let (config_maps, range) = (config_maps.clone(), range.clone());
+        async move {
+            let n = config_maps
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .len();
+            range.contains(&n).then_some(n)
+        }
+    })
+    .await
 }

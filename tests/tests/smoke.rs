@@ -170,8 +170,10 @@ async fn kubectl_prints_the_printer_columns() {
         .create(&PostParams::default(), &b)
         .await
         .expect("creating a Bundle");
-    let patch = json!({ "status": { "phase": "Installed", "resolvedImage": "127.0.0.1:5000/columns@sha256:abcd",
-        "conditions": [{ "type": "Ready", "status": "True", "reason": "InstallSucceeded", "message": "",
+    let patch = json!({ "status": { "phase": "Installed", "className": "plain",
+        "resolvedImage": "127.0.0.1:5000/columns@sha256:abcd",
+        "installedImage": "127.0.0.1:5000/columns@sha256:abcd",
+        "conditions": [{ "type": "Ready", "status": "True", "reason": "InstallSucceeded", "message": "3 objects applied",
                          "lastTransitionTime": "2026-01-01T00:00:00Z" }] } });
     bundles
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -197,7 +199,9 @@ async fn kubectl_prints_the_printer_columns() {
         .collect();
     assert_eq!(
         header,
-        ["NAME", "CLASS", "IMAGE", "PHASE", "READY", "AGE"],
+        [
+            "NAME", "CLASS", "IMAGE", "PHASE", "READY", "SINCE", "AGE", "MESSAGE"
+        ],
         "{stdout}"
     );
     let row: Vec<&str> = lines
@@ -216,6 +220,7 @@ async fn kubectl_prints_the_printer_columns() {
         ],
         "{stdout}"
     );
+    assert_eq!(&row[7..], ["3", "objects", "applied"], "{stdout}");
 
     let output = plane
         .kubectl()
@@ -223,14 +228,15 @@ async fn kubectl_prints_the_printer_columns() {
         .output()
         .expect("running kubectl");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        stdout
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .ends_with("RESOLVED"),
-        "{stdout}"
-    );
+    let wide_header: Vec<&str> = stdout
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    for column in ["HEALTHY", "INSTALLED", "RESOLVED"] {
+        assert!(wide_header.contains(&column), "{column} missing: {stdout}");
+    }
     assert!(
         stdout.contains("127.0.0.1:5000/columns@sha256:abcd"),
         "{stdout}"

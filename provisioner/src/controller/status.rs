@@ -20,6 +20,15 @@ use super::context::Context;
 use super::error::Result;
 
 /// Sets condition `type_`, keeping `lastTransitionTime` when the status does not change.
+/// "1 object", "3 objects": counts in condition messages.
+pub fn objects(count: usize) -> String {
+    if count == 1 {
+        "1 object".to_string()
+    } else {
+        format!("{count} objects")
+    }
+}
+
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
@@ -306,6 +315,13 @@ fn same_class_status(a: &ProvisionerClassStatus, b: &ProvisionerClassStatus) -> 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn counts_read_as_english() {
+        assert_eq!(super::objects(1), "1 object");
+        assert_eq!(super::objects(0), "0 objects");
+        assert_eq!(super::objects(3), "3 objects");
+    }
+
     use super::*;
 
     fn status_with(conditions: &[(&str, bool, &str)]) -> BundleStatus {

@@ -22,7 +22,7 @@ use crate::controller::error::{Error, Result};
 use crate::controller::identity::Applier;
 use crate::controller::plan::Plan;
 use crate::controller::source::digest_of;
-use crate::controller::status::condition;
+use crate::controller::status::{condition, objects};
 
 /// Applies, prunes, records the inventory and sets `Installed`.
 pub(super) async fn apply_and_prune(
@@ -49,7 +49,7 @@ pub(super) async fn apply_and_prune(
             types::INSTALLED,
             false,
             reasons::INSTALLING,
-            format!("applying {} objects", plan.objects.len()),
+            format!("applying {}", objects(plan.objects.len())),
         );
         pass.show_progress().await?;
     }
@@ -136,15 +136,6 @@ async fn record_before_applying(pass: &mut Pass<'_>, planned: &[InventoryEntry])
     }
     pass.status.inventory.extend(unrecorded);
     pass.show_progress().await
-}
-
-/// "1 object", "3 objects".
-fn objects(count: usize) -> String {
-    if count == 1 {
-        "1 object".to_string()
-    } else {
-        format!("{count} objects")
-    }
 }
 
 /// A duration as a user wrote it: `90s`, `5m`, `1h30m`.
@@ -319,6 +310,5 @@ mod tests {
         assert_eq!(humantime(Duration::from_secs(90)), "1m30s");
         assert_eq!(humantime(Duration::from_secs(2)), "2s");
         assert_eq!(humantime(Duration::from_secs(3600)), "1h");
-        assert_eq!(objects(1), "1 object");
     }
 }

@@ -58,7 +58,10 @@ pub(super) async fn unpack_and_store(
         types::UNPACKED,
         true,
         reasons::UNPACK_SUCCEEDED,
-        format!("{} objects from {resolved_image}", objects.len()),
+        format!(
+            "{} from {resolved_image}",
+            crate::controller::status::objects(objects.len())
+        ),
     );
     Ok(Flow::Continue(Content {
         resolved_image,

@@ -193,7 +193,10 @@ fn judge(
     if unhealthy.is_empty() {
         return Verdict {
             reason: reasons::HEALTHY,
-            message: format!("{} objects healthy", objects.len()),
+            message: format!(
+                "{} healthy",
+                crate::controller::status::objects(objects.len())
+            ),
             wake: None,
         };
     }

@@ -551,8 +551,7 @@ async fn symlinks_are_never_followed() {
         r.status
     );
     // The start-up check reported both links and left them alone.
-    let logs = server.logs();
-    assert!(logs.contains("ignoring unexpected entry"), "{logs}");
+    server.wait_for_log("ignoring unexpected entry").await;
 
     // Deleting the bundle holding a symlink removes the link, not its target.
     assert_eq!(

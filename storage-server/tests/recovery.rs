@@ -94,13 +94,9 @@ async fn kill_during_upload_leaves_no_partial_file_and_keeps_earlier_content() {
             .await,
         Some(1.0)
     );
-    assert!(
-        server
-            .logs()
-            .contains("removed temporary file of an interrupted upload"),
-        "{}",
-        server.logs()
-    );
+    server
+        .wait_for_log("removed temporary file of an interrupted upload")
+        .await;
 
     // The store still works after the restart.
     assert_eq!(
@@ -158,8 +154,7 @@ async fn corrupt_tarball_is_detected_at_start_and_never_served() {
     let quarantined = tree(&dir.path().join(".quarantine").join("demo"));
     assert_eq!(quarantined.len(), 1, "{quarantined:?}");
     assert!(quarantined[0].starts_with(&format!("{}.tar.gz.", sha256_hex(&bad))));
-    let logs = server.logs();
-    assert!(logs.contains("corrupt tarball"), "{logs}");
+    let logs = server.wait_for_log("corrupt tarball").await;
     assert!(logs.contains(&sha256_hex(&bad)), "{logs}");
     assert_eq!(
         server.metric("gantry_storage_corrupt_tarballs_total").await,

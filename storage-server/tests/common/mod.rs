@@ -115,6 +115,23 @@ impl Server {
         self.logs.lock().unwrap().join("\n")
     }
 
+    /// Waits until the server has logged a line containing `needle`: its stderr is read by
+    /// another thread, so a line may arrive after the response it accompanies.
+    pub async fn wait_for_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let logs = self.logs();
+            if logs.contains(needle) {
+                return logs;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line with {needle:?} within 10 s:\n{logs}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -24,7 +24,9 @@ bench_up() {
   trap bench_down EXIT
   # shellcheck disable=SC1090,SC1091
   source "$bench_state/env"
-  kubectl apply --server-side -f manifests/00-namespace.yaml -f manifests/20-classes.yaml >/dev/null
+  # The shipped classes apply bundles as the ServiceAccount gantry-applier (02 and 03).
+  kubectl apply --server-side -f manifests/00-namespace.yaml -f manifests/02-serviceaccounts.yaml \
+    -f manifests/03-rbac-provisioner.yaml -f manifests/20-classes.yaml >/dev/null
   kubectl patch provisionerclass plain --type merge \
     -p "{\"spec\":{\"insecureRegistries\":[\"$GANTRY_REGISTRY\"]}}" >/dev/null
 }

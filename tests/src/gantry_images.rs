@@ -20,6 +20,23 @@ const CARGO_SETS: [&str; 8] = [
     "CARGO_CFG_",
 ];
 
+/// `bash`, without what cargo sets for this test binary (CARGO_PKG_NAME, CARGO_MANIFEST_DIR,
+/// ...): those would reach the build scripts that watch them (ring's does) when a script runs
+/// cargo, and every build from a test would then differ from one run by hand, and rebuild most
+/// dependencies.
+pub fn script_command() -> Command {
+    let mut command = Command::new("bash");
+    for (name, _) in std::env::vars_os() {
+        let set_by_cargo = name.to_str().is_some_and(|name| {
+            CARGO_SETS.iter().any(|prefix| name.starts_with(prefix)) || name == "OUT_DIR"
+        });
+        if set_by_cargo {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
 /// The pushed images, pinned by digest (`host:port/gantry/provisioner@sha256:...`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GantryImages {
@@ -46,19 +63,7 @@ pub fn gantry_images(registry: &str) -> Result<GantryImages, HarnessError> {
         .keep();
     crate::process::remove_at_exit(&kustomization)?;
     let script = crate::workspace_root().join("scripts/images");
-    let mut command = Command::new("bash");
-    // What cargo sets for this test binary (CARGO_PKG_NAME, CARGO_MANIFEST_DIR, ...) would reach
-    // the build scripts that watch those variables (ring's does), and every build from a test
-    // would then differ from one run by hand, and rebuild most dependencies.
-    for (name, _) in std::env::vars_os() {
-        let set_by_cargo = name.to_str().is_some_and(|name| {
-            CARGO_SETS.iter().any(|prefix| name.starts_with(prefix)) || name == "OUT_DIR"
-        });
-        if set_by_cargo {
-            command.env_remove(name);
-        }
-    }
-    let output = command
+    let output = script_command()
         .arg(&script)
         .args(["--push", registry, "--plain-http", "--kustomize"])
         .arg(&kustomization)

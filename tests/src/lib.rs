@@ -28,7 +28,7 @@ pub use control_plane::{ControlPlane, ControlPlaneOptions, NodeServing, control_
 pub use cosign::{COSIGN_DIR_ENV, CosignKey, SignatureFormat, cosign_binary};
 pub use error::HarnessError;
 pub use gantry::{Provisioner, ProvisionerOptions, StorageOptions, StorageServer, binary};
-pub use gantry_images::{GantryImages, gantry_images};
+pub use gantry_images::{GantryImages, gantry_images, script_command};
 pub use node::{
     BRIDGE, BRIDGE_IP, CLUSTER_DOMAIN, DNS_IP, DROP_CHAIN, HOST_STATE, KEEP_LOGS_ENV,
     KUBERNETES_SERVICE_IP, NODE_NAME, NodeCluster, POD_CIDR, SERVICE_CIDR, node_cluster,

@@ -633,6 +633,23 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
         !out.contains("first-secret") && !out.contains("second-secret"),
         "Secret data is masked: {out}"
     );
+    // The same diff with the content read from the registry (as from outside the cluster, where
+    // the storage server cannot be reached), checked against the stored content's digest.
+    let from_registry = kubectl_bundle(&[
+        "diff",
+        &name,
+        "--from-registry",
+        "--plain-http",
+        "--kubeconfig",
+        kc.as_str(),
+    ]);
+    assert_eq!(
+        from_registry.status.code(),
+        Some(1),
+        "{}",
+        text(&from_registry)
+    );
+    assert_eq!(String::from_utf8_lossy(&from_registry.stdout), out);
     // The diff is a dry run: nothing changed on the cluster.
     assert_eq!(
         config_map_data(&client, &ns, "settings").await.as_deref(),

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Args;
 use gantry_api::{BUNDLE_LABEL, Bundle, FIELD_MANAGER, InventoryEntry, ProvisionerClass};
-use gantry_image::{EffectiveLimits, read_canonical};
+use gantry_image::{BundleObject, EffectiveLimits, Platform, PullRequest, read_canonical};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
@@ -19,12 +19,14 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::cluster::GlobalArgs;
+use super::image::{RegistryArgs, client_for, explain};
 use super::review::get_bundle;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  kubectl bundle diff my-app\n  \
     kubectl -n gantry-system port-forward svc/gantry-storage 8080 &\n  \
-    kubectl bundle diff my-app --storage-url http://127.0.0.1:8080 --storage-token-file token\n\n\
+    kubectl bundle diff my-app --storage-url http://127.0.0.1:8080 --storage-token-file token\n  \
+    kubectl bundle diff my-app --from-registry\n\n\
     Exit status: 0 when nothing would change, 1 when something would, 2 on an error.")]
 pub struct DiffArgs {
     /// The bundle.
@@ -43,6 +45,14 @@ pub struct DiffArgs {
     /// CA certificate (PEM) trusted for the storage server's TLS.
     #[arg(long, value_name = "FILE")]
     storage_ca_file: Option<PathBuf>,
+    /// Read the content from the registry instead of the storage server: the image at the
+    /// digest in status.resolvedImage, for status.platform, with the docker credentials of
+    /// this machine. The content must be the one stored (status.contentDigest), or the diff
+    /// stops.
+    #[arg(long, conflicts_with_all = ["storage_url", "storage_token_file", "storage_token", "storage_ca_file"])]
+    from_registry: bool,
+    #[command(flatten)]
+    registry: RegistryArgs,
 }
 
 /// Runs the diff; the exit status says whether anything would change.
@@ -71,12 +81,15 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
         bail!("bundle {name} has no stored content yet (status.contentURL is empty)");
     };
     let limits = class_limits(&client, &bundle).await;
-    let body = download(&args, &url, limits.max_compressed_bytes).await?;
-    let objects =
+    let objects = if args.from_registry {
+        from_registry(&args, &bundle, &digest, limits).await?
+    } else {
+        let body = download(&args, &url, limits.max_compressed_bytes).await?;
         tokio::task::spawn_blocking(move || read_canonical(&body[..], Some(&digest), &limits))
             .await
             .context("reading the stored content")?
-            .with_context(|| format!("stored content of bundle {name}"))?;
+            .with_context(|| format!("stored content of bundle {name}"))?
+    };
 
     let mut changed = false;
     let mut failures = Vec::new();
@@ -135,6 +148,47 @@ async fn class_limits(client: &Client, bundle: &Bundle) -> EffectiveLimits {
     EffectiveLimits::from_api(class.as_ref().and_then(|c| c.spec.limits.as_ref()))
 }
 
+/// Pulls the image the bundle resolved to and checks that its canonical tarball is the stored
+/// one (`content_digest`), so the diff shows what an approval would install.
+async fn from_registry(
+    args: &DiffArgs,
+    bundle: &Bundle,
+    content_digest: &str,
+    limits: EffectiveLimits,
+) -> anyhow::Result<Vec<BundleObject>> {
+    let name = bundle.name_any();
+    let status = bundle.status.clone().unwrap_or_default();
+    let Some(image) = status.resolved_image else {
+        bail!("bundle {name} has no status.resolvedImage yet");
+    };
+    let client = client_for(&image, &args.registry)?;
+    let mut request = PullRequest::new(&image);
+    request.limits = limits;
+    request.platform = status
+        .platform
+        .as_deref()
+        .map(str::parse::<Platform>)
+        .transpose()
+        .with_context(|| format!("status.platform of bundle {name}"))?;
+    let pulled = client
+        .pull(&request)
+        .await
+        .map_err(|e| explain(e, &image, args.registry.plain_http))
+        .with_context(|| format!("pulling {image}"))?;
+    let tarball = pulled
+        .write_canonical_tarball()
+        .await
+        .with_context(|| format!("content of {image}"))?;
+    if tarball.digest.digest != content_digest {
+        bail!(
+            "the content of {image} in the registry ({}) is not what bundle {name} stored \
+             (status.contentDigest {content_digest}): nothing to compare",
+            tarball.digest.digest
+        );
+    }
+    Ok(tarball.objects)
+}
+
 /// Downloads the stored tarball (`url`, rebased on `--storage-url`).
 async fn download(args: &DiffArgs, url: &str, max_bytes: u64) -> anyhow::Result<Vec<u8>> {
     let url = match &args.storage_url {
@@ -167,8 +221,9 @@ async fn download(args: &DiffArgs, url: &str, max_bytes: u64) -> anyhow::Result<
     }
     let response = request.send().await.with_context(|| {
         format!(
-            "fetching the stored content from {url} (from outside the cluster, port-forward the \
-             storage server and pass --storage-url)"
+            "fetching the stored content from {url} (from outside the cluster, read it from the \
+             registry with --from-registry, or port-forward the storage server and pass \
+             --storage-url)"
         )
     })?;
     let status = response.status();

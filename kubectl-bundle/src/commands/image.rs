@@ -62,7 +62,7 @@ pub struct PullArgs {
 }
 
 /// A client with the user's docker credentials, plain HTTP for IMAGE's registry when asked.
-fn client_for(image: &str, args: &RegistryArgs) -> anyhow::Result<RegistryClient> {
+pub(crate) fn client_for(image: &str, args: &RegistryArgs) -> anyhow::Result<RegistryClient> {
     let reference = parse_reference(image)?;
     let credentials =
         DockerConfig::from_default_location().context("reading the docker config file")?;
@@ -124,7 +124,7 @@ fn parent(dir: &Path) -> String {
 
 /// Adds the likely cause and its fix to a registry error: TLS spoken to a plain-HTTP registry,
 /// or plain HTTP to a TLS one.
-fn explain(error: ImageError, image: &str, plain_http: bool) -> anyhow::Error {
+pub(crate) fn explain(error: ImageError, image: &str, plain_http: bool) -> anyhow::Error {
     let error = anyhow::Error::from(error);
     let text = format!("{error:#}");
     let registry = parse_reference(image)

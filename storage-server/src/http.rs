@@ -1,29 +1,30 @@
 //! HTTP routes: the bundle API, health endpoints and metrics.
 
+use std::convert::Infallible;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use bytes::BytesMut;
 use futures::StreamExt;
+use futures::future::{BoxFuture, Either, Ready, ready};
 use gantry_api::storage::{BUNDLES_PREFIX, BundleName, Digest, Listing, PutResponse, Target};
 use http::header::{
     ACCEPT_RANGES, ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG,
     IF_NONE_MATCH, IF_RANGE, RANGE, WWW_AUTHENTICATE,
 };
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use hyper::body::Incoming;
 
 use crate::auth::{Authorizer, Decision};
-use crate::metrics::{AuthLabels, CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics, RequestLabels};
+use crate::metrics::{AuthLabels, CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics};
 use crate::range::{RangeOutcome, parse_range};
 use crate::store::{Content, PutOutcome, Store, StoreError, TransferLimits};
+
+type Request<B = Body> = http::Request<B>;
 
 /// Chunk size when streaming a large body.
 const STREAM_CHUNK: u64 = 128 * 1024;
@@ -40,41 +41,59 @@ pub struct AppState {
     pub transfer: TransferLimits,
 }
 
-pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .fallback(bundles)
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            count_requests,
-        ))
-        .with_state(state)
+/// The HTTP service of one connection: every request is counted, then answered.
+///
+/// A GET or HEAD of a tarball held in the memory cache, by a client whose decision is cached
+/// (or with authentication disabled), is answered in `call` itself: no future to allocate and
+/// no task wake-up. Everything else runs as a future through the same checks.
+#[derive(Clone)]
+pub struct App {
+    state: Arc<AppState>,
 }
 
-fn method_label(m: &Method) -> &'static str {
-    match *m {
-        Method::GET => "GET",
-        Method::HEAD => "HEAD",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::POST => "POST",
-        _ => "OTHER",
+impl App {
+    pub fn new(state: Arc<AppState>) -> Self {
+        Self { state }
     }
 }
 
-async fn count_requests(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let method = method_label(req.method());
-    let resp = next.run(req).await;
-    s.metrics
-        .requests
-        .get_or_create(&RequestLabels {
-            method,
-            code: resp.status().as_u16(),
-        })
-        .inc();
-    resp
+impl hyper::service::Service<Request<Incoming>> for App {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<
+        Ready<Result<Response, Infallible>>,
+        BoxFuture<'static, Result<Response, Infallible>>,
+    >;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let s = self.state.clone();
+        let method = req.method().clone();
+        if let Some(resp) = answer_from_memory(&s, &req) {
+            s.metrics.count_request(&method, resp.status());
+            return Either::Left(ready(Ok(resp)));
+        }
+        Either::Right(Box::pin(async move {
+            let resp = route(&s, req.map(Body::new)).await;
+            s.metrics.count_request(&method, resp.status());
+            Ok(resp)
+        }))
+    }
+}
+
+async fn route(s: &Arc<AppState>, req: Request) -> Response {
+    let get = matches!(*req.method(), Method::GET | Method::HEAD);
+    match req.uri().path() {
+        "/healthz" | "/readyz" | "/metrics" if !get => {
+            let mut resp = StatusCode::METHOD_NOT_ALLOWED.into_response();
+            resp.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("GET,HEAD"));
+            resp
+        }
+        "/healthz" => healthz(),
+        "/readyz" => readyz(s),
+        "/metrics" => metrics(s),
+        _ => bundles(s.clone(), req).await,
+    }
 }
 
 fn text(status: StatusCode, msg: impl Into<String>) -> Response {
@@ -91,11 +110,11 @@ fn text(status: StatusCode, msg: impl Into<String>) -> Response {
         .into_response()
 }
 
-async fn healthz() -> Response {
+fn healthz() -> Response {
     text(StatusCode::OK, "ok")
 }
 
-async fn readyz(State(s): State<Arc<AppState>>) -> Response {
+fn readyz(s: &AppState) -> Response {
     if s.ready.load(Ordering::Acquire) {
         text(StatusCode::OK, "ok")
     } else {
@@ -106,7 +125,7 @@ async fn readyz(State(s): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn metrics(State(s): State<Arc<AppState>>) -> Response {
+fn metrics(s: &AppState) -> Response {
     (
         [(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE))],
         s.metrics.encode(),
@@ -120,19 +139,24 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// The single handler of everything under `/bundles/`; paths are parsed from
-/// the raw request URI so that no decoding or normalisation happens first.
-async fn bundles(State(s): State<Arc<AppState>>, req: Request) -> Response {
-    let path = req.uri().path();
+/// What `/bundles/...` requests are checked for before anything is read: the path, the
+/// method and readiness. An answer is an early refusal.
+fn preflight(
+    s: &AppState,
+    method: &Method,
+    path: &str,
+) -> Result<(Target, &'static str), Response> {
     if !path.starts_with(BUNDLES_PREFIX) || path == BUNDLES_PREFIX {
-        return text(StatusCode::NOT_FOUND, format!("no such endpoint: {path}"));
+        return Err(text(
+            StatusCode::NOT_FOUND,
+            format!("no such endpoint: {path}"),
+        ));
     }
     let target = match Target::parse(path) {
         Ok(t) => t,
-        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return Err(text(StatusCode::BAD_REQUEST, e.to_string())),
     };
-    let method = req.method().clone();
-    let verb = match (&method, &target) {
+    let verb = match (method, &target) {
         (&Method::GET | &Method::HEAD, _) => "get",
         (&Method::PUT, Target::Tarball(..)) => "put",
         (&Method::DELETE, _) => "delete",
@@ -147,18 +171,98 @@ async fn bundles(State(s): State<Arc<AppState>>, req: Request) -> Response {
             );
             resp.headers_mut()
                 .insert(ALLOW, HeaderValue::from_static(allow));
-            return resp;
+            return Err(resp);
         }
     };
     if !s.ready.load(Ordering::Acquire) {
-        return text(
+        return Err(text(
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: checking stored tarballs",
-        );
+        ));
     }
+    Ok((target, verb))
+}
+
+/// Counts an authentication decision and turns a refusal into its answer.
+fn enforce(
+    s: &AppState,
+    (decision, cached): (Decision, bool),
+    path: &str,
+    verb: &'static str,
+) -> Result<(), Response> {
+    s.metrics
+        .auth_decisions
+        .get_or_create(&AuthLabels {
+            decision: decision.label(),
+            cached,
+        })
+        .inc();
+    match decision {
+        Decision::Allowed { user } => {
+            tracing::debug!(%user, path, verb, cached, "allowed");
+            Ok(())
+        }
+        Decision::Unauthenticated { reason } => {
+            tracing::info!(path, verb, %reason, "unauthenticated request");
+            let mut resp = text(
+                StatusCode::UNAUTHORIZED,
+                format!("unauthenticated: {reason}"),
+            );
+            resp.headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            Err(resp)
+        }
+        Decision::Forbidden { user, reason } => {
+            tracing::info!(%user, path, verb, %reason, "forbidden request");
+            Err(text(
+                StatusCode::FORBIDDEN,
+                format!("{user} may not {verb} {path}: {reason}"),
+            ))
+        }
+    }
+}
+
+/// Answers a GET or HEAD of a tarball without waiting for anything: when the memory cache
+/// holds it and authentication needs no review. `None`: the request goes through [`bundles`],
+/// which makes the same checks in the same order.
+fn answer_from_memory(s: &AppState, req: &Request<Incoming>) -> Option<Response> {
+    let method = req.method();
+    let head = match *method {
+        Method::GET => false,
+        Method::HEAD => true,
+        _ => return None,
+    };
+    let path = req.uri().path();
+    if !path.starts_with(BUNDLES_PREFIX) {
+        return None;
+    }
+    let (bundle, digest, verb) = match preflight(s, method, path) {
+        Ok((Target::Tarball(bundle, digest), verb)) => (bundle, digest, verb),
+        Ok((Target::Bundle(_), _)) => return None,
+        Err(refused) => return Some(refused),
+    };
+    if let Some(auth) = &s.auth {
+        let known = auth.decided(bearer_token(req.headers()), path, verb)?;
+        if let Err(refused) = enforce(s, known, path, verb) {
+            return Some(refused);
+        }
+    }
+    let content = s.store.cached_content(&bundle, &digest)?;
+    Some(tarball_response(s, content, &digest, req.headers(), head))
+}
+
+/// Everything under `/bundles/`; paths are parsed from the raw request URI so that no
+/// decoding or normalisation happens first.
+async fn bundles(s: Arc<AppState>, req: Request) -> Response {
+    let path = req.uri().path();
+    let method = req.method().clone();
+    let (target, verb) = match preflight(&s, &method, path) {
+        Ok(t) => t,
+        Err(refused) => return refused,
+    };
     if let Some(auth) = &s.auth {
         let token = bearer_token(req.headers());
-        let (decision, cached) = match auth.check(token, path, verb).await {
+        let known = match auth.check(token, path, verb).await {
             Ok(d) => d,
             Err(e) => {
                 s.metrics
@@ -175,34 +279,8 @@ async fn bundles(State(s): State<Arc<AppState>>, req: Request) -> Response {
                 );
             }
         };
-        s.metrics
-            .auth_decisions
-            .get_or_create(&AuthLabels {
-                decision: decision.label(),
-                cached,
-            })
-            .inc();
-        match decision {
-            Decision::Allowed { user } => {
-                tracing::debug!(%user, path, verb, cached, "allowed");
-            }
-            Decision::Unauthenticated { reason } => {
-                tracing::info!(path, verb, %reason, "unauthenticated request");
-                let mut resp = text(
-                    StatusCode::UNAUTHORIZED,
-                    format!("unauthenticated: {reason}"),
-                );
-                resp.headers_mut()
-                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                return resp;
-            }
-            Decision::Forbidden { user, reason } => {
-                tracing::info!(%user, path, verb, %reason, "forbidden request");
-                return text(
-                    StatusCode::FORBIDDEN,
-                    format!("{user} may not {verb} {path}: {reason}"),
-                );
-            }
+        if let Err(refused) = enforce(&s, known, path, verb) {
+            return refused;
         }
     }
     match (method, target) {
@@ -257,6 +335,17 @@ async fn get_tarball(
         Ok(c) => c,
         Err(e) => return store_error(e),
     };
+    tarball_response(&s, content, &digest, headers, head)
+}
+
+/// The answer to a GET or HEAD of a tarball whose content is at hand.
+fn tarball_response(
+    s: &AppState,
+    content: Content,
+    digest: &Digest,
+    headers: &HeaderMap,
+    head: bool,
+) -> Response {
     let etag = format!("\"{digest}\"");
     let header = |name| {
         headers

@@ -139,22 +139,26 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// The outcome of [`preflight`].
+enum Preflight {
+    /// Go on with the target and the verb to authorise.
+    Go(Target, &'static str),
+    /// Refused before anything is read.
+    Refused(Response),
+}
+
 /// What `/bundles/...` requests are checked for before anything is read: the path, the
-/// method and readiness. An answer is an early refusal.
-fn preflight(
-    s: &AppState,
-    method: &Method,
-    path: &str,
-) -> Result<(Target, &'static str), Response> {
+/// method and readiness.
+fn preflight(s: &AppState, method: &Method, path: &str) -> Preflight {
     if !path.starts_with(BUNDLES_PREFIX) || path == BUNDLES_PREFIX {
-        return Err(text(
+        return Preflight::Refused(text(
             StatusCode::NOT_FOUND,
             format!("no such endpoint: {path}"),
         ));
     }
     let target = match Target::parse(path) {
         Ok(t) => t,
-        Err(e) => return Err(text(StatusCode::BAD_REQUEST, e.to_string())),
+        Err(e) => return Preflight::Refused(text(StatusCode::BAD_REQUEST, e.to_string())),
     };
     let verb = match (method, &target) {
         (&Method::GET | &Method::HEAD, _) => "get",
@@ -171,25 +175,25 @@ fn preflight(
             );
             resp.headers_mut()
                 .insert(ALLOW, HeaderValue::from_static(allow));
-            return Err(resp);
+            return Preflight::Refused(resp);
         }
     };
     if !s.ready.load(Ordering::Acquire) {
-        return Err(text(
+        return Preflight::Refused(text(
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: checking stored tarballs",
         ));
     }
-    Ok((target, verb))
+    Preflight::Go(target, verb)
 }
 
-/// Counts an authentication decision and turns a refusal into its answer.
+/// Counts an authentication decision and turns a refusal into its answer (`None`: allowed).
 fn enforce(
     s: &AppState,
     (decision, cached): (Decision, bool),
     path: &str,
     verb: &'static str,
-) -> Result<(), Response> {
+) -> Option<Response> {
     s.metrics
         .auth_decisions
         .get_or_create(&AuthLabels {
@@ -200,7 +204,7 @@ fn enforce(
     match decision {
         Decision::Allowed { user } => {
             tracing::debug!(%user, path, verb, cached, "allowed");
-            Ok(())
+            None
         }
         Decision::Unauthenticated { reason } => {
             tracing::info!(path, verb, %reason, "unauthenticated request");
@@ -210,11 +214,11 @@ fn enforce(
             );
             resp.headers_mut()
                 .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            Err(resp)
+            Some(resp)
         }
         Decision::Forbidden { user, reason } => {
             tracing::info!(%user, path, verb, %reason, "forbidden request");
-            Err(text(
+            Some(text(
                 StatusCode::FORBIDDEN,
                 format!("{user} may not {verb} {path}: {reason}"),
             ))
@@ -237,13 +241,13 @@ fn answer_from_memory(s: &AppState, req: &Request<Incoming>) -> Option<Response>
         return None;
     }
     let (bundle, digest, verb) = match preflight(s, method, path) {
-        Ok((Target::Tarball(bundle, digest), verb)) => (bundle, digest, verb),
-        Ok((Target::Bundle(_), _)) => return None,
-        Err(refused) => return Some(refused),
+        Preflight::Go(Target::Tarball(bundle, digest), verb) => (bundle, digest, verb),
+        Preflight::Go(Target::Bundle(_), _) => return None,
+        Preflight::Refused(refused) => return Some(refused),
     };
     if let Some(auth) = &s.auth {
         let known = auth.decided(bearer_token(req.headers()), path, verb)?;
-        if let Err(refused) = enforce(s, known, path, verb) {
+        if let Some(refused) = enforce(s, known, path, verb) {
             return Some(refused);
         }
     }
@@ -257,8 +261,8 @@ async fn bundles(s: Arc<AppState>, req: Request) -> Response {
     let path = req.uri().path();
     let method = req.method().clone();
     let (target, verb) = match preflight(&s, &method, path) {
-        Ok(t) => t,
-        Err(refused) => return refused,
+        Preflight::Go(target, verb) => (target, verb),
+        Preflight::Refused(refused) => return refused,
     };
     if let Some(auth) = &s.auth {
         let token = bearer_token(req.headers());
@@ -279,7 +283,7 @@ async fn bundles(s: Arc<AppState>, req: Request) -> Response {
                 );
             }
         };
-        if let Err(refused) = enforce(&s, known, path, verb) {
+        if let Some(refused) = enforce(&s, known, path, verb) {
             return refused;
         }
     }
@@ -346,47 +350,61 @@ fn tarball_response(
     headers: &HeaderMap,
     head: bool,
 ) -> Response {
-    let etag = format!("\"{digest}\"");
+    // Built without the formatting machinery: this runs for every download.
+    let mut etag = String::with_capacity(digest.as_str().len() + 2);
+    etag.push('"');
+    etag.push_str(digest.as_str());
+    etag.push('"');
     let header = |name| {
         headers
             .get(name)
             .and_then(|v: &HeaderValue| v.to_str().ok())
     };
-    let mut builder = Response::builder()
-        .header(ETAG, &etag)
-        .header(ACCEPT_RANGES, "bytes");
-    if header(IF_NONE_MATCH).is_some_and(|h| none_match(h, &etag)) {
-        return builder
-            .status(StatusCode::NOT_MODIFIED)
-            .body(Body::empty())
-            .unwrap_or_default();
-    }
+    let not_modified = header(IF_NONE_MATCH).is_some_and(|h| none_match(h, &etag));
     let size = content.size();
     // A Range applies only while the client's copy is still current (If-Range);
     // we have no Last-Modified, so a date in If-Range never matches.
     let range = match header(RANGE)
-        .filter(|_| header(IF_RANGE).is_none_or(|v| v.trim() == etag))
+        .filter(|_| !not_modified && header(IF_RANGE).is_none_or(|v| v.trim() == etag))
         .map(|r| parse_range(r, size))
     {
-        None | Some(RangeOutcome::Full) => None,
-        Some(RangeOutcome::Partial { start, end }) => Some((start, end)),
-        Some(RangeOutcome::Unsatisfiable) => {
-            return builder
-                .status(StatusCode::RANGE_NOT_SATISFIABLE)
-                .header(CONTENT_RANGE, format!("bytes */{size}"))
-                .body(Body::empty())
-                .unwrap_or_default();
+        None | Some(RangeOutcome::Full) => Ok(None),
+        Some(RangeOutcome::Partial { start, end }) => Ok(Some((start, end))),
+        Some(RangeOutcome::Unsatisfiable) => Err(()),
+    };
+    let mut out = HeaderMap::with_capacity(8);
+    let answer = |status, headers, body| {
+        let mut resp = Response::new(body);
+        *resp.status_mut() = status;
+        *resp.headers_mut() = headers;
+        resp
+    };
+    // A digest is hex, always a valid header value.
+    if let Ok(v) = HeaderValue::try_from(etag) {
+        out.insert(ETAG, v);
+    }
+    out.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if not_modified {
+        return answer(StatusCode::NOT_MODIFIED, out, Body::empty());
+    }
+    let Ok(range) = range else {
+        if let Ok(v) = HeaderValue::try_from(format!("bytes */{size}")) {
+            out.insert(CONTENT_RANGE, v);
         }
+        return answer(StatusCode::RANGE_NOT_SATISFIABLE, out, Body::empty());
     };
     let (start, len) = range.map_or((0, size), |(start, end)| (start, end - start + 1));
-    builder = builder.header(CONTENT_TYPE, "application/gzip");
-    builder = match range {
-        Some((start, end)) => builder
-            .status(StatusCode::PARTIAL_CONTENT)
-            .header(CONTENT_RANGE, format!("bytes {start}-{end}/{size}")),
-        None => builder.status(StatusCode::OK),
+    out.insert(CONTENT_TYPE, HeaderValue::from_static("application/gzip"));
+    let status = match range {
+        Some((start, end)) => {
+            if let Ok(v) = HeaderValue::try_from(format!("bytes {start}-{end}/{size}")) {
+                out.insert(CONTENT_RANGE, v);
+            }
+            StatusCode::PARTIAL_CONTENT
+        }
+        None => StatusCode::OK,
     };
-    builder = builder.header(CONTENT_LENGTH, len);
+    out.insert(CONTENT_LENGTH, HeaderValue::from(len));
     let body = match content {
         _ if head => Body::empty(),
         Content::Whole(data) => {
@@ -396,7 +414,7 @@ fn tarball_response(
         }
         Content::File { file, .. } => stream_file(file, start, len, s.metrics.clone(), s.transfer),
     };
-    builder.body(body).unwrap_or_default()
+    answer(status, out, body)
 }
 
 /// Streams `len` bytes from offset `start`, one blocking positional read per chunk.

@@ -600,7 +600,7 @@ async fn a_full_volume_is_a_507_that_keeps_what_was_stored() {
     assert_eq!(status, 507, "{body}");
     assert!(body.contains("storage volume is full"), "{body}");
     assert!(
-        server.logs().contains("storage volume full"),
+        server.wait_log("storage volume full").await,
         "{}",
         server.logs()
     );

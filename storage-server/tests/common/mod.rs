@@ -115,6 +115,19 @@ impl Server {
         self.logs.lock().unwrap().join("\n")
     }
 
+    /// Waits until the server's log holds `text`: its standard error is read by another
+    /// thread, so a line written before an answer may arrive after it.
+    pub async fn wait_log(&self, text: &str) -> bool {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !self.logs().contains(text) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

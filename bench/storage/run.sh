@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 DURATION="${DURATION:-1s}"
-SLICES="${SLICES:-8}"
+SLICES="${SLICES:-12}"
 WARMUP="${WARMUP:-2s}"
 ROUNDS="${ROUNDS:-5}"
 # Worst-round ratios to nginx that pass.

@@ -44,8 +44,8 @@ pub struct AppState {
 /// The HTTP service of one connection: every request is counted, then answered.
 ///
 /// A GET or HEAD of a tarball held in the memory cache, by a client whose decision is cached
-/// (or with authentication disabled), is answered in `call` itself: no future to allocate and
-/// no task wake-up. Everything else runs as a future through the same checks.
+/// (or with authentication disabled), is answered in `call` itself, without a future to build,
+/// move and box. Everything else runs as a future through the same checks.
 #[derive(Clone)]
 pub struct App {
     state: Arc<AppState>,

@@ -23,9 +23,9 @@ SMALL_TARGET="${SMALL_TARGET:-1.00}"
 LARGE_TARGET="${LARGE_TARGET:-1.00}"
 SMALL_CONNECTIONS="${SMALL_CONNECTIONS:-64}"
 LARGE_CONNECTIONS="${LARGE_CONNECTIONS:-8}"
-# Two wrk threads: with one, wrk's own CPU time per request on its single thread is the limit
-# on this 2-core machine for any server that needs less than twice that on two (the ratio then
-# says nothing about the servers); see docs/storage-server.md.
+# Two wrk threads: with one, wrk's single thread can be the limit on a 2-core machine (it needs
+# about as much CPU per request as a server spreads over two), which pulls the ratio towards 1
+# whatever the servers do; see docs/storage-server.md.
 THREADS="${THREADS:-2}"
 # nginx's sendfile (on in Debian's default configuration); "off" makes it copy through
 # userspace buffers like gantry-storage does, which is faster on loopback for large files.

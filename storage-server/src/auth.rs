@@ -154,16 +154,17 @@ impl Authorizer {
         }
     }
 
-    /// Checks whether the bearer `token` may use `verb` on `path`. Returns the
-    /// decision and whether it came from the cache.
-    pub async fn check(
+    /// The decision for the bearer `token` using `verb` on `path` when it needs no review:
+    /// a missing token, or a decision still in the cache. Returns the decision and whether it
+    /// came from the cache; `None` when the API server must be asked ([`Authorizer::check`]).
+    pub fn decided(
         &self,
         token: Option<&str>,
         path: &str,
         verb: &'static str,
-    ) -> Result<(Decision, bool), AuthError> {
+    ) -> Option<(Decision, bool)> {
         let Some(token) = token.filter(|t| !t.is_empty()) else {
-            return Ok((
+            return Some((
                 Decision::Unauthenticated {
                     reason: "no bearer token".into(),
                 },
@@ -171,10 +172,27 @@ impl Authorizer {
             ));
         };
         let key: TokenKey = Sha256::digest(token.as_bytes()).into();
-        let decision_key = (key, path.to_owned(), verb);
-        if let Some(d) = self.decisions.get(&decision_key) {
-            return Ok((d, true));
+        self.decisions
+            .get(&(key, path.to_owned(), verb))
+            .map(|d| (d, true))
+    }
+
+    /// Checks whether the bearer `token` may use `verb` on `path`, asking the API server
+    /// unless [`Authorizer::decided`] knows. Returns the decision and whether it came from
+    /// the cache.
+    pub async fn check(
+        &self,
+        token: Option<&str>,
+        path: &str,
+        verb: &'static str,
+    ) -> Result<(Decision, bool), AuthError> {
+        if let Some(known) = self.decided(token, path, verb) {
+            return Ok(known);
         }
+        // `decided` answers for a missing or empty token.
+        let token = token.unwrap_or_default();
+        let key: TokenKey = Sha256::digest(token.as_bytes()).into();
+        let decision_key = (key, path.to_owned(), verb);
         let user = match self.review_token(key, token).await? {
             TokenOutcome::Valid(user) => user,
             TokenOutcome::Invalid(reason) => {

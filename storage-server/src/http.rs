@@ -1,29 +1,30 @@
 //! HTTP routes: the bundle API, health endpoints and metrics.
 
+use std::convert::Infallible;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use bytes::BytesMut;
 use futures::StreamExt;
+use futures::future::{BoxFuture, Either, Ready, ready};
 use gantry_api::storage::{BUNDLES_PREFIX, BundleName, Digest, Listing, PutResponse, Target};
 use http::header::{
     ACCEPT_RANGES, ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG,
     IF_NONE_MATCH, IF_RANGE, RANGE, WWW_AUTHENTICATE,
 };
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use hyper::body::Incoming;
 
 use crate::auth::{Authorizer, Decision};
-use crate::metrics::{AuthLabels, CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics, RequestLabels};
+use crate::metrics::{AuthLabels, CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics};
 use crate::range::{RangeOutcome, parse_range};
 use crate::store::{Content, PutOutcome, Store, StoreError, TransferLimits};
+
+type Request<B = Body> = http::Request<B>;
 
 /// Chunk size when streaming a large body.
 const STREAM_CHUNK: u64 = 128 * 1024;
@@ -40,41 +41,59 @@ pub struct AppState {
     pub transfer: TransferLimits,
 }
 
-pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .fallback(bundles)
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            count_requests,
-        ))
-        .with_state(state)
+/// The HTTP service of one connection: every request is counted, then answered.
+///
+/// A GET or HEAD of a tarball held in the memory cache, by a client whose decision is cached
+/// (or with authentication disabled), is answered in `call` itself, without a future to build,
+/// move and box. Everything else runs as a future through the same checks.
+#[derive(Clone)]
+pub struct App {
+    state: Arc<AppState>,
 }
 
-fn method_label(m: &Method) -> &'static str {
-    match *m {
-        Method::GET => "GET",
-        Method::HEAD => "HEAD",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::POST => "POST",
-        _ => "OTHER",
+impl App {
+    pub fn new(state: Arc<AppState>) -> Self {
+        Self { state }
     }
 }
 
-async fn count_requests(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let method = method_label(req.method());
-    let resp = next.run(req).await;
-    s.metrics
-        .requests
-        .get_or_create(&RequestLabels {
-            method,
-            code: resp.status().as_u16(),
-        })
-        .inc();
-    resp
+impl hyper::service::Service<Request<Incoming>> for App {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<
+        Ready<Result<Response, Infallible>>,
+        BoxFuture<'static, Result<Response, Infallible>>,
+    >;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let s = self.state.clone();
+        let method = req.method().clone();
+        if let Some(resp) = answer_from_memory(&s, &req) {
+            s.metrics.count_request(&method, resp.status());
+            return Either::Left(ready(Ok(resp)));
+        }
+        Either::Right(Box::pin(async move {
+            let resp = route(&s, req.map(Body::new)).await;
+            s.metrics.count_request(&method, resp.status());
+            Ok(resp)
+        }))
+    }
+}
+
+async fn route(s: &Arc<AppState>, req: Request) -> Response {
+    let get = matches!(*req.method(), Method::GET | Method::HEAD);
+    match req.uri().path() {
+        "/healthz" | "/readyz" | "/metrics" if !get => {
+            let mut resp = StatusCode::METHOD_NOT_ALLOWED.into_response();
+            resp.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("GET,HEAD"));
+            resp
+        }
+        "/healthz" => healthz(),
+        "/readyz" => readyz(s),
+        "/metrics" => metrics(s),
+        _ => bundles(s.clone(), req).await,
+    }
 }
 
 fn text(status: StatusCode, msg: impl Into<String>) -> Response {
@@ -91,11 +110,11 @@ fn text(status: StatusCode, msg: impl Into<String>) -> Response {
         .into_response()
 }
 
-async fn healthz() -> Response {
+fn healthz() -> Response {
     text(StatusCode::OK, "ok")
 }
 
-async fn readyz(State(s): State<Arc<AppState>>) -> Response {
+fn readyz(s: &AppState) -> Response {
     if s.ready.load(Ordering::Acquire) {
         text(StatusCode::OK, "ok")
     } else {
@@ -106,7 +125,7 @@ async fn readyz(State(s): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn metrics(State(s): State<Arc<AppState>>) -> Response {
+fn metrics(s: &AppState) -> Response {
     (
         [(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE))],
         s.metrics.encode(),
@@ -120,19 +139,28 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// The single handler of everything under `/bundles/`; paths are parsed from
-/// the raw request URI so that no decoding or normalisation happens first.
-async fn bundles(State(s): State<Arc<AppState>>, req: Request) -> Response {
-    let path = req.uri().path();
+/// The outcome of [`preflight`].
+enum Preflight {
+    /// Go on with the target and the verb to authorise.
+    Go(Target, &'static str),
+    /// Refused before anything is read.
+    Refused(Response),
+}
+
+/// What `/bundles/...` requests are checked for before anything is read: the path, the
+/// method and readiness.
+fn preflight(s: &AppState, method: &Method, path: &str) -> Preflight {
     if !path.starts_with(BUNDLES_PREFIX) || path == BUNDLES_PREFIX {
-        return text(StatusCode::NOT_FOUND, format!("no such endpoint: {path}"));
+        return Preflight::Refused(text(
+            StatusCode::NOT_FOUND,
+            format!("no such endpoint: {path}"),
+        ));
     }
     let target = match Target::parse(path) {
         Ok(t) => t,
-        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return Preflight::Refused(text(StatusCode::BAD_REQUEST, e.to_string())),
     };
-    let method = req.method().clone();
-    let verb = match (&method, &target) {
+    let verb = match (method, &target) {
         (&Method::GET | &Method::HEAD, _) => "get",
         (&Method::PUT, Target::Tarball(..)) => "put",
         (&Method::DELETE, _) => "delete",
@@ -147,18 +175,98 @@ async fn bundles(State(s): State<Arc<AppState>>, req: Request) -> Response {
             );
             resp.headers_mut()
                 .insert(ALLOW, HeaderValue::from_static(allow));
-            return resp;
+            return Preflight::Refused(resp);
         }
     };
     if !s.ready.load(Ordering::Acquire) {
-        return text(
+        return Preflight::Refused(text(
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: checking stored tarballs",
-        );
+        ));
     }
+    Preflight::Go(target, verb)
+}
+
+/// Counts an authentication decision and turns a refusal into its answer (`None`: allowed).
+fn enforce(
+    s: &AppState,
+    (decision, cached): (Decision, bool),
+    path: &str,
+    verb: &'static str,
+) -> Option<Response> {
+    s.metrics
+        .auth_decisions
+        .get_or_create(&AuthLabels {
+            decision: decision.label(),
+            cached,
+        })
+        .inc();
+    match decision {
+        Decision::Allowed { user } => {
+            tracing::debug!(%user, path, verb, cached, "allowed");
+            None
+        }
+        Decision::Unauthenticated { reason } => {
+            tracing::info!(path, verb, %reason, "unauthenticated request");
+            let mut resp = text(
+                StatusCode::UNAUTHORIZED,
+                format!("unauthenticated: {reason}"),
+            );
+            resp.headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            Some(resp)
+        }
+        Decision::Forbidden { user, reason } => {
+            tracing::info!(%user, path, verb, %reason, "forbidden request");
+            Some(text(
+                StatusCode::FORBIDDEN,
+                format!("{user} may not {verb} {path}: {reason}"),
+            ))
+        }
+    }
+}
+
+/// Answers a GET or HEAD of a tarball without waiting for anything: when the memory cache
+/// holds it and authentication needs no review. `None`: the request goes through [`bundles`],
+/// which makes the same checks in the same order.
+fn answer_from_memory(s: &AppState, req: &Request<Incoming>) -> Option<Response> {
+    let method = req.method();
+    let head = match *method {
+        Method::GET => false,
+        Method::HEAD => true,
+        _ => return None,
+    };
+    let path = req.uri().path();
+    if !path.starts_with(BUNDLES_PREFIX) {
+        return None;
+    }
+    let (bundle, digest, verb) = match preflight(s, method, path) {
+        Preflight::Go(Target::Tarball(bundle, digest), verb) => (bundle, digest, verb),
+        Preflight::Go(Target::Bundle(_), _) => return None,
+        Preflight::Refused(refused) => return Some(refused),
+    };
+    if let Some(auth) = &s.auth {
+        let known = auth.decided(bearer_token(req.headers()), path, verb)?;
+        if let Some(refused) = enforce(s, known, path, verb) {
+            return Some(refused);
+        }
+    }
+    let content = s.store.cached_content(&bundle, &digest)?;
+    Some(tarball_response(s, content, &digest, req.headers(), head))
+}
+
+/// Everything under `/bundles/`; paths are parsed from the raw request URI so that no
+/// decoding or normalisation happens first.
+async fn bundles(s: Arc<AppState>, req: Request) -> Response {
+    let path = req.uri().path();
+    let method = req.method().clone();
+    let (target, verb) = match preflight(&s, &method, path) {
+        Preflight::Go(target, verb) => (target, verb),
+        Preflight::Refused(refused) => return refused,
+    };
     if let Some(auth) = &s.auth {
         let token = bearer_token(req.headers());
-        let (decision, cached) = match auth.check(token, path, verb).await {
+        let known = match auth.check(token, path, verb).await {
             Ok(d) => d,
             Err(e) => {
                 s.metrics
@@ -175,34 +283,8 @@ async fn bundles(State(s): State<Arc<AppState>>, req: Request) -> Response {
                 );
             }
         };
-        s.metrics
-            .auth_decisions
-            .get_or_create(&AuthLabels {
-                decision: decision.label(),
-                cached,
-            })
-            .inc();
-        match decision {
-            Decision::Allowed { user } => {
-                tracing::debug!(%user, path, verb, cached, "allowed");
-            }
-            Decision::Unauthenticated { reason } => {
-                tracing::info!(path, verb, %reason, "unauthenticated request");
-                let mut resp = text(
-                    StatusCode::UNAUTHORIZED,
-                    format!("unauthenticated: {reason}"),
-                );
-                resp.headers_mut()
-                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                return resp;
-            }
-            Decision::Forbidden { user, reason } => {
-                tracing::info!(%user, path, verb, %reason, "forbidden request");
-                return text(
-                    StatusCode::FORBIDDEN,
-                    format!("{user} may not {verb} {path}: {reason}"),
-                );
-            }
+        if let Some(refused) = enforce(&s, known, path, verb) {
+            return refused;
         }
     }
     match (method, target) {
@@ -257,47 +339,72 @@ async fn get_tarball(
         Ok(c) => c,
         Err(e) => return store_error(e),
     };
-    let etag = format!("\"{digest}\"");
+    tarball_response(&s, content, &digest, headers, head)
+}
+
+/// The answer to a GET or HEAD of a tarball whose content is at hand.
+fn tarball_response(
+    s: &AppState,
+    content: Content,
+    digest: &Digest,
+    headers: &HeaderMap,
+    head: bool,
+) -> Response {
+    // Built without the formatting machinery: this runs for every download.
+    let mut etag = String::with_capacity(digest.as_str().len() + 2);
+    etag.push('"');
+    etag.push_str(digest.as_str());
+    etag.push('"');
     let header = |name| {
         headers
             .get(name)
             .and_then(|v: &HeaderValue| v.to_str().ok())
     };
-    let mut builder = Response::builder()
-        .header(ETAG, &etag)
-        .header(ACCEPT_RANGES, "bytes");
-    if header(IF_NONE_MATCH).is_some_and(|h| none_match(h, &etag)) {
-        return builder
-            .status(StatusCode::NOT_MODIFIED)
-            .body(Body::empty())
-            .unwrap_or_default();
-    }
+    let not_modified = header(IF_NONE_MATCH).is_some_and(|h| none_match(h, &etag));
     let size = content.size();
     // A Range applies only while the client's copy is still current (If-Range);
     // we have no Last-Modified, so a date in If-Range never matches.
     let range = match header(RANGE)
-        .filter(|_| header(IF_RANGE).is_none_or(|v| v.trim() == etag))
+        .filter(|_| !not_modified && header(IF_RANGE).is_none_or(|v| v.trim() == etag))
         .map(|r| parse_range(r, size))
     {
-        None | Some(RangeOutcome::Full) => None,
-        Some(RangeOutcome::Partial { start, end }) => Some((start, end)),
-        Some(RangeOutcome::Unsatisfiable) => {
-            return builder
-                .status(StatusCode::RANGE_NOT_SATISFIABLE)
-                .header(CONTENT_RANGE, format!("bytes */{size}"))
-                .body(Body::empty())
-                .unwrap_or_default();
+        None | Some(RangeOutcome::Full) => Ok(None),
+        Some(RangeOutcome::Partial { start, end }) => Ok(Some((start, end))),
+        Some(RangeOutcome::Unsatisfiable) => Err(()),
+    };
+    let mut out = HeaderMap::with_capacity(8);
+    let answer = |status, headers, body| {
+        let mut resp = Response::new(body);
+        *resp.status_mut() = status;
+        *resp.headers_mut() = headers;
+        resp
+    };
+    // A digest is hex, always a valid header value.
+    if let Ok(v) = HeaderValue::try_from(etag) {
+        out.insert(ETAG, v);
+    }
+    out.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if not_modified {
+        return answer(StatusCode::NOT_MODIFIED, out, Body::empty());
+    }
+    let Ok(range) = range else {
+        if let Ok(v) = HeaderValue::try_from(format!("bytes */{size}")) {
+            out.insert(CONTENT_RANGE, v);
         }
+        return answer(StatusCode::RANGE_NOT_SATISFIABLE, out, Body::empty());
     };
     let (start, len) = range.map_or((0, size), |(start, end)| (start, end - start + 1));
-    builder = builder.header(CONTENT_TYPE, "application/gzip");
-    builder = match range {
-        Some((start, end)) => builder
-            .status(StatusCode::PARTIAL_CONTENT)
-            .header(CONTENT_RANGE, format!("bytes {start}-{end}/{size}")),
-        None => builder.status(StatusCode::OK),
+    out.insert(CONTENT_TYPE, HeaderValue::from_static("application/gzip"));
+    let status = match range {
+        Some((start, end)) => {
+            if let Ok(v) = HeaderValue::try_from(format!("bytes {start}-{end}/{size}")) {
+                out.insert(CONTENT_RANGE, v);
+            }
+            StatusCode::PARTIAL_CONTENT
+        }
+        None => StatusCode::OK,
     };
-    builder = builder.header(CONTENT_LENGTH, len);
+    out.insert(CONTENT_LENGTH, HeaderValue::from(len));
     let body = match content {
         _ if head => Body::empty(),
         Content::Whole(data) => {
@@ -307,7 +414,7 @@ async fn get_tarball(
         }
         Content::File { file, .. } => stream_file(file, start, len, s.metrics.clone(), s.transfer),
     };
-    builder.body(body).unwrap_or_default()
+    answer(status, out, body)
 }
 
 /// Streams `len` bytes from offset `start`, one blocking positional read per chunk.

@@ -23,6 +23,17 @@ pub struct AuthLabels {
     pub cached: bool,
 }
 
+fn method_label(m: &http::Method) -> &'static str {
+    match *m {
+        http::Method::GET => "GET",
+        http::Method::HEAD => "HEAD",
+        http::Method::PUT => "PUT",
+        http::Method::DELETE => "DELETE",
+        http::Method::POST => "POST",
+        _ => "OTHER",
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
@@ -95,6 +106,16 @@ impl Metrics {
             corrupt_tarballs,
             removed_temp_files,
         }
+    }
+
+    /// Counts an answered request.
+    pub fn count_request(&self, method: &http::Method, status: http::StatusCode) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                method: method_label(method),
+                code: status.as_u16(),
+            })
+            .inc();
     }
 
     pub fn encode(&self) -> String {

@@ -10,7 +10,6 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use thiserror::Error;
@@ -18,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::auth::Authorizer;
-use crate::http::{AppState, router};
+use crate::http::{App, AppState};
 use crate::metrics::Metrics;
 use crate::stall::WriteTimeout;
 use crate::store::{SMALL_TARBALL, Store, StoreError, TransferLimits};
@@ -198,7 +197,7 @@ impl Server {
             header_read_timeout,
         } = self;
         let write_timeout = state.transfer.idle_timeout;
-        let service = TowerToHyperService::new(router(state.clone()));
+        let service = App::new(state.clone());
         // HTTP/1 only, without sniffing the version: the sniffing waits for the first bytes
         // with no time limit, while hyper's HTTP/1 header timeout runs from the start of the
         // connection (a client that sends nothing is closed after it too).

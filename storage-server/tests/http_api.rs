@@ -288,6 +288,84 @@ async fn range_requests_with(args: &[&str]) {
 }
 
 #[tokio::test]
+async fn answers_from_memory_match_answers_from_the_file() {
+    // The same requests against a server that keeps small tarballs in memory (answered
+    // without a disk read after the first) and one that reads the file every time.
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let memory = Server::start(dirs[0].path(), &[]);
+    let file = Server::start(dirs[1].path(), &["--cache-bytes", "0"]);
+    memory.wait_ready().await;
+    file.wait_ready().await;
+    let data = content(4096, 21);
+    let path = tarball_path("demo", &data);
+    let etag = format!("\"{}\"", sha256_hex(&data));
+    for server in [&memory, &file] {
+        assert_eq!(server.put(&path, &data).await.status, StatusCode::CREATED);
+    }
+    let ok = "gantry_storage_http_requests_total{method=\"GET\",code=\"200\"}";
+    let not_modified = "gantry_storage_http_requests_total{method=\"GET\",code=\"304\"}";
+    let sent = "gantry_storage_http_sent_bytes_total";
+    // Each read of the metrics is itself a GET answered 200, counted once it is encoded.
+    let ok_before = memory.metric(ok).await.unwrap_or(0.0) + 1.0;
+    let sent_before = memory.metric(sent).await.unwrap_or(0.0);
+    let ok_before = ok_before + 1.0;
+    let requests: Vec<(Method, Vec<(&str, &str)>)> = vec![
+        (Method::GET, vec![]),
+        (Method::GET, vec![]),
+        (Method::HEAD, vec![]),
+        (Method::GET, vec![("if-none-match", etag.as_str())]),
+        (Method::GET, vec![("range", "bytes=4000-")]),
+        (Method::GET, vec![("range", "bytes=5000-")]),
+        (Method::PUT, vec![]),
+    ];
+    for (method, headers) in &requests {
+        let m = memory
+            .request(method.clone(), &path, headers, empty())
+            .await;
+        let f = file.request(method.clone(), &path, headers, empty()).await;
+        assert_eq!(m.status, f.status, "{method} {headers:?}");
+        assert_eq!(m.body, f.body, "{method} {headers:?}");
+        for name in [
+            "etag",
+            "accept-ranges",
+            "content-type",
+            "content-length",
+            "content-range",
+            "allow",
+        ] {
+            assert_eq!(
+                m.header(name),
+                f.header(name),
+                "{name} of {method} {headers:?}"
+            );
+        }
+    }
+    // Answers from memory are counted like any other: two 200s, one 304, 2 x 4096 + 96 bytes.
+    assert_eq!(memory.metric(ok).await, Some(ok_before + 2.0));
+    assert_eq!(memory.metric(not_modified).await, Some(1.0));
+    assert_eq!(
+        memory.metric(sent).await,
+        Some(sent_before + 2.0 * 4096.0 + 96.0)
+    );
+    // A tarball deleted is gone from memory too, and an upload brings it back.
+    assert_eq!(memory.delete(&path).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(memory.get(&path).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(memory.put(&path, &data).await.status, StatusCode::CREATED);
+    let again = memory.get(&path).await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(&again.body[..], &data[..]);
+
+    // Health endpoints and metrics answer GET and HEAD only.
+    for endpoint in ["/healthz", "/readyz", "/metrics"] {
+        let r = memory.request(Method::POST, endpoint, &[], empty()).await;
+        assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "{endpoint}");
+        assert_eq!(r.header("allow"), Some("GET,HEAD"), "{endpoint}");
+        let r = memory.request(Method::HEAD, endpoint, &[], empty()).await;
+        assert_eq!(r.status, StatusCode::OK, "{endpoint}");
+    }
+}
+
+#[tokio::test]
 async fn deleted_content_is_not_served_from_memory() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &[]);

@@ -12,7 +12,13 @@ use gantry_api::storage::{BundleName, Digest};
 
 /// The cache key of a tarball; a bundle's keys share the prefix `{bundle}/`.
 pub(super) fn key(bundle: &BundleName, digest: &Digest) -> String {
-    format!("{bundle}/{digest}")
+    // Without the formatting machinery: this runs for every download.
+    let (bundle, digest) = (bundle.as_str(), digest.as_str());
+    let mut key = String::with_capacity(bundle.len() + 1 + digest.len());
+    key.push_str(bundle);
+    key.push('/');
+    key.push_str(digest);
+    key
 }
 
 /// The key prefix of every tarball of a bundle.

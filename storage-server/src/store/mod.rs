@@ -259,6 +259,13 @@ impl Store {
 
     /// Opens a stored tarball for reading: small ones whole (from or into the cache), larger
     /// ones as a file to stream.
+    /// The content of a tarball if the memory cache holds it; no disk access.
+    pub fn cached_content(&self, bundle: &BundleName, digest: &Digest) -> Option<Content> {
+        self.cache
+            .get(&cache::key(bundle, digest))
+            .map(Content::Whole)
+    }
+
     pub async fn open_content(
         &self,
         bundle: &BundleName,

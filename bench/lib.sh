@@ -13,8 +13,12 @@ bench_up() {
   done
   GANTRY_CONTROL_PLANE_DIR="$(bash tools/control-plane/build.sh)"
   export GANTRY_CONTROL_PLANE_DIR
-  echo "==> cargo build --release (Gantry's binaries)" >&2
-  cargo build --release --quiet --workspace --bins
+  # BENCH_PREBUILT=1 runs the release binaries as they are (a build of another change may be
+  # under way).
+  if [[ -z "${BENCH_PREBUILT:-}" ]]; then
+    echo "==> cargo build --release (Gantry's binaries)" >&2
+    cargo build --release --quiet --workspace --bins
+  fi
   export GANTRY_BINARIES_BUILT=1
   export PATH="$PWD/target/release:$PATH"
   target/release/gantry-dev --state-dir "$bench_state" down >/dev/null 2>&1 || true
@@ -24,7 +28,9 @@ bench_up() {
   trap bench_down EXIT
   # shellcheck disable=SC1090,SC1091
   source "$bench_state/env"
-  kubectl apply --server-side -f manifests/00-namespace.yaml -f manifests/20-classes.yaml >/dev/null
+  # The shipped classes apply as gantry-applier: its ServiceAccount and binding come too.
+  kubectl apply --server-side -f manifests/00-namespace.yaml -f manifests/02-serviceaccounts.yaml \
+    -f manifests/03-rbac-provisioner.yaml -f manifests/20-classes.yaml >/dev/null
   kubectl patch provisionerclass plain --type merge \
     -p "{\"spec\":{\"insecureRegistries\":[\"$GANTRY_REGISTRY\"]}}" >/dev/null
 }

@@ -83,10 +83,11 @@ cpu_seconds() {
 # Bundles whose Ready column is True, from the API server's table (printer columns only: a
 # full list of thousands of bundles would cost this script more than it measures).
 ready_count() {
-  kubectl get bundles --no-headers 2>/dev/null | awk -v col="$ready_column" '$col == "True"' | wc -l
+  kubectl get bundles 2>/dev/null | awk '
+    NR == 1 { for (i = 1; i <= NF; i++) if ($i == "READY") col = i; next }
+    col && $col == "True" { n++ }
+    END { print n + 0 }'
 }
-ready_column="$(kubectl get bundles 2>/dev/null | head -1 | awk '{ for (i = 1; i <= NF; i++) if ($i == "READY") print i }')"
-ready_column="${ready_column:-4}"
 
 echo "==> creating $BUNDLES bundles of $OBJECTS objects"
 initial="$(writes)"

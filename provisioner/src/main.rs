@@ -13,12 +13,6 @@ use gantry_provisioner::controller::node_pull::NodePullSettings;
 use gantry_provisioner::controller::{Settings, Token};
 use gantry_provisioner::run::Options;
 
-/// mimalloc returns freed memory to the system: with glibc's malloc, the memory a large
-/// install used (megabytes of CRDs parsed, copied and sent) stayed resident after it (see
-/// docs/scaling.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser, Debug)]
 #[command(
     version,

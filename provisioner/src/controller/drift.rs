@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use gantry_api::{BUNDLE_LABEL, Bundle, FIELD_MANAGER, ServiceAccountReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, PartialObjectMeta, PostParams};
 use kube::core::ApiResource;

@@ -13,8 +13,12 @@ bench_up() {
   done
   GANTRY_CONTROL_PLANE_DIR="$(bash tools/control-plane/build.sh)"
   export GANTRY_CONTROL_PLANE_DIR
-  echo "==> cargo build --release (Gantry's binaries)" >&2
-  cargo build --release --quiet --workspace --bins
+  # BENCH_PREBUILT=1 runs the release binaries as they are (a build of another change may be
+  # under way).
+  if [[ -z "${BENCH_PREBUILT:-}" ]]; then
+    echo "==> cargo build --release (Gantry's binaries)" >&2
+    cargo build --release --quiet --workspace --bins
+  fi
   export GANTRY_BINARIES_BUILT=1
   export PATH="$PWD/target/release:$PATH"
   target/release/gantry-dev --state-dir "$bench_state" down >/dev/null 2>&1 || true

@@ -26,6 +26,8 @@ pub struct RegistryOptions {
 /// A running registry. Dropping it stops the process.
 pub struct Registry {
     host: String,
+    /// `http://127.0.0.1:PORT/metrics`: the registry's Prometheus metrics (requests served).
+    metrics_url: String,
     root: PathBuf,
     dir: PathBuf,
     ca_pem: Option<String>,
@@ -66,9 +68,13 @@ impl Registry {
         std::fs::create_dir_all(&root).context(|| format!("creating {}", root.display()))?;
         let port = free_port_on(address)?;
         let host = format!("{address}:{port}");
+        // The debug server counts requests (registry_http_requests_total): benchmarks read it
+        // to see how often tags are resolved.
+        let debug_port = free_port_on(Ipv4Addr::LOCALHOST.into())?;
+        let metrics_url = format!("http://127.0.0.1:{debug_port}/metrics");
 
         let mut config = format!(
-            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {root}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: gantry-tests-{port}\n",
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {root}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: gantry-tests-{port}\n  debug:\n    addr: 127.0.0.1:{debug_port}\n    prometheus:\n      enabled: true\n      path: /metrics\n",
             root = root.display()
         );
         let (mut ca_pem, mut ca_file) = (None, None);
@@ -124,6 +130,7 @@ impl Registry {
         };
         Ok(Self {
             host,
+            metrics_url,
             root,
             dir,
             ca_pem,
@@ -136,6 +143,11 @@ impl Registry {
     /// `127.0.0.1:PORT` (or `ADDRESS:PORT` for [`Self::start_on`]).
     pub fn host(&self) -> &str {
         &self.host
+    }
+
+    /// The registry's Prometheus metrics (`registry_http_requests_total` counts requests).
+    pub fn metrics_url(&self) -> &str {
+        &self.metrics_url
     }
 
     /// The registry's storage root (`docker/registry/v2/...` below it), for tampering with blobs.

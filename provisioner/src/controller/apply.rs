@@ -63,9 +63,31 @@ pub async fn apply(
     write(client, kinds, plan, identity, settings, checked).await
 }
 
-/// What [`check`] found: the live objects, in the plan's order.
+/// What [`check`] found: per object of the plan, in its order, `None` when it is absent.
 pub struct Checked {
-    live: Vec<Option<Value>>,
+    live: Vec<Option<Seen>>,
+}
+
+/// What the apply needs of a live object. The object itself is dropped as soon as it is
+/// read: a bundle's CRDs can weigh megabytes, and all of them would be held until the end.
+pub struct Seen {
+    /// The bundle its label names.
+    owner: Option<String>,
+    /// Whether it already holds every field the plan has for it.
+    matches: bool,
+}
+
+impl Seen {
+    fn of(live: &Value, desired: &Value) -> Self {
+        let label = format!("/metadata/labels/{}", BUNDLE_LABEL.replace('/', "~1"));
+        Self {
+            owner: live
+                .pointer(&label)
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            matches: live_matches(live, desired),
+        }
+    }
 }
 
 /// Everything [`apply`] verifies before its first write: no object belongs to another bundle,
@@ -83,9 +105,12 @@ pub async fn check(
     let reads: Vec<_> = plan
         .objects
         .iter()
-        .map(|object| read_live(client, object, identity))
+        .map(|object| async move {
+            let live = read_live(client, object, identity).await?;
+            Ok::<_, Error>(live.map(|live| Seen::of(&live, &object.object)))
+        })
         .collect();
-    let live: Vec<Option<Value>> = stream::iter(reads)
+    let live: Vec<Option<Seen>> = stream::iter(reads)
         .buffered(concurrency)
         .try_collect()
         .await?;
@@ -94,12 +119,7 @@ pub async fn check(
         .objects
         .iter()
         .zip(&live)
-        .filter(|(object, live)| {
-            settings.write_all
-                || !live
-                    .as_ref()
-                    .is_some_and(|live| live_matches(live, &object.object))
-        })
+        .filter(|(_, live)| settings.write_all || !live.as_ref().is_some_and(|l| l.matches))
         .map(|(object, _)| preflight(client, object, identity))
         .collect();
     stream::iter(checks)
@@ -139,13 +159,8 @@ pub async fn write(
             .iter()
             .zip(lives)
             .map(|(object, live)| {
-                apply_one(
-                    client,
-                    kinds,
-                    object,
-                    live.as_ref().filter(|_| !settings.write_all),
-                    identity,
-                )
+                let unchanged = !settings.write_all && live.as_ref().is_some_and(|l| l.matches);
+                apply_one(client, kinds, object, unchanged, identity)
             })
             .collect();
         let results: Vec<bool> = stream::iter(writes)
@@ -164,13 +179,9 @@ pub async fn write(
 }
 
 /// Fails with `Conflict` when a live object carries the label of another bundle.
-fn check_owners(plan: &Plan, live: &[Option<Value>], bundle: &str) -> Result<()> {
-    let label = format!("/metadata/labels/{}", BUNDLE_LABEL.replace('/', "~1"));
+fn check_owners(plan: &Plan, live: &[Option<Seen>], bundle: &str) -> Result<()> {
     for (object, live) in plan.objects.iter().zip(live) {
-        let owner = live
-            .as_ref()
-            .and_then(|l| l.pointer(&label))
-            .and_then(Value::as_str);
+        let owner = live.as_ref().and_then(|l| l.owner.as_deref());
         if let Some(owner) = owner.filter(|owner| *owner != bundle) {
             return Err(Error::Conflict {
                 object: object.to_string(),
@@ -221,10 +232,10 @@ async fn apply_one(
     client: &Client,
     kinds: &KindCache,
     object: &PlannedObject,
-    live: Option<&Value>,
+    unchanged: bool,
     identity: &str,
 ) -> Result<bool> {
-    if live.is_some_and(|live| live_matches(live, &object.object)) {
+    if unchanged {
         return Ok(false);
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -493,10 +504,11 @@ mod tests {
             served,
         )
         .unwrap();
+        let seen = |live: Value| Some(Seen::of(&live, &json!({})));
         let labelled =
-            |owner: &str| Some(json!({ "metadata": { "labels": { BUNDLE_LABEL: owner } } }));
+            |owner: &str| seen(json!({ "metadata": { "labels": { BUNDLE_LABEL: owner } } }));
         assert!(check_owners(&plan, &[None, labelled("mine")], "mine").is_ok());
-        assert!(check_owners(&plan, &[Some(json!({ "metadata": {} })), None], "mine").is_ok());
+        assert!(check_owners(&plan, &[seen(json!({ "metadata": {} })), None], "mine").is_ok());
         match check_owners(&plan, &[None, labelled("theirs")], "mine") {
             Err(Error::Conflict { object, owner }) => {
                 assert_eq!(owner, "theirs");

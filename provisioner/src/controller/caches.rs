@@ -84,6 +84,40 @@ impl VerifiedImages {
     }
 }
 
+/// Registry clients by what they were made from (the pull secrets' contents, insecure
+/// registries, CA certificates). Making a client builds two TLS configurations from the
+/// system's roots, which costs more than resolving a tag; and a kept client reuses its
+/// connections. Keyed by the full contents, so a client is shared only by bundles with exactly
+/// the same credentials. Bounded: when full, it starts afresh.
+#[derive(Default)]
+pub struct RegistryClients {
+    entries: Mutex<HashMap<Vec<u8>, gantry_image::RegistryClient>>,
+}
+
+impl RegistryClients {
+    /// More entries than this and the map is cleared (costing one client each).
+    const MAX_ENTRIES: usize = 256;
+
+    /// The client made from `key`, made with `make` when there is none.
+    pub fn get_or_make<E>(
+        &self,
+        key: Vec<u8>,
+        make: impl FnOnce() -> Result<gantry_image::RegistryClient, E>,
+    ) -> Result<gantry_image::RegistryClient, E> {
+        if let Some(client) = self.entries.lock().ok().and_then(|e| e.get(&key).cloned()) {
+            return Ok(client);
+        }
+        let client = make()?;
+        if let Ok(mut entries) = self.entries.lock() {
+            if entries.len() >= Self::MAX_ENTRIES {
+                entries.clear();
+            }
+            entries.insert(key, client.clone());
+        }
+        Ok(client)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,4 +86,6 @@ pub struct Context {
     pub verified: VerifiedImages,
     /// Clients acting as the ServiceAccounts bundles are applied as.
     pub appliers: Appliers,
+    /// Registry clients, one per set of credentials and TLS settings.
+    pub registries: super::caches::RegistryClients,
 }

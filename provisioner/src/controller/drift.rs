@@ -1,13 +1,23 @@
 //! Watches on the kinds bundles manage: a managed object that changes or goes away makes its
 //! bundle reconcile at once.
+//!
+//! The watches ask for metadata only (the label naming the bundle is all they read): a bundle's
+//! CRD of a megabyte changes its status several times while it is established, and a full
+//! watch would decode every one of those objects. A kind is watched across all namespaces
+//! with one watch when the identity may list and watch it there, so the number of watches
+//! grows with kinds, not with bundles; otherwise one watch per namespace.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use gantry_api::{BUNDLE_LABEL, Bundle, ServiceAccountReference};
+use gantry_api::{BUNDLE_LABEL, Bundle, FIELD_MANAGER, ServiceAccountReference};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, PartialObjectMeta, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::ObjectRef;
@@ -16,21 +26,26 @@ use tokio::sync::mpsc;
 
 use super::identity::Applier;
 
-/// What one watch covers: the identity it watches as, the kind, and the namespace (`None`:
-/// cluster-scoped objects).
-type WatchKey = (
-    Option<ServiceAccountReference>,
-    String,
-    String,
-    String,
-    Option<String>,
-);
+/// The identity a watch runs as, and the kind (group, version, kind).
+type KindKey = (Option<ServiceAccountReference>, String, String, String);
 
-/// One watch per identity, kind and namespace, started on first use, feeding bundle names to
-/// the controller. Watches run as the identity bundles are applied as, so they see what it
-/// may see; one it may not list retries with backoff, and the periodic resync still repairs.
+/// Where a watch looks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Scope {
+    /// Cluster-scoped objects, or namespaced ones in every namespace.
+    All,
+    Namespace(String),
+}
+
+/// One watch per identity and kind (across namespaces), or per identity, kind and namespace
+/// where the identity may not watch the kind across namespaces; started on first use, feeding
+/// bundle names to the controller. Watches run as the identity bundles are applied as, so they
+/// see what it may see; one it may not list retries with backoff, and the periodic resync
+/// still repairs.
 pub struct DriftWatches {
-    started: Mutex<HashSet<WatchKey>>,
+    started: Mutex<HashSet<(KindKey, Scope)>>,
+    /// Whether an identity may list and watch a namespaced kind in all namespaces (asked once).
+    wide: tokio::sync::Mutex<HashMap<KindKey, bool>>,
     sender: mpsc::UnboundedSender<ObjectRef<Bundle>>,
     /// Bundles one of whose objects changed since their last full check.
     dirty: Arc<Mutex<HashSet<String>>>,
@@ -43,6 +58,7 @@ impl DriftWatches {
         (
             Self {
                 started: Mutex::new(HashSet::new()),
+                wide: tokio::sync::Mutex::new(HashMap::new()),
                 sender,
                 dirty: Arc::new(Mutex::new(HashSet::new())),
             },
@@ -52,24 +68,39 @@ impl DriftWatches {
 
     /// Makes sure objects of `resource` labelled as managed, in `namespace` (`None`: cluster
     /// scoped), are watched as `applier`.
-    pub fn ensure(&self, applier: &Applier, resource: &ApiResource, namespace: Option<&str>) {
-        let key = (
+    pub async fn ensure(&self, applier: &Applier, resource: &ApiResource, namespace: Option<&str>) {
+        let kind: KindKey = (
             applier.account.clone(),
             resource.group.clone(),
             resource.version.clone(),
             resource.kind.clone(),
-            namespace.map(str::to_string),
         );
+        if self.is_started(&kind, &Scope::All) {
+            return;
+        }
+        let scope = match namespace {
+            None => Scope::All,
+            Some(namespace) => {
+                if self.is_started(&kind, &Scope::Namespace(namespace.to_string())) {
+                    return;
+                }
+                if self.may_watch_everywhere(applier, resource, &kind).await {
+                    Scope::All
+                } else {
+                    Scope::Namespace(namespace.to_string())
+                }
+            }
+        };
         let Ok(mut started) = self.started.lock() else {
             return;
         };
-        if !started.insert(key) {
+        if !started.insert((kind, scope.clone())) {
             return;
         }
         let client = applier.client.clone();
-        let api: Api<DynamicObject> = match namespace {
-            Some(namespace) => Api::namespaced_with(client, namespace, resource),
-            None => Api::all_with(client, resource),
+        let api: Api<PartialObjectMeta<DynamicObject>> = match &scope {
+            Scope::Namespace(namespace) => Api::namespaced_with(client, namespace, resource),
+            Scope::All => Api::all_with(client, resource),
         };
         let sender = self.sender.clone();
         let dirty = self.dirty.clone();
@@ -80,6 +111,10 @@ impl DriftWatches {
             while let Some(event) = events.next().await {
                 let object = match event {
                     // The initial listing is no change: the bundles reconcile on start anyway.
+                    // Nor is an object whose last write was the provisioner's own apply.
+                    Ok(Event::Apply(object)) if last_written_by_apply(&object.metadata) => {
+                        continue;
+                    }
                     Ok(Event::Apply(object) | Event::Delete(object)) => object,
                     Ok(_) => continue,
                     Err(error) => {
@@ -98,6 +133,77 @@ impl DriftWatches {
             }
         });
     }
+
+    fn is_started(&self, kind: &KindKey, scope: &Scope) -> bool {
+        self.started
+            .lock()
+            .is_ok_and(|started| started.contains(&(kind.clone(), scope.clone())))
+    }
+
+    /// Whether the identity may list and watch `resource` in all namespaces: asked once per
+    /// identity and kind with access reviews. A failed review counts as no (watches per
+    /// namespace then) and is asked again next time.
+    async fn may_watch_everywhere(
+        &self,
+        applier: &Applier,
+        resource: &ApiResource,
+        kind: &KindKey,
+    ) -> bool {
+        let mut wide = self.wide.lock().await;
+        if let Some(known) = wide.get(kind) {
+            return *known;
+        }
+        let reviews: Api<SelfSubjectAccessReview> = Api::all(applier.client.clone());
+        let mut allowed = true;
+        for verb in ["list", "watch"] {
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some(resource.group.clone()),
+                        version: Some(resource.version.clone()),
+                        resource: Some(resource.plural.clone()),
+                        verb: Some(verb.to_string()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            match reviews.create(&PostParams::default(), &review).await {
+                Ok(answer) => allowed &= answer.status.is_some_and(|s| s.allowed),
+                Err(error) => {
+                    tracing::debug!(kind = %resource.kind, %error, "access review for a drift watch failed");
+                    return false;
+                }
+            }
+        }
+        wide.insert(kind.clone(), allowed);
+        allowed
+    }
+}
+
+/// Whether the latest write to an object was the provisioner's own server-side apply: the
+/// newest entries of its managed fields are all ours (an `Apply` by [`FIELD_MANAGER`]). A write
+/// by anyone else in the same second (timestamps have seconds) counts as a change.
+fn last_written_by_apply(metadata: &ObjectMeta) -> bool {
+    let Some(entries) = metadata.managed_fields.as_deref() else {
+        return false;
+    };
+    let Some(latest) = entries.iter().filter_map(|e| e.time.as_ref()).max() else {
+        return false;
+    };
+    let newest = entries.iter().filter(|e| e.time.as_ref() == Some(latest));
+    let mut any = false;
+    for entry in newest {
+        if entry.manager.as_deref() != Some(FIELD_MANAGER)
+            || entry.operation.as_deref() != Some("Apply")
+            || entry.subresource.as_deref().is_some_and(|s| !s.is_empty())
+        {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 impl DriftWatches {
@@ -107,5 +213,51 @@ impl DriftWatches {
             .lock()
             .map(|mut dirty| dirty.remove(bundle))
             .unwrap_or(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+
+    fn entry(manager: &str, operation: &str, second: i64) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some(operation.into()),
+            time: Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 + second).unwrap(),
+            )),
+            ..Default::default()
+        }
+    }
+
+    fn meta(entries: Vec<ManagedFieldsEntry>) -> ObjectMeta {
+        ObjectMeta {
+            managed_fields: Some(entries),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_provisioners_own_apply_is_no_drift() {
+        assert!(last_written_by_apply(&meta(vec![
+            entry("kubectl", "Update", 1),
+            entry(FIELD_MANAGER, "Apply", 2),
+        ])));
+    }
+
+    #[test]
+    fn a_later_or_simultaneous_write_by_another_is_drift() {
+        assert!(!last_written_by_apply(&meta(vec![
+            entry(FIELD_MANAGER, "Apply", 1),
+            entry("kubectl-edit", "Update", 2),
+        ])));
+        assert!(!last_written_by_apply(&meta(vec![
+            entry(FIELD_MANAGER, "Apply", 2),
+            entry("kube-controller-manager", "Update", 2),
+        ])));
+        assert!(!last_written_by_apply(&meta(vec![])));
+        assert!(!last_written_by_apply(&ObjectMeta::default()));
     }
 }

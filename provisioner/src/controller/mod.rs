@@ -94,6 +94,7 @@ pub async fn run(
         resolved: Default::default(),
         checked: Default::default(),
         verified: Default::default(),
+        registries: Default::default(),
         appliers: identity::Appliers::new(config, client.clone()),
     });
 

@@ -20,6 +20,12 @@ pub async fn registry_client(
 ) -> Result<RegistryClient> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
     let mut credentials = DockerConfig::default();
+    // What the client is made from, in full: the key of the shared client.
+    let mut key = Vec::new();
+    let mut add_to_key = |part: &[u8]| {
+        key.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        key.extend_from_slice(part);
+    };
     let names = class
         .spec
         .pull_secrets
@@ -27,6 +33,8 @@ pub async fn registry_client(
         .chain(bundle.spec.pull_secret.iter());
     for name in names {
         let data = secret_key(&secrets, &ctx.settings.namespace, name, DOCKER_CONFIG_JSON).await?;
+        add_to_key(b"credentials");
+        add_to_key(&data);
         let config =
             DockerConfig::from_json(&data, &format!("secret {}/{name}", ctx.settings.namespace))
                 .map_err(|e| Error::PullSecret {
@@ -37,14 +45,24 @@ pub async fn registry_client(
     }
     let mut ca_pem = Vec::new();
     if let Some(name) = &class.spec.registry_ca_secret {
-        ca_pem.push(secret_key(&secrets, &ctx.settings.namespace, name, CA_KEY).await?);
+        let ca = secret_key(&secrets, &ctx.settings.namespace, name, CA_KEY).await?;
+        add_to_key(b"ca");
+        add_to_key(&ca);
+        ca_pem.push(ca);
     }
-    RegistryClient::new(RegistryOptions {
-        credentials,
-        insecure_registries: class.spec.insecure_registries.clone(),
-        ca_pem,
-    })
-    .map_err(|e| Error::from_image(&bundle.spec.image, e))
+    for registry in &class.spec.insecure_registries {
+        add_to_key(b"insecure");
+        add_to_key(registry.as_bytes());
+    }
+    ctx.registries
+        .get_or_make(key, || {
+            RegistryClient::new(RegistryOptions {
+                credentials,
+                insecure_registries: class.spec.insecure_registries.clone(),
+                ca_pem,
+            })
+        })
+        .map_err(|e| Error::from_image(&bundle.spec.image, e))
 }
 
 async fn secret_key(

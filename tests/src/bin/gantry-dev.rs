@@ -154,9 +154,14 @@ async fn up(state: &Path, provisioner_args: Vec<String>) -> anyhow::Result<()> {
                 storage_url: storage.url().to_string(),
                 storage_token: None,
                 namespace: NAMESPACE.into(),
-                args: std::iter::once("--resolve-interval=10s".to_string())
-                    .chain(provisioner_args)
-                    .collect(),
+                // Tags are resolved every 10 s unless the caller chose an interval.
+                args: (!provisioner_args
+                    .iter()
+                    .any(|a| a.starts_with("--resolve-interval")))
+                .then(|| "--resolve-interval=10s".to_string())
+                .into_iter()
+                .chain(provisioner_args)
+                .collect(),
             },
             &lifetime,
         )?;
@@ -177,12 +182,13 @@ async fn up(state: &Path, provisioner_args: Vec<String>) -> anyhow::Result<()> {
     std::fs::write(
         &env_file,
         format!(
-            "export KUBECONFIG={}\nexport GANTRY_REGISTRY={}\nexport GANTRY_STORAGE_URL={}\nexport GANTRY_METRICS_URL={}\nexport GANTRY_PROVISIONER_PID={}\n",
+            "export KUBECONFIG={}\nexport GANTRY_REGISTRY={}\nexport GANTRY_STORAGE_URL={}\nexport GANTRY_METRICS_URL={}\nexport GANTRY_PROVISIONER_PID={}\nexport GANTRY_REGISTRY_METRICS_URL={}\n",
             kubeconfig.display(),
             registry.host(),
             storage.url(),
             provisioner.metrics_url(),
-            provisioner.pid()
+            provisioner.pid(),
+            registry.metrics_url()
         ),
     )
     .with_context(|| format!("writing {}", env_file.display()))?;

@@ -90,7 +90,8 @@ pub(super) async fn apply_and_prune(
         .inc_by(outcome.unchanged as u64);
     for object in &plan.objects {
         ctx.drift
-            .ensure(applier, &object.resource, object.namespace.as_deref());
+            .ensure(applier, &object.resource, object.namespace.as_deref())
+            .await;
     }
 
     prune(pass, applier, &planned).await?;

@@ -12,6 +12,8 @@ pub mod kstatus;
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{Bundle, BundlePhase, BundleStatus, Condition, EffectiveHealth, InventoryEntry};
 use k8s_openapi::jiff::Timestamp;
@@ -50,10 +52,18 @@ pub(crate) async fn check(
     client: &kube::Client,
 ) -> Option<Duration> {
     let ctx = pass.ctx;
-    let mut objects = Vec::with_capacity(pass.status.inventory.len());
-    for entry in &pass.status.inventory {
-        objects.push((describe(entry), assess_live(ctx, client, entry).await));
-    }
+    // Read several at once (as many as an apply writes at once): one after another, a
+    // bundle's reads would cost a round trip each.
+    let reads: Vec<_> = pass
+        .status
+        .inventory
+        .iter()
+        .map(|entry| async move { (describe(entry), assess_live(ctx, client, entry).await) })
+        .collect();
+    let objects: Vec<(String, Assessment)> = futures::stream::iter(reads)
+        .buffered(ctx.settings.apply_concurrency.max(1))
+        .collect()
+        .await;
     let now = Timestamp::now();
     let verdict = judge(
         &objects,

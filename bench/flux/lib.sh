@@ -104,6 +104,14 @@ flux_up() {
     --log-level=info \
     ${FLUX_KUSTOMIZE_ARGS:-} >"$flux_state/kustomize-controller.log" 2>&1 &
   FLUX_KUSTOMIZE_PID=$!
+  # Stopped with the benchmark, whatever else its EXIT trap does.
+  local previous
+  previous="$(trap -p EXIT)"
+  previous="${previous#trap -- \'}"
+  previous="${previous%\' EXIT}"
+  previous="${previous//\'\\\'\'/\'}"
+  # shellcheck disable=SC2064
+  trap "flux_down; $previous" EXIT
   flux_wait_url "http://127.0.0.1:$source_health/readyz" 60 \
     || { tail -20 "$flux_state/source-controller.log" >&2; return 1; }
   flux_wait_url "http://127.0.0.1:$kustomize_health/readyz" 60 \
@@ -180,4 +188,40 @@ flux_wait_all_ready() {
     (( $(date +%s) < deadline )) || { echo "only $ready of $want Kustomizations Ready after ${2:-600} s" >&2; return 1; }
     sleep 0.5
   done
+}
+
+# The scale benchmark's Flux column: $3 bundles of image $2 as OCIRepository + Kustomization
+# pairs, each applying into a namespace of its own (as each Bundle has its installNamespace);
+# prints the time until all are Ready, the requests the API server served meanwhile, and each
+# controller's CPU seconds in that time and peak RSS. $1 is a scratch directory, $4 a run id.
+flux_scale() {
+  local work="$1" image="$2" count="$3" run_id="$4" i manifest="$1/flux-scale.yaml"
+  flux_up "$work/flux-state"
+  : > "$manifest"
+  for i in $(seq 1 "$count"); do
+    printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: flux-scale-%s-%s\n---\n' "$run_id" "$i" >> "$manifest"
+  done
+  kubectl apply -f "$manifest" >/dev/null
+  : > "$manifest"
+  for i in $(seq 1 "$count"); do
+    flux_objects "scale-$run_id-$i" "$image" "flux-scale-$run_id-$i" >> "$manifest"
+  done
+  echo "==> Flux: creating $count OCIRepository + Kustomization pairs"
+  local requests source_cpu kustomize_cpu start all_ready
+  requests="$(api_requests)"
+  source_cpu="$(cpu_seconds "$FLUX_SOURCE_PID")"
+  kustomize_cpu="$(cpu_seconds "$FLUX_KUSTOMIZE_PID")"
+  start="$(now)"
+  kubectl apply -f "$manifest" >/dev/null
+  flux_wait_all_ready "$count" 600
+  all_ready="$(python3 -c "print($(now) - $start)")"
+  source_cpu="$(python3 -c "print($(cpu_seconds "$FLUX_SOURCE_PID") - $source_cpu)")"
+  kustomize_cpu="$(python3 -c "print($(cpu_seconds "$FLUX_KUSTOMIZE_PID") - $kustomize_cpu)")"
+  requests=$(( $(api_requests) - requests ))
+  printf '%-44s %.1f s\n' "Flux: time to all Ready" "$all_ready"
+  printf '%-44s %s\n' "Flux: API requests while installing" "$requests"
+  printf '%-44s %.2f s / %.2f s\n' "Flux: CPU (source- / kustomize-controller)" "$source_cpu" "$kustomize_cpu"
+  printf '%-44s %s MiB / %s MiB\n' "Flux: peak RSS (source- / kustomize-ctrl)" \
+    "$(peak_rss_mib "$FLUX_SOURCE_PID")" "$(peak_rss_mib "$FLUX_KUSTOMIZE_PID")"
+  flux_down
 }

@@ -79,3 +79,12 @@ printf '%-44s %.1f s (target 60 s)\n' "time to all Ready" "$all_ready"
 printf '%-44s %s MiB (target 100 MiB)\n' "provisioner peak RSS" "$(peak_rss_mib "$GANTRY_PROVISIONER_PID")"
 printf '%-44s %s\n' "write requests while installing (for scale)" "$(( before - initial ))"
 printf '%-44s %s (target 0)\n' "write requests in ${STEADY}s of steady state" "$steady_writes"
+
+# Flux's column (FLUX=0 leaves it out): the same image as OCIRepository + Kustomization pairs,
+# after Gantry's figures, on the same API server (see bench/flux/lib.sh).
+if [[ "${FLUX:-1}" == 1 ]]; then
+  # shellcheck disable=SC1091
+  source bench/flux/lib.sh
+  printf '\n'
+  flux_scale "$work" "$GANTRY_REGISTRY/bench/scale:$run_id" "$BUNDLES" "$run_id"
+fi

@@ -1,8 +1,9 @@
 // Builds Flux's source-controller and kustomize-controller from their official Go modules: the
 // benchmarks measure Gantry against them in the same run. A module of its own: Flux's
 // dependencies are unrelated to the control plane's.
-// v1.9.6 of both (one Flux release) is the newest pair that builds with Go 1.26: v1.10 needs Go
-// 1.27.
+// v1.9.5 of both (one Flux release) is the newest pair that builds here: v1.10 needs Go 1.27,
+// and kustomize-controller v1.9.6 needs github.com/fluxcd/pkg/kustomize v1.35.7, whose archive
+// the module proxy does not serve.
 // The replace directives are copied from the controllers' go.mod files (a dependency's replace
 // directives do not apply to the module that requires it); keep them in step when changing the
 // release.
@@ -132,7 +133,7 @@ require (
 	github.com/fatih/color v1.19.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/fluxcd/cli-utils v1.2.3 // indirect
-	github.com/fluxcd/kustomize-controller v1.9.6 // indirect
+	github.com/fluxcd/kustomize-controller v1.9.5 // indirect
 	github.com/fluxcd/kustomize-controller/api v1.9.6 // indirect
 	github.com/fluxcd/pkg/apis/acl v0.10.0 // indirect
 	github.com/fluxcd/pkg/apis/event v0.27.2 // indirect
@@ -145,7 +146,7 @@ require (
 	github.com/fluxcd/pkg/git v0.52.0 // indirect
 	github.com/fluxcd/pkg/http/fetch v0.25.0 // indirect
 	github.com/fluxcd/pkg/http/transport v0.8.0 // indirect
-	github.com/fluxcd/pkg/kustomize v1.35.7 // indirect
+	github.com/fluxcd/pkg/kustomize v1.35.6 // indirect
 	github.com/fluxcd/pkg/lockedfile v0.8.0 // indirect
 	github.com/fluxcd/pkg/masktoken v0.9.0 // indirect
 	github.com/fluxcd/pkg/oci v0.68.1 // indirect
@@ -155,7 +156,7 @@ require (
 	github.com/fluxcd/pkg/ssh v0.25.0 // indirect
 	github.com/fluxcd/pkg/tar v1.2.0 // indirect
 	github.com/fluxcd/pkg/version v0.16.0 // indirect
-	github.com/fluxcd/source-controller v1.9.6 // indirect
+	github.com/fluxcd/source-controller v1.9.5 // indirect
 	github.com/fluxcd/source-controller/api v1.9.6 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.2 // indirect
@@ -404,10 +405,6 @@ replace (
 
 replace gopkg.in/yaml.v3 => gopkg.in/yaml.v3 v3.0.1
 
-// The module proxy does not serve the archives of github.com/fluxcd/pkg/artifact v0.18.2-v0.18.3
-// and github.com/fluxcd/pkg/kustomize v1.35.7 (403 "not available"): the nearest patch releases
-// it serves stand in.
-replace (
-	github.com/fluxcd/pkg/artifact => github.com/fluxcd/pkg/artifact v0.18.1
-	github.com/fluxcd/pkg/kustomize => github.com/fluxcd/pkg/kustomize v1.35.6
-)
+// The module proxy does not serve the archives of github.com/fluxcd/pkg/artifact v0.18.2 and
+// v0.18.3 (403 "not available"): the nearest patch release it serves stands in.
+replace github.com/fluxcd/pkg/artifact => github.com/fluxcd/pkg/artifact v0.18.1

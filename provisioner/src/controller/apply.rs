@@ -1,7 +1,7 @@
 //! Server-side apply of a plan: in waves that never run ahead of the Namespaces and CRDs before
 //! them, concurrently within a wave, writing only objects that differ from what is live.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
@@ -70,11 +70,6 @@ pub struct Checked {
 
 /// Everything [`apply`] verifies before its first write: no object belongs to another bundle,
 /// and `identity` may write every object that will be written.
-///
-/// Namespaces and CRDs of the plan are read first: an object in a Namespace of the plan that
-/// does not exist yet, or of a kind whose CRD of the plan does not exist yet, cannot exist
-/// either, so it is neither read nor dry-run (the API server would answer `404`); its access
-/// is reviewed instead (see [`review_access`]).
 pub async fn check(
     client: &Client,
     plan: &Plan,
@@ -83,99 +78,35 @@ pub async fn check(
     settings: &ApplySettings,
 ) -> Result<Checked> {
     let concurrency = settings.concurrency.max(1);
-    let mut live: Vec<Option<Value>> = vec![None; plan.objects.len()];
-    let barriers: Vec<usize> = (0..plan.objects.len())
-        .filter(|&i| plan.objects[i].is_barrier())
-        .collect();
-    read_into(client, plan, identity, concurrency, &barriers, &mut live).await?;
-    let missing = Missing::of(plan, &live);
-    let others: Vec<usize> = (0..plan.objects.len())
-        .filter(|&i| !plan.objects[i].is_barrier() && !missing.cannot_exist(&plan.objects[i]))
-        .collect();
-    read_into(client, plan, identity, concurrency, &others, &mut live).await?;
-    check_owners(plan, &live, bundle)?;
-    let to_write = plan.objects.iter().zip(&live).filter(|(object, live)| {
-        settings.write_all
-            || !live
-                .as_ref()
-                .is_some_and(|live| live_matches(live, &object.object))
-    });
-    let (unreachable, reachable): (Vec<_>, Vec<_>) =
-        to_write.partition(|(object, _)| missing.cannot_exist(object));
     // The futures are built before they are streamed: a stream holding a closure over
     // borrowed items makes the whole reconcile future fail to be `Send` for all lifetimes.
-    let checks: Vec<_> = reachable
-        .into_iter()
+    let reads: Vec<_> = plan
+        .objects
+        .iter()
+        .map(|object| read_live(client, object, identity))
+        .collect();
+    let live: Vec<Option<Value>> = stream::iter(reads)
+        .buffered(concurrency)
+        .try_collect()
+        .await?;
+    check_owners(plan, &live, bundle)?;
+    let checks: Vec<_> = plan
+        .objects
+        .iter()
+        .zip(&live)
+        .filter(|(object, live)| {
+            settings.write_all
+                || !live
+                    .as_ref()
+                    .is_some_and(|live| live_matches(live, &object.object))
+        })
         .map(|(object, _)| preflight(client, object, identity))
         .collect();
     stream::iter(checks)
         .buffered(concurrency)
         .try_collect::<Vec<()>>()
         .await?;
-    let unreachable: Vec<&PlannedObject> = unreachable.into_iter().map(|(o, _)| o).collect();
-    review_access(client, &unreachable, identity, concurrency).await?;
     Ok(Checked { live })
-}
-
-/// Reads the objects at `indices` of `plan` into `live`.
-async fn read_into(
-    client: &Client,
-    plan: &Plan,
-    identity: &str,
-    concurrency: usize,
-    indices: &[usize],
-    live: &mut [Option<Value>],
-) -> Result<()> {
-    let reads: Vec<_> = indices
-        .iter()
-        .map(|&i| read_live(client, &plan.objects[i], identity))
-        .collect();
-    let found: Vec<Option<Value>> = stream::iter(reads)
-        .buffered(concurrency)
-        .try_collect()
-        .await?;
-    for (&i, found) in indices.iter().zip(found) {
-        live[i] = found;
-    }
-    Ok(())
-}
-
-/// The Namespaces and CRDs of a plan that do not exist (yet).
-struct Missing<'a> {
-    namespaces: HashSet<&'a str>,
-    crds: HashSet<&'a str>,
-}
-
-impl<'a> Missing<'a> {
-    fn of(plan: &'a Plan, live: &[Option<Value>]) -> Self {
-        let mut missing = Missing {
-            namespaces: HashSet::new(),
-            crds: HashSet::new(),
-        };
-        for (object, live) in plan.objects.iter().zip(live) {
-            if live.is_some() {
-                continue;
-            }
-            if let Some(crd) = &object.defines_crd {
-                missing.crds.insert(crd);
-            } else if object.is_barrier() {
-                missing.namespaces.insert(&object.name);
-            }
-        }
-        missing
-    }
-
-    /// Whether `object` cannot exist: its namespace or the CRD of its kind is missing.
-    fn cannot_exist(&self, object: &PlannedObject) -> bool {
-        object
-            .namespace
-            .as_deref()
-            .is_some_and(|ns| self.namespaces.contains(ns))
-            || object
-                .needs_crd
-                .as_deref()
-                .is_some_and(|crd| self.crds.contains(crd))
-    }
 }
 
 /// The writes of [`apply`], once [`check`] passed.
@@ -339,152 +270,53 @@ async fn preflight(client: &Client, object: &PlannedObject, identity: &str) -> R
 
 /// Asks the API server whether `identity` (the client's user) may create and patch `object`.
 async fn access_review(client: &Client, object: &PlannedObject, identity: &str) -> Result<()> {
-    review_access(client, &[object], identity, 1).await
-}
-
-/// The attributes of one access review.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Access {
-    verb: &'static str,
-    group: String,
-    version: String,
-    resource: String,
-    namespace: Option<String>,
-    name: Option<String>,
-}
-
-impl Access {
-    fn of(object: &PlannedObject, verb: &'static str, name: Option<&str>) -> Self {
-        Access {
-            verb,
-            group: object.gvk.group.clone(),
-            version: object.gvk.version.clone(),
-            resource: object.resource.plural.clone(),
-            namespace: object.namespace.clone(),
-            name: name.map(str::to_string),
-        }
-    }
-}
-
-/// The API server's answer to an access review: allowed, or the reason it is not.
-type Answer = std::result::Result<(), Option<String>>;
-
-/// Checks that `identity` (the client's user) may create and patch each of `objects`, with
-/// SelfSubjectAccessReviews, and fails with `Forbidden` on the first object (in order) it may
-/// not. Reviews are asked once per kind and namespace: `create` names no object, and `patch` is
-/// asked without a name first; allowed without a name means allowed for every name (an RBAC
-/// rule without `resourceNames`), and only when it is not is `patch` asked for each object by
-/// name (a rule may list the names it allows).
-async fn review_access(
-    client: &Client,
-    objects: &[&PlannedObject],
-    identity: &str,
-    concurrency: usize,
-) -> Result<()> {
-    let mut unnamed: Vec<(Access, &PlannedObject)> = Vec::new();
-    let mut seen = HashSet::new();
-    for object in objects {
-        for verb in ["create", "patch"] {
-            let access = Access::of(object, verb, None);
-            if seen.insert(access.clone()) {
-                unnamed.push((access, *object));
-            }
-        }
-    }
-    let answers = ask_all(client, unnamed, identity, concurrency).await?;
-    let named: Vec<(Access, &PlannedObject)> = objects
-        .iter()
-        .filter(|object| answers[&Access::of(object, "patch", None)].is_err())
-        .map(|object| (Access::of(object, "patch", Some(&object.name)), *object))
-        .collect();
-    let named = ask_all(client, named, identity, concurrency).await?;
-    for object in objects {
-        let create = Access::of(object, "create", None);
-        if let Err(why) = &answers[&create] {
-            return Err(denied(object, identity, &create, why));
-        }
-        let patch = Access::of(object, "patch", Some(&object.name));
-        if let Some(Err(why)) = named.get(&patch) {
-            return Err(denied(object, identity, &patch, why));
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    for verb in ["create", "patch"] {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(object.gvk.group.clone()),
+                    version: Some(object.gvk.version.clone()),
+                    resource: Some(object.resource.plural.clone()),
+                    namespace: object.namespace.clone(),
+                    name: (verb == "patch").then(|| object.name.clone()),
+                    verb: Some(verb.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| Error::Apply {
+                object: object.to_string(),
+                message: format!("reviewing access as {identity}: {}", api_message(&e)),
+            })?;
+        let status = answer.status.unwrap_or_default();
+        if !status.allowed {
+            let scope = object
+                .namespace
+                .as_deref()
+                .map(|ns| format!(" in namespace {ns}"))
+                .unwrap_or_default();
+            let why = status
+                .reason
+                .filter(|r| !r.is_empty())
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            return Err(Error::Forbidden {
+                object: object.to_string(),
+                identity: identity.to_string(),
+                message: format!(
+                    "access review: {verb} {}{scope} is not allowed{why}",
+                    object.resource.plural
+                ),
+            });
         }
     }
     Ok(())
-}
-
-/// Asks every review of `reviews` (each with the object it is asked for, which errors name).
-async fn ask_all(
-    client: &Client,
-    reviews: Vec<(Access, &PlannedObject)>,
-    identity: &str,
-    concurrency: usize,
-) -> Result<HashMap<Access, Answer>> {
-    let asks: Vec<_> = reviews
-        .iter()
-        .map(|(access, object)| ask(client, access, object, identity))
-        .collect();
-    let answers: Vec<Answer> = stream::iter(asks)
-        .buffered(concurrency.max(1))
-        .try_collect()
-        .await?;
-    Ok(reviews
-        .into_iter()
-        .map(|(access, _)| access)
-        .zip(answers)
-        .collect())
-}
-
-async fn ask(
-    client: &Client,
-    access: &Access,
-    object: &PlannedObject,
-    identity: &str,
-) -> Result<Answer> {
-    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(access.group.clone()),
-                version: Some(access.version.clone()),
-                resource: Some(access.resource.clone()),
-                namespace: access.namespace.clone(),
-                name: access.name.clone(),
-                verb: Some(access.verb.to_string()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let answer = reviews
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(|e| Error::Apply {
-            object: object.to_string(),
-            message: format!("reviewing access as {identity}: {}", api_message(&e)),
-        })?;
-    let status = answer.status.unwrap_or_default();
-    Ok(if status.allowed {
-        Ok(())
-    } else {
-        Err(status.reason.filter(|r| !r.is_empty()))
-    })
-}
-
-fn denied(object: &PlannedObject, identity: &str, access: &Access, why: &Option<String>) -> Error {
-    let scope = access
-        .namespace
-        .as_deref()
-        .map(|ns| format!(" in namespace {ns}"))
-        .unwrap_or_default();
-    let why = why.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
-    Error::Forbidden {
-        object: object.to_string(),
-        identity: identity.to_string(),
-        message: format!(
-            "access review: {} {}{scope} is not allowed{why}",
-            access.verb, access.resource
-        ),
-    }
 }
 
 fn is_forbidden(error: &kube::Error) -> bool {

@@ -277,90 +277,6 @@ async fn a_limited_service_account_cannot_bind_cluster_admin_and_nothing_is_appl
 }
 
 #[tokio::test]
-async fn objects_in_a_namespace_the_bundle_creates_are_reviewed_by_name_where_rbac_names_them() {
-    gantry_requiring_service_accounts();
-    let client = control_plane().client().await;
-    let ns = unique_name("named");
-    ensure_namespace(&client, &ns).await;
-    // May create Namespaces and ConfigMaps anywhere, but patch only the ConfigMaps named
-    // "allowed": access without a name is refused, so each ConfigMap is reviewed by name.
-    let named = service_account(
-        &client,
-        &ns,
-        "namer",
-        json!([]),
-        Some(json!([
-            { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["*"] },
-            { "apiGroups": [""], "resources": ["configmaps"],
-              "verbs": ["get", "list", "watch", "create", "delete"] },
-            { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["allowed"],
-              "verbs": ["patch", "update"] }
-        ])),
-    )
-    .await;
-    let class = unique_name("named");
-    apply_class(
-        &client,
-        &class,
-        class_as(&named, ApprovalPolicy::Automatic),
-        false,
-    )
-    .await;
-
-    // Only "allowed" in a namespace the bundle creates: installs.
-    let target = unique_name("named-target");
-    let image = push(
-        &format!("{ns}/allowed:v1"),
-        &[
-            ("a-namespace.yaml", namespace_yaml(&target)),
-            ("b-config.yaml", config_map("allowed", Some(&target), "v1")),
-        ],
-    )
-    .await;
-    let allowed = unique_name("allowed");
-    create_bundle(&client, &allowed, bundle_of_class(&image, &ns, &class)).await;
-    wait_bundle(&client, &allowed, "Ready with names it may patch", is_ready).await;
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &target);
-    assert!(config_maps.get_opt("allowed").await.unwrap().is_some());
-
-    // "other" too: refused by name before anything is written, the Namespace included.
-    let refused_target = unique_name("named-refused");
-    let image = push(
-        &format!("{ns}/other:v1"),
-        &[
-            ("a-namespace.yaml", namespace_yaml(&refused_target)),
-            (
-                "b-config.yaml",
-                config_map("allowed", Some(&refused_target), "v1"),
-            ),
-            (
-                "c-config.yaml",
-                config_map("other", Some(&refused_target), "v1"),
-            ),
-        ],
-    )
-    .await;
-    let refused = unique_name("refused");
-    create_bundle(&client, &refused, bundle_of_class(&image, &ns, &class)).await;
-    let bundle = wait_failure(
-        &client,
-        &refused,
-        types::INSTALLED,
-        reasons::FORBIDDEN,
-        &format!("access review: patch configmaps in namespace {refused_target}"),
-    )
-    .await;
-    let message = &condition(&bundle, types::INSTALLED).unwrap().message;
-    assert!(
-        message.contains(&format!("ConfigMap {refused_target}/other")),
-        "the message names the object refused: {message}"
-    );
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    assert!(namespaces.get_opt(&refused_target).await.unwrap().is_none());
-    assert!(bundle.status.as_ref().unwrap().inventory.is_empty());
-}
-
-#[tokio::test]
 async fn prune_and_uninstall_run_as_the_service_account() {
     gantry_requiring_service_accounts();
     let client = control_plane().client().await;
@@ -717,6 +633,23 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
         !out.contains("first-secret") && !out.contains("second-secret"),
         "Secret data is masked: {out}"
     );
+    // The same diff with the content read from the registry (as from outside the cluster, where
+    // the storage server cannot be reached), checked against the stored content's digest.
+    let from_registry = kubectl_bundle(&[
+        "diff",
+        &name,
+        "--from-registry",
+        "--plain-http",
+        "--kubeconfig",
+        kc.as_str(),
+    ]);
+    assert_eq!(
+        from_registry.status.code(),
+        Some(1),
+        "{}",
+        text(&from_registry)
+    );
+    assert_eq!(String::from_utf8_lossy(&from_registry.stdout), out);
     // The diff is a dry run: nothing changed on the cluster.
     assert_eq!(
         config_map_data(&client, &ns, "settings").await.as_deref(),

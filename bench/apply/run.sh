@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
 # Apply speed: a bundle of 1,000 objects (ConfigMaps, Secrets, Services, Deployments, a CRD and
-# its custom resources), from creating the Bundle to Ready, against `kubectl apply -f DIR` and
-# `kubectl apply --server-side -f DIR` on the same API server in the same run. Each tool gets
-# its own namespace and CRD group, so none finds the others' objects.
+# its custom resources), from creating the Bundle to Ready, against `kubectl apply -f DIR`,
+# `kubectl apply --server-side -f DIR` and Flux (source-controller + kustomize-controller, an
+# OCIRepository + a Kustomization on an image pushed exactly as Gantry's), on the same API
+# server in the same run; and against the floor: how fast the API server itself accepts the
+# same objects by server-side apply (tools/control-plane/cmd/apply-floor, best of several
+# concurrencies). Each tool gets its own namespace and CRD group, so none finds the others'
+# objects. For Gantry and Flux it also reports CPU seconds, peak RSS and the requests the API
+# server served meanwhile (apiserver_request_total before/after).
 #
-#   bash bench/apply/run.sh            # OBJECTS=1000 by default
+#   bash bench/apply/run.sh            # OBJECTS=1000 FLOOR_CONCURRENCY=1,8,32,64 FLUX=1
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck disable=SC1091
 source bench/lib.sh
+# shellcheck disable=SC1091
+source bench/flux/lib.sh
 
 OBJECTS="${OBJECTS:-1000}"
+FLOOR_CONCURRENCY="${FLOOR_CONCURRENCY:-1,8,32,64}"
+FLUX="${FLUX:-1}"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"; bench_down' EXIT
+trap 'flux_down; rm -rf "$work"; bench_down' EXIT
+
+# Built before anything is timed (the first time takes minutes).
+floor_dir="$(bash tools/control-plane/build.sh apply-floor)"
+[[ "$FLUX" == 1 ]] && bash tools/flux/build.sh >/dev/null
 
 # generate DIR NAMESPACE GROUP: a bundle of about $OBJECTS objects in DIR/manifests.
 generate() {
@@ -55,11 +68,18 @@ PY
 count() { cat "$1"/manifests/*.yaml | grep -c '^kind:'; }
 
 bench_up "$work/env"
+trap 'flux_down; rm -rf "$work"; bench_down' EXIT
 run_id="$(date +%s)"
 
 generate "$work/csa" "csa-$run_id" "csa$run_id.bench.example"
 generate "$work/ssa" "ssa-$run_id" "ssa$run_id.bench.example"
 generate "$work/gantry" "gantry-$run_id" "gantry$run_id.bench.example"
+generate "$work/flux" "flux-$run_id" "flux$run_id.bench.example"
+floor_dirs=()
+for level in ${FLOOR_CONCURRENCY//,/ }; do
+  generate "$work/floor-$level" "floor-$level-$run_id" "floor$level-$run_id.bench.example"
+  floor_dirs+=("$work/floor-$level/manifests")
+done
 objects="$(count "$work/gantry")"
 echo "==> $objects objects per run"
 
@@ -86,6 +106,8 @@ ssa="$(python3 -c "print($(now) - $start)")"
 
 echo "==> Gantry: push the image (not timed), create the Bundle, wait for Ready"
 kubectl-bundle push "$work/gantry" "$GANTRY_REGISTRY/bench/apply:$run_id" --plain-http >/dev/null
+gantry_requests="$(api_requests)"
+gantry_cpu="$(cpu_seconds "$GANTRY_PROVISIONER_PID")"
 start="$(now)"
 kubectl apply -f - >/dev/null <<BUNDLE
 apiVersion: gantry.dev/v1alpha1
@@ -97,13 +119,50 @@ spec:
 BUNDLE
 wait_ready "bench-apply-$run_id" 600
 gantry="$(python3 -c "print($(now) - $start)")"
+gantry_cpu="$(python3 -c "print($(cpu_seconds "$GANTRY_PROVISIONER_PID") - $gantry_cpu)")"
+gantry_requests=$(( $(api_requests) - gantry_requests ))
 installed="$(kubectl get bundle "bench-apply-$run_id" -o jsonpath='{.status.inventory}' | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
 [[ "$installed" == "$objects" ]] || { echo "Gantry installed $installed objects, expected $objects" >&2; exit 1; }
 
-printf '\n%-34s %10s %10s\n' "tool ($objects objects)" "seconds" "speed-up"
-printf '%-34s %10.2f %10s\n' "kubectl apply (client-side)" "$csa" "$(ratio "$csa" "$gantry")x"
-printf '%-34s %10.2f %10s\n' "kubectl apply --server-side" "$ssa" "$(ratio "$ssa" "$gantry")x"
-printf '%-34s %10.2f %10s\n' "Gantry (Bundle created -> Ready)" "$gantry" "1.00x"
+echo "==> floor: apply-floor, concurrency $FLOOR_CONCURRENCY (the CRD first)"
+read -r floor floor_level < <("$floor_dir/apply-floor" --concurrency "$FLOOR_CONCURRENCY" "${floor_dirs[@]}")
+
+if [[ "$FLUX" == 1 ]]; then
+  echo "==> Flux: start the controllers and push the image (not timed), create the OCIRepository and Kustomization, wait for Ready"
+  flux_up "$work/flux-state"
+  kubectl-bundle push "$work/flux" "$GANTRY_REGISTRY/bench/apply-flux:$run_id" --plain-http >/dev/null
+  flux_requests="$(api_requests)"
+  flux_source_cpu="$(cpu_seconds "$FLUX_SOURCE_PID")"
+  flux_kustomize_cpu="$(cpu_seconds "$FLUX_KUSTOMIZE_PID")"
+  start="$(now)"
+  flux_objects "bench-apply-$run_id" "$GANTRY_REGISTRY/bench/apply-flux:$run_id" | kubectl apply -f - >/dev/null
+  flux_wait_ready "bench-apply-$run_id" 600
+  flux="$(python3 -c "print($(now) - $start)")"
+  flux_source_cpu="$(python3 -c "print($(cpu_seconds "$FLUX_SOURCE_PID") - $flux_source_cpu)")"
+  flux_kustomize_cpu="$(python3 -c "print($(cpu_seconds "$FLUX_KUSTOMIZE_PID") - $flux_kustomize_cpu)")"
+  flux_requests=$(( $(api_requests) - flux_requests ))
+  flux_installed="$(kubectl -n "$FLUX_NAMESPACE" get kustomization "bench-apply-$run_id" -o jsonpath='{.status.inventory.entries}' | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
+  [[ "$flux_installed" == "$objects" ]] || { echo "Flux installed $flux_installed objects, expected $objects" >&2; exit 1; }
+  flux_source_rss="$(peak_rss_mib "$FLUX_SOURCE_PID")"
+  flux_kustomize_rss="$(peak_rss_mib "$FLUX_KUSTOMIZE_PID")"
+  flux_down
+fi
+
+printf '\n%-36s %8s %9s %8s %9s %10s\n' "tool ($objects objects)" "seconds" "vs Gantry" "CPU s" "requests" "peak RSS"
+printf '%-36s %8.2f %9s\n' "kubectl apply (client-side)" "$csa" "$(ratio "$csa" "$gantry")x"
+printf '%-36s %8.2f %9s\n' "kubectl apply --server-side" "$ssa" "$(ratio "$ssa" "$gantry")x"
+if [[ "$FLUX" == 1 ]]; then
+  printf '%-36s %8.2f %9s %8.2f %9s %10s\n' "Flux (objects created -> Ready)" "$flux" "$(ratio "$flux" "$gantry")x" \
+    "$(python3 -c "print($flux_source_cpu + $flux_kustomize_cpu)")" "$flux_requests" \
+    "$(python3 -c "print(f'{$flux_source_rss + $flux_kustomize_rss:.1f}')") MiB"
+  printf '%-36s %8s %9s %8.2f %9s %10s\n' "  source-controller" "" "" "$flux_source_cpu" "" "$flux_source_rss MiB"
+  printf '%-36s %8s %9s %8.2f %9s %10s\n' "  kustomize-controller" "" "" "$flux_kustomize_cpu" "" "$flux_kustomize_rss MiB"
+fi
+printf '%-36s %8.2f %9s %8.2f %9s %10s\n' "Gantry (Bundle created -> Ready)" "$gantry" "1.00x" "$gantry_cpu" "$gantry_requests" \
+  "$(peak_rss_mib "$GANTRY_PROVISIONER_PID") MiB"
+printf '%-36s %8.2f %9s\n' "floor (apply-floor, concurrency $floor_level)" "$floor" "$(ratio "$floor" "$gantry")x"
 printf '\nGantry vs client-side kubectl: %sx faster (target 5x); vs server-side kubectl: %sx (target 2x)\n' \
   "$(ratio "$csa" "$gantry")" "$(ratio "$ssa" "$gantry")"
-printf 'provisioner peak RSS: %s MiB\n' "$(peak_rss_mib "$GANTRY_PROVISIONER_PID")"
+[[ "$FLUX" == 1 ]] && printf 'Gantry vs Flux: %sx faster\n' "$(ratio "$flux" "$gantry")"
+printf "Gantry's time is %sx the floor (target within 1.3x)\n" "$(ratio "$gantry" "$floor")"
+printf 'load: %s\n' "$(uptime)"

@@ -124,3 +124,12 @@ printf '%-48s %s (target 0)\n' "write requests in ${STEADY_SECONDS}s of steady s
 printf '%-48s %s%% of one core (target 2%%)\n' "provisioner CPU in ${STEADY_SECONDS}s of steady state" "$cpu_percent"
 printf '%-48s %s\n' "registry requests in ${STEADY_SECONDS}s of steady state" "$(( registry_after - registry_before ))"
 printf '%-48s %s\n' "load (uptime)" "$(uptime | sed 's/.*load average: //')"
+
+# Flux's column (FLUX=0 leaves it out): the same image as OCIRepository + Kustomization pairs,
+# after Gantry's figures, on the same API server (see bench/flux/lib.sh).
+if [[ "${FLUX:-1}" == 1 ]]; then
+  # shellcheck disable=SC1091
+  source bench/flux/lib.sh
+  printf '\n'
+  flux_scale "$work" "$GANTRY_REGISTRY/bench/scale:$run_id" "$BUNDLES" "$run_id"
+fi

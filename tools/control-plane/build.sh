@@ -6,6 +6,8 @@
 #   build.sh kubectl    also kubectl (for machines without one)
 #   build.sh node       also what a node cluster runs: kube-controller-manager, kube-scheduler,
 #                       kubelet, kube-proxy (CoreDNS is built by tools/coredns/build.sh)
+#   build.sh apply-floor  also apply-floor (./cmd/apply-floor, the apply benchmark's floor); it
+#                       is built again whenever its source is newer than the binary
 #
 #   GANTRY_CONTROL_PLANE_DIR=/path/with/binaries  skips the build and uses those binaries.
 set -euo pipefail
@@ -54,9 +56,12 @@ for bin in "${wanted[@]}"; do
   case "$bin" in
     kube-apiserver) build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$version_flags" ;;
     etcd) build etcd go.etcd.io/etcd/server/v3 "" ;;
+    apply-floor)
+      [[ -x "$cache/apply-floor" && ! "$here/cmd/apply-floor/main.go" -nt "$cache/apply-floor" ]] || rm -f "$cache/apply-floor"
+      build apply-floor ./cmd/apply-floor "" ;;
     kubectl | kube-controller-manager | kube-scheduler | kubelet | kube-proxy)
       build "$bin" "k8s.io/kubernetes/cmd/$bin" "$version_flags" ;;
-    *) echo "unknown binary $bin (known: kube-apiserver etcd kubectl ${node_set[*]}; node for the node set)" >&2; exit 2 ;;
+    *) echo "unknown binary $bin (known: kube-apiserver etcd kubectl apply-floor ${node_set[*]}; node for the node set)" >&2; exit 2 ;;
   esac
 done
 echo "$cache"

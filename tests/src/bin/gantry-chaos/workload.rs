@@ -435,12 +435,15 @@ impl Workload {
 
     pub async fn sample_approvals(&self) {
         for bundle in &self.bundles {
-            let (name, namespace) = {
+            // An approval confirmed before the Bundle is read below must show in what is read;
+            // one confirmed while it is read may not yet.
+            let (name, namespace, confirmed_uid) = {
                 let Ok(b) = bundle.try_lock() else { continue };
                 if !b.manual || !b.created || b.deleted {
                     continue;
                 }
-                (b.name.clone(), b.namespace.clone())
+                let confirmed_uid = b.approved_uid.clone().filter(|_| b.approval_confirmed);
+                (b.name.clone(), b.namespace.clone(), confirmed_uid)
             };
             let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &namespace);
             let running = config_maps
@@ -475,6 +478,8 @@ impl Workload {
             if model.approval_confirmed
                 && let Some(live) = live
                 && live.uid() == model.approved_uid
+                && confirmed_uid.is_some()
+                && live.uid() == confirmed_uid
             {
                 match live.status.as_ref().and_then(|s| s.approval.as_ref()) {
                     Some(a) if model.approved.contains(&a.digest) => {}

@@ -374,6 +374,84 @@ async fn prune_and_uninstall_run_as_the_service_account() {
     assert!(config_map_data(&client, &ns, "dropped").await.is_none());
 }
 
+/// Permissions are asked once per kind and namespace; where RBAC grants by name, that answer is
+/// no, and each object is checked on its own: the names granted install, any other is refused
+/// before anything is written.
+#[tokio::test]
+async fn permissions_granted_by_name_are_checked_object_by_object() {
+    gantry_requiring_service_accounts();
+    let client = control_plane().client().await;
+    let ns = unique_name("byname");
+    ensure_namespace(&client, &ns).await;
+    let named = service_account(
+        &client,
+        &ns,
+        "named",
+        json!([
+            { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create"] },
+            { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["granted"],
+              "verbs": ["patch", "update", "delete"] }
+        ]),
+        None,
+    )
+    .await;
+    let class = unique_name("byname");
+    apply_class(
+        &client,
+        &class,
+        class_as(&named, ApprovalPolicy::Automatic),
+        false,
+    )
+    .await;
+
+    let both = push(
+        &format!("{ns}/app:both"),
+        &[
+            ("a.yaml", config_map("granted", None, "v1")),
+            ("b.yaml", config_map("other", None, "v1")),
+        ],
+    )
+    .await;
+    let name = unique_name("byname");
+    create_bundle(&client, &name, bundle_of_class(&both, &ns, &class)).await;
+    let bundle = wait_failure(
+        &client,
+        &name,
+        types::INSTALLED,
+        reasons::FORBIDDEN,
+        "other",
+    )
+    .await;
+    let message = &condition(&bundle, types::INSTALLED).unwrap().message;
+    assert!(
+        message.contains(&format!("ServiceAccount {ns}/named")),
+        "the message names the identity: {message}"
+    );
+    // Refused before anything was written: not even the ConfigMap it may write.
+    assert_eq!(config_map_data(&client, &ns, "granted").await, None);
+    assert_eq!(config_map_data(&client, &ns, "other").await, None);
+
+    let granted = push(
+        &format!("{ns}/app:granted"),
+        &[("a.yaml", config_map("granted", None, "v1"))],
+    )
+    .await;
+    Api::<Bundle>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": { "image": granted } })),
+        )
+        .await
+        .unwrap();
+    wait_bundle(&client, &name, "Ready with the granted name only", is_ready).await;
+    assert_eq!(
+        config_map_data(&client, &ns, "granted").await.as_deref(),
+        Some("v1")
+    );
+    assert_eq!(config_map_data(&client, &ns, "other").await, None);
+}
+
 #[tokio::test]
 async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled() {
     gantry_requiring_service_accounts();

@@ -1,7 +1,7 @@
 //! Server-side apply of a plan: in waves that never run ahead of the Namespaces and CRDs before
 //! them, concurrently within a wave, writing only objects that differ from what is live.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
@@ -11,7 +11,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
@@ -92,6 +92,13 @@ impl Seen {
 
 /// Everything [`apply`] verifies before its first write: no object belongs to another bundle,
 /// and `identity` may write every object that will be written.
+///
+/// New content (`write_all`) needs only each object's owner, not its fields: the objects other
+/// bundles own are listed once per kind and namespace (usually none), not read one by one. Its
+/// permissions are asked once per kind and namespace too; objects are checked one by one only
+/// where that answer is no (RBAC may grant by name) and for RBAC objects, whose writes the API
+/// server also checks for escalation (see [`preflight`]). That keeps a new content's checks to
+/// a few requests per kind, whatever its number of objects.
 pub async fn check(
     client: &Client,
     plan: &Plan,
@@ -100,33 +107,166 @@ pub async fn check(
     settings: &ApplySettings,
 ) -> Result<Checked> {
     let concurrency = settings.concurrency.max(1);
-    // The futures are built before they are streamed: a stream holding a closure over
-    // borrowed items makes the whole reconcile future fail to be `Send` for all lifetimes.
-    let reads: Vec<_> = plan
-        .objects
-        .iter()
-        .map(|object| async move {
-            let live = read_live(client, object, identity).await?;
-            Ok::<_, Error>(live.map(|live| Seen::of(&live, &object.object)))
-        })
-        .collect();
-    let live: Vec<Option<Seen>> = stream::iter(reads)
-        .buffered(concurrency)
-        .try_collect()
-        .await?;
+    let live = if settings.write_all {
+        owners(client, plan, bundle, identity, concurrency).await?
+    } else {
+        // The futures are built before they are streamed: a stream holding a closure over
+        // borrowed items makes the whole reconcile future fail to be `Send` for all lifetimes.
+        let reads: Vec<_> = plan
+            .objects
+            .iter()
+            .map(|object| async move {
+                let live = read_live(client, object, identity).await?;
+                Ok::<_, Error>(live.map(|live| Seen::of(&live, &object.object)))
+            })
+            .collect();
+        stream::iter(reads)
+            .buffered(concurrency)
+            .try_collect()
+            .await?
+    };
     check_owners(plan, &live, bundle)?;
-    let checks: Vec<_> = plan
+    let to_write: Vec<&PlannedObject> = plan
         .objects
         .iter()
         .zip(&live)
         .filter(|(_, live)| settings.write_all || !live.as_ref().is_some_and(|l| l.matches))
-        .map(|(object, _)| preflight(client, object, identity))
+        .map(|(object, _)| object)
+        .collect();
+    let allowed = allowed_by_kind(client, &to_write, identity, concurrency).await?;
+    let checks: Vec<_> = to_write
+        .into_iter()
+        .filter(|object| is_rbac(object) || !allowed.contains(&group_key(object)))
+        .map(|object| preflight(client, object, identity))
         .collect();
     stream::iter(checks)
         .buffered(concurrency)
         .try_collect::<Vec<()>>()
         .await?;
     Ok(Checked { live })
+}
+
+/// A kind (by its resource) in a namespace (`None`: cluster-scoped).
+type GroupKey = (String, String, String, Option<String>);
+
+fn group_key(object: &PlannedObject) -> GroupKey {
+    (
+        object.gvk.group.clone(),
+        object.gvk.version.clone(),
+        object.resource.plural.clone(),
+        object.namespace.clone(),
+    )
+}
+
+/// Objects of the RBAC API: the API server refuses to let anyone grant more than it holds,
+/// which only a dry run of the write itself finds out.
+fn is_rbac(object: &PlannedObject) -> bool {
+    object.gvk.group == "rbac.authorization.k8s.io"
+}
+
+/// For new content: which objects of the plan exist with another bundle's label. One list of
+/// metadata per kind and namespace, selecting only objects other bundles own; a kind or
+/// namespace where `identity` may not list is read object by object instead.
+async fn owners(
+    client: &Client,
+    plan: &Plan,
+    bundle: &str,
+    identity: &str,
+    concurrency: usize,
+) -> Result<Vec<Option<Seen>>> {
+    let mut groups: Vec<(GroupKey, &PlannedObject)> = Vec::new();
+    for object in &plan.objects {
+        let key = group_key(object);
+        if !groups.iter().any(|(k, _)| *k == key) {
+            groups.push((key, object));
+        }
+    }
+    let selector = format!("{BUNDLE_LABEL},{BUNDLE_LABEL}!={bundle}");
+    let lists: Vec<_> = groups
+        .iter()
+        .map(|(key, object)| {
+            let selector = selector.as_str();
+            async move {
+                let params = ListParams::default().labels(selector);
+                let listed = match api_for(client, object).list_metadata(&params).await {
+                    Ok(list) => Some(
+                        list.items
+                            .into_iter()
+                            .filter_map(|item| {
+                                let owner = item.metadata.labels?.remove(BUNDLE_LABEL)?;
+                                Some((item.metadata.name?, owner))
+                            })
+                            .collect::<HashMap<String, String>>(),
+                    ),
+                    // Not served yet: a CRD of the bundle defines it, so nothing of it exists.
+                    Err(kube::Error::Api(status)) if status.code == 404 => Some(HashMap::new()),
+                    Err(_) => None,
+                };
+                (key, listed)
+            }
+        })
+        .collect();
+    let listed: HashMap<&GroupKey, Option<HashMap<String, String>>> =
+        stream::iter(lists).buffered(concurrency).collect().await;
+    let reads: Vec<_> = plan
+        .objects
+        .iter()
+        .map(|object| {
+            let owners = listed.get(&group_key(object)).and_then(Option::as_ref);
+            async move {
+                match owners {
+                    Some(owners) => Ok(owners.get(&object.name).map(|owner| Seen {
+                        owner: Some(owner.clone()),
+                        matches: false,
+                    })),
+                    None => {
+                        let live = read_live(client, object, identity).await?;
+                        Ok::<_, Error>(live.map(|live| Seen::of(&live, &object.object)))
+                    }
+                }
+            }
+        })
+        .collect();
+    stream::iter(reads)
+        .buffered(concurrency)
+        .try_collect()
+        .await
+}
+
+/// The kinds (per namespace) of `objects` that `identity` may create and patch whatever the
+/// object's name: two access reviews per kind and namespace instead of a dry run per object.
+async fn allowed_by_kind(
+    client: &Client,
+    objects: &[&PlannedObject],
+    identity: &str,
+    concurrency: usize,
+) -> Result<HashSet<GroupKey>> {
+    let mut groups: Vec<(GroupKey, &PlannedObject)> = Vec::new();
+    for object in objects.iter().filter(|o| !is_rbac(o)) {
+        let key = group_key(object);
+        if !groups.iter().any(|(k, _)| *k == key) {
+            groups.push((key, object));
+        }
+    }
+    let reviews: Vec<_> = groups
+        .into_iter()
+        .map(|(key, object)| async move {
+            for verb in ["create", "patch"] {
+                if review(client, object, verb, None, identity)
+                    .await?
+                    .is_some()
+                {
+                    return Ok::<_, Error>(None);
+                }
+            }
+            Ok(Some(key))
+        })
+        .collect();
+    let allowed: Vec<Option<GroupKey>> = stream::iter(reviews)
+        .buffered(concurrency)
+        .try_collect()
+        .await?;
+    Ok(allowed.into_iter().flatten().collect())
 }
 
 /// The writes of [`apply`], once [`check`] passed.
@@ -281,53 +421,69 @@ async fn preflight(client: &Client, object: &PlannedObject, identity: &str) -> R
 
 /// Asks the API server whether `identity` (the client's user) may create and patch `object`.
 async fn access_review(client: &Client, object: &PlannedObject, identity: &str) -> Result<()> {
-    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     for verb in ["create", "patch"] {
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(object.gvk.group.clone()),
-                    version: Some(object.gvk.version.clone()),
-                    resource: Some(object.resource.plural.clone()),
-                    namespace: object.namespace.clone(),
-                    name: (verb == "patch").then(|| object.name.clone()),
-                    verb: Some(verb.to_string()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let answer = reviews
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| Error::Apply {
-                object: object.to_string(),
-                message: format!("reviewing access as {identity}: {}", api_message(&e)),
-            })?;
-        let status = answer.status.unwrap_or_default();
-        if !status.allowed {
-            let scope = object
-                .namespace
-                .as_deref()
-                .map(|ns| format!(" in namespace {ns}"))
-                .unwrap_or_default();
-            let why = status
-                .reason
-                .filter(|r| !r.is_empty())
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default();
-            return Err(Error::Forbidden {
-                object: object.to_string(),
-                identity: identity.to_string(),
-                message: format!(
-                    "access review: {verb} {}{scope} is not allowed{why}",
-                    object.resource.plural
-                ),
-            });
+        let name = (verb == "patch").then_some(object.name.as_str());
+        if let Some(refusal) = review(client, object, verb, name, identity).await? {
+            return Err(refusal);
         }
     }
     Ok(())
+}
+
+/// One SelfSubjectAccessReview: may `identity` do `verb` on objects of `object`'s kind in its
+/// namespace (on the one called `name`, when given)? `None` when it may, else the refusal.
+async fn review(
+    client: &Client,
+    object: &PlannedObject,
+    verb: &str,
+    name: Option<&str>,
+    identity: &str,
+) -> Result<Option<Error>> {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(object.gvk.group.clone()),
+                version: Some(object.gvk.version.clone()),
+                resource: Some(object.resource.plural.clone()),
+                namespace: object.namespace.clone(),
+                name: name.map(str::to_string),
+                verb: Some(verb.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = reviews
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|e| Error::Apply {
+            object: object.to_string(),
+            message: format!("reviewing access as {identity}: {}", api_message(&e)),
+        })?;
+    let status = answer.status.unwrap_or_default();
+    if status.allowed {
+        return Ok(None);
+    }
+    let scope = object
+        .namespace
+        .as_deref()
+        .map(|ns| format!(" in namespace {ns}"))
+        .unwrap_or_default();
+    let why = status
+        .reason
+        .filter(|r| !r.is_empty())
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
+    Ok(Some(Error::Forbidden {
+        object: object.to_string(),
+        identity: identity.to_string(),
+        message: format!(
+            "access review: {verb} {}{scope} is not allowed{why}",
+            object.resource.plural
+        ),
+    }))
 }
 
 fn is_forbidden(error: &kube::Error) -> bool {

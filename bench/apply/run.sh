@@ -107,6 +107,7 @@ ssa="$(python3 -c "print($(now) - $start)")"
 echo "==> Gantry: push the image (not timed), create the Bundle, wait for Ready"
 kubectl-bundle push "$work/gantry" "$GANTRY_REGISTRY/bench/apply:$run_id" --plain-http >/dev/null
 gantry_requests="$(api_requests)"
+api_requests_snapshot "$work/requests-before"
 gantry_cpu="$(cpu_seconds "$GANTRY_PROVISIONER_PID")"
 start="$(now)"
 kubectl apply -f - >/dev/null <<BUNDLE
@@ -121,6 +122,9 @@ wait_ready "bench-apply-$run_id" 600
 gantry="$(python3 -c "print($(now) - $start)")"
 gantry_cpu="$(python3 -c "print($(cpu_seconds "$GANTRY_PROVISIONER_PID") - $gantry_cpu)")"
 gantry_requests=$(( $(api_requests) - gantry_requests ))
+api_requests_snapshot "$work/requests-after"
+echo "  Gantry's requests by verb and resource:"
+api_requests_delta "$work/requests-before" "$work/requests-after"
 installed="$(kubectl get bundle "bench-apply-$run_id" -o jsonpath='{.status.inventory}' | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
 [[ "$installed" == "$objects" ]] || { echo "Gantry installed $installed objects, expected $objects" >&2; exit 1; }
 

@@ -55,6 +55,38 @@ for line in sys.stdin:
 print(int(total))'
 }
 
+# Writes the API server's request counts by verb and resource to $1 (a file).
+api_requests_snapshot() {
+  kubectl get --raw /metrics | python3 -c '
+import re, sys
+counts = {}
+for line in sys.stdin:
+    if line.startswith("apiserver_request_total{"):
+        labels = dict(re.findall(r"(\w+)=\"([^\"]*)\"", line))
+        key = labels.get("verb", "") + " " + (labels.get("resource", "") or "-") + ("/" + labels["subresource"] if labels.get("subresource") else "")
+        if labels.get("dry_run"):
+            key += " (dry run)"
+        counts[key] = counts.get(key, 0) + float(line.rsplit(" ", 1)[1])
+for key, value in counts.items():
+    print(f"{int(value)}\t{key}")' > "$1"
+}
+
+# Prints the requests between two snapshots ($1 before, $2 after), most first.
+api_requests_delta() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+def read(path):
+    counts = {}
+    for line in open(path):
+        value, key = line.rstrip("\n").split("\t", 1)
+        counts[key] = counts.get(key, 0) + int(value)
+    return counts
+before, after = read(sys.argv[1]), read(sys.argv[2])
+delta = sorted(((after[k] - before.get(k, 0), k) for k in after), reverse=True)
+print("  " + ", ".join(f"{n} {k}" for n, k in delta if n > 0)[:600])
+PY
+}
+
 # Waits until $1 (a URL) answers 200, for at most $2 seconds.
 flux_wait_url() {
   local deadline=$(( $(date +%s) + $2 ))

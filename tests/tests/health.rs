@@ -109,6 +109,35 @@ async fn a_waiting_bundle_is_ready_once_its_crd_is_established_and_its_resource_
         "{:?}",
         bundle.status
     );
+    // Assessed again later, the message is the same (it names the deadline, not the time
+    // left): a message that changed on every pass would be a status write, and each status
+    // write another pass.
+    let requested = unique_name("again");
+    Api::<gantry_api::Bundle>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": {
+                gantry_api::RECONCILE_REQUESTED_ANNOTATION: requested } } })),
+        )
+        .await
+        .unwrap();
+    let again = wait_bundle(&client, &name, "the requested pass handled", |b| {
+        b.status
+            .as_ref()
+            .and_then(|s| s.last_handled_reconcile_at.as_deref())
+            == Some(requested.as_str())
+    })
+    .await;
+    assert_eq!(
+        condition(&again, types::HEALTHY).unwrap().message,
+        healthy.message
+    );
+    assert!(
+        healthy.message.contains("(waiting until "),
+        "{}",
+        healthy.message
+    );
 
     set_ready("True").await;
     let bundle = wait_bundle(

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::discovery::{Kind, KindCache};
 use super::error::{Error, Result};
+use super::live_view;
 use super::plan::{Plan, PlannedObject};
 
 /// What an apply did.
@@ -379,8 +380,10 @@ async fn apply_one(
         return Ok(false);
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
+    // Only the metadata of the answer: the whole object would be parsed only to be dropped,
+    // and a CRD of megabytes parses into tens of them.
     let applied = api_for(client, object)
-        .patch(&object.name, &params, &Patch::Apply(&object.object))
+        .patch_metadata(&object.name, &params, &Patch::Apply(&object.object))
         .await;
     if let Err(error) = applied {
         // A kind that is not served (any more) must be discovered again on the next attempt.
@@ -407,7 +410,7 @@ async fn apply_one(
 async fn preflight(client: &Client, object: &PlannedObject, identity: &str) -> Result<()> {
     let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
     match api_for(client, object)
-        .patch(&object.name, &params, &Patch::Apply(&object.object))
+        .patch_metadata(&object.name, &params, &Patch::Apply(&object.object))
         .await
     {
         Ok(_) => Ok(()),
@@ -516,18 +519,23 @@ async fn wait_served(
     gvk: &GroupVersionKind,
     timeout: Duration,
 ) -> Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    // Read without its spec: polling a CRD of megabytes would parse all of it every time.
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::core::ApiResource::erase::<CustomResourceDefinition>(&()),
+    );
     let deadline = Instant::now() + timeout;
     kinds.forget(gvk);
     loop {
-        let established = crds
-            .get_opt(crd)
+        let established = live_view::for_health(client, &crds, crd, false)
             .await?
-            .and_then(|c| c.status)
-            .and_then(|s| s.conditions)
+            .and_then(|c| c.pointer("/status/conditions").cloned())
+            .and_then(|cs| cs.as_array().cloned())
             .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
+                cs.iter().any(|c| {
+                    c.get("type").and_then(Value::as_str) == Some("Established")
+                        && c.get("status").and_then(Value::as_str) == Some("True")
+                })
             });
         if established && kinds.resolve(client, gvk).await?.is_some() {
             return Ok(());

@@ -1,7 +1,7 @@
 //! Removing objects a bundle no longer has (prune) or that it had (uninstall).
 
 use gantry_api::{BUNDLE_LABEL, InventoryEntry, PRUNE_ANNOTATION, PRUNE_DISABLED};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -42,7 +42,7 @@ pub async fn remove(
     if live.annotations().get(PRUNE_ANNOTATION).map(String::as_str) == Some(PRUNE_DISABLED) {
         let patch = json!({ "metadata": { "labels": { BUNDLE_LABEL: null } } });
         return api
-            .patch(&entry.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_metadata(&entry.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map(|_| Removal::Orphaned)
             .map_err(|e| (object, api_message(&e)));
@@ -89,14 +89,15 @@ async fn live_object(
     client: &Client,
     kinds: &KindCache,
     entry: &InventoryEntry,
-) -> Result<Option<(Api<DynamicObject>, DynamicObject)>, (String, String)> {
+) -> Result<Option<(Api<DynamicObject>, PartialObjectMeta<DynamicObject>)>, (String, String)> {
     let failed = |e: kube::Error| (describe(entry), api_message(&e));
     let gvk = GroupVersionKind::gvk(&entry.group, &entry.version, &entry.kind);
     let Some(kind) = kinds.resolve(client, &gvk).await.map_err(failed)? else {
         return Ok(None);
     };
     let api = kind.api(client, entry.namespace.as_deref());
-    match api.get_opt(&entry.name).await {
+    // Only metadata counts here; a CRD's whole body would weigh megabytes.
+    match api.get_metadata_opt(&entry.name).await {
         Ok(live) => Ok(live.map(|live| (api, live))),
         // A plain 404: the kind is not served any more (its CRD is being deleted), so its
         // objects are going too.

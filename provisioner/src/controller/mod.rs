@@ -15,6 +15,7 @@ pub mod error;
 pub mod health;
 pub mod identity;
 pub mod inventory;
+pub mod live_view;
 pub mod metrics;
 pub mod node_pull;
 pub mod permissions;

@@ -26,6 +26,7 @@ use self::kstatus::{Assessment, State, assess, container_problems};
 use super::bundle::Pass;
 use super::class_selection::{Selection, select};
 use super::context::Context;
+use super::live_view;
 use super::metrics::HealthLabels;
 use super::plan::describe;
 use super::status::{condition, publish, set_condition};
@@ -96,16 +97,13 @@ async fn assess_live(ctx: &Context, client: &kube::Client, entry: &InventoryEntr
         Ok(None) => return not_readable("its kind is not served"),
         Err(error) => return not_readable(&error.to_string()),
     };
-    let live = match kind
-        .api(client, entry.namespace.as_deref())
-        .get_opt(&entry.name)
-        .await
-    {
+    let api = kind.api(client, entry.namespace.as_deref());
+    let with_spec = live_view::spec_needed(&entry.group, &entry.kind);
+    let object = match live_view::for_health(client, &api, &entry.name, with_spec).await {
         Ok(Some(live)) => live,
         Ok(None) => return not_readable("not found"),
         Err(error) => return not_readable(&error.to_string()),
     };
-    let object = serde_json::to_value(&live).unwrap_or(Value::Null);
     let mut assessment = assess(&object);
     if assessment.state != State::Current
         && let Some(namespace) = entry.namespace.as_deref()
@@ -217,9 +215,9 @@ fn judge(
             .collect(),
     );
     let summary = format!(
-        "{} of {} objects not healthy",
+        "{} of {} not healthy",
         unhealthy.len(),
-        objects.len()
+        crate::controller::status::objects(objects.len())
     );
     let elapsed_ms = now.as_millisecond().saturating_sub(start.as_millisecond());
     let left = u64::try_from(timeout.as_millis())
@@ -238,12 +236,20 @@ fn judge(
             wake: None,
         };
     }
+    // The deadline, not the time left: a message that changed on every assessment would be a
+    // status write each time, and each write another reconcile.
+    let deadline = Timestamp::from_millisecond(
+        start
+            .as_millisecond()
+            .saturating_add(i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX)),
+    )
+    .map_or_else(
+        |_| format!("{} from now", seconds(timeout)),
+        |t| format!("{t:.0}"),
+    );
     Verdict {
         reason: reasons::PROGRESSING,
-        message: format!(
-            "{summary} (waiting up to {} more):{list}",
-            seconds(Duration::from_millis(left))
-        ),
+        message: format!("{summary} (waiting until {deadline}):{list}"),
         wake: Some(Duration::from_millis(left)),
     }
 }

@@ -58,6 +58,24 @@ fn in_progress_waits_until_the_timeout_then_fails_naming_the_objects() {
         "{}",
         early.message
     );
+    // The message names the deadline, so assessing again writes nothing new.
+    let later = judge(&objects, start, start + 35.seconds(), MINUTE);
+    assert_eq!(later.message, early.message);
+    assert_eq!(later.wake, Some(Duration::from_secs(25)));
+    let deadline = format!("{:.0}", start + 60.seconds());
+    assert!(
+        early
+            .message
+            .contains(&format!("(waiting until {deadline})")),
+        "{}",
+        early.message
+    );
+    let one = judge(&objects[1..], start, start, MINUTE);
+    assert!(
+        one.message.starts_with("1 of 1 object not healthy"),
+        "{}",
+        one.message
+    );
 
     let late = judge(&objects, start, start + 61.seconds(), MINUTE);
     assert_eq!(late.reason, reasons::HEALTH_CHECK_FAILED);

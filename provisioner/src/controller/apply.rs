@@ -644,7 +644,7 @@ mod tests {
             namespace("other"),
             widget,
         ];
-        let plan = plan_objects(&objects, "b", Some("app"), served).unwrap();
+        let plan = plan_objects(objects.to_vec(), "b", Some("app"), served).unwrap();
         let names: Vec<Vec<&str>> = waves(&plan.objects)
             .iter()
             .map(|wave| wave.iter().map(|o| o.name.as_str()).collect())
@@ -662,7 +662,7 @@ mod tests {
     #[test]
     fn an_object_of_another_bundle_is_a_conflict() {
         let plan = plan_objects(
-            &[config_map("a"), config_map("b")],
+            vec![config_map("a"), config_map("b")],
             "mine",
             Some("n"),
             served,

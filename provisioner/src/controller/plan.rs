@@ -138,11 +138,11 @@ fn gvk_of(object: &Value) -> Option<GroupVersionKind> {
 pub async fn plan(
     client: &Client,
     kinds: &KindCache,
-    objects: &[BundleObject],
+    objects: Vec<BundleObject>,
     bundle: &str,
     install_namespace: Option<&str>,
 ) -> Result<Plan> {
-    let bundled = bundle_crd_kinds(objects);
+    let bundled = bundle_crd_kinds(&objects);
     let mut served: HashMap<GroupVersionKind, Kind> = HashMap::new();
     for gvk in objects.iter().filter_map(|o| gvk_of(&o.object)) {
         if bundled.contains_key(&gvk) || served.contains_key(&gvk) {
@@ -176,19 +176,27 @@ fn bundle_crd_kinds(objects: &[BundleObject]) -> HashMap<GroupVersionKind, (Kind
 /// own CRDs first, then from `served` (what the API server serves; `None` when it does not);
 /// namespaced objects without a namespace get `install_namespace`; every object gets the
 /// bundle label. Namespaces and CRDs are planned first, everything else after them.
+///
+/// The objects are moved into the plan, not copied: a bundle of large CRDs would otherwise be
+/// held twice while it is planned.
 pub fn plan_objects(
-    objects: &[BundleObject],
+    objects: Vec<BundleObject>,
     bundle: &str,
     install_namespace: Option<&str>,
     served: impl Fn(&GroupVersionKind) -> Option<Kind>,
 ) -> Result<Plan> {
-    let crd_kinds = bundle_crd_kinds(objects);
+    let crd_kinds = bundle_crd_kinds(&objects);
 
     let mut planned = Vec::with_capacity(objects.len());
     let mut without_namespace = Vec::new();
     for source in objects {
-        let mut object = source.object.clone();
-        let where_ = || format!("{} document {}", source.file, source.document);
+        let BundleObject {
+            file,
+            document,
+            mut object,
+            ..
+        } = source;
+        let where_ = || format!("{file} document {document}");
         let gvk = gvk_of(&object).ok_or_else(|| Error::Apply {
             object: where_(),
             message: "apiVersion and kind are required".into(),
@@ -262,8 +270,8 @@ pub fn plan_objects(
             labels.insert(BUNDLE_LABEL.into(), Value::String(bundle.to_string()));
         }
         planned.push(PlannedObject {
-            file: source.file.clone(),
-            document: source.document,
+            file,
+            document,
             gvk,
             resource: kind.resource,
             namespaced: kind.namespaced,
@@ -343,7 +351,7 @@ pub(crate) mod tests {
     #[test]
     fn namespaces_are_defaulted_or_dropped_and_the_label_added() {
         let plan = plan_objects(
-            &[namespace("app"), config_map("settings")],
+            vec![namespace("app"), config_map("settings")],
             "b",
             Some("app"),
             served,
@@ -363,7 +371,7 @@ pub(crate) mod tests {
     #[test]
     fn objects_without_a_namespace_are_all_named() {
         let error =
-            plan_objects(&[config_map("a"), config_map("b")], "b", None, served).unwrap_err();
+            plan_objects(vec![config_map("a"), config_map("b")], "b", None, served).unwrap_err();
         match error {
             Error::NamespaceRequired(objects) => assert_eq!(objects.len(), 2, "{objects:?}"),
             other => panic!("{other}"),
@@ -377,7 +385,7 @@ pub(crate) mod tests {
             json!({ "apiVersion": "example.com/v2", "kind": "Widget", "metadata": { "name": "w" } }),
         );
         let plan = plan_objects(
-            &[crd("example.com", "Widget", "widgets"), widget.clone()],
+            vec![crd("example.com", "Widget", "widgets"), widget.clone()],
             "b",
             Some("app"),
             served,
@@ -394,7 +402,7 @@ pub(crate) mod tests {
         assert_eq!(plan.objects[1].resource.plural, "widgets");
 
         let reversed = plan_objects(
-            &[
+            vec![
                 widget.clone(),
                 config_map("c"),
                 crd("example.com", "Widget", "widgets"),
@@ -411,7 +419,7 @@ pub(crate) mod tests {
             "the CRD goes first, the rest keeps its order"
         );
 
-        let error = plan_objects(&[widget], "b", Some("app"), served).unwrap_err();
+        let error = plan_objects(vec![widget], "b", Some("app"), served).unwrap_err();
         assert!(
             error
                 .to_string()

@@ -230,10 +230,7 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
     let resolved = proceed!(resolve::resolve(pass, &class).await);
     let resolved = verify::verify(pass, &class, resolved).await?;
     let mut content = proceed!(unpack::unpack_and_store(pass, &class, resolved).await);
-    let plan = proceed!(plan::plan(pass, &content, &applier).await);
-    // The plan holds the objects as they are applied: the parsed content is not needed
-    // again, and a bundle of large CRDs would otherwise be held twice through the apply.
-    content.objects = Vec::new();
+    let plan = proceed!(plan::plan(pass, &mut content, &applier).await);
     proceed!(approve::approve(pass, &class, &content).await);
     proceed!(apply::apply_and_prune(pass, &class, &content, &plan, &applier).await);
     let policy = EffectiveHealth::of(class.spec.health.as_ref(), pass.bundle.spec.health.as_ref());

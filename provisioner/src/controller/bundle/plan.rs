@@ -11,14 +11,16 @@ use crate::controller::plan::{Plan, plan as plan_objects};
 /// Plans the content and fills in `status.requestedPermissions`.
 pub(super) async fn plan(
     pass: &mut Pass<'_>,
-    content: &Content,
+    content: &mut Content,
     applier: &Applier,
 ) -> Result<Flow<Plan>> {
     let ctx = pass.ctx;
+    // The plan holds the objects as they are applied: the parsed content is moved into it, so
+    // that a bundle of large CRDs is not held twice through the apply.
     let plan = plan_objects(
         &ctx.client,
         &ctx.kinds,
-        &content.objects,
+        std::mem::take(&mut content.objects),
         &pass.name,
         pass.bundle.spec.install_namespace.as_deref(),
     )

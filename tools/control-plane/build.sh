@@ -27,7 +27,8 @@ if [[ -n "${GANTRY_CONTROL_PLANE_DIR:-}" ]]; then
   exit 0
 fi
 
-version_of() { awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$here/go.mod"; }
+# shellcheck disable=SC1091
+source "$here/../lib.sh"
 k8s_version="$(version_of k8s.io/kubernetes)"
 etcd_version="$(version_of go.etcd.io/etcd/server/v3)"
 [[ -n "$k8s_version" && -n "$etcd_version" ]] || { echo "cannot read versions from $here/go.mod" >&2; exit 1; }
@@ -35,22 +36,12 @@ etcd_version="$(version_of go.etcd.io/etcd/server/v3)"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/gantry/control-plane/kubernetes-${k8s_version}-etcd-${etcd_version}"
 mkdir -p "$cache"
 
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 version_flags="-X k8s.io/component-base/version.gitVersion=${k8s_version}"
 version_flags+=" -X k8s.io/component-base/version.gitMajor=$(cut -d. -f1 <<<"${k8s_version#v}")"
 version_flags+=" -X k8s.io/component-base/version.gitMinor=$(cut -d. -f2 <<<"${k8s_version#v}")"
 version_flags+=" -X k8s.io/client-go/pkg/version.gitVersion=${k8s_version}"
 
-build() {
-  local name="$1" package="$2" ldflags="$3"
-  [[ -x "$cache/$name" ]] && return 0
-  echo "building $name from $package (first time only; this takes minutes)" >&2
-  local tmp
-  tmp="$(mktemp "$cache/.$name.XXXXXX")"
-  (cd "$here" && go build -trimpath -ldflags "-s -w $ldflags" -o "$tmp" "$package") >&2 || { rm -f "$tmp"; return 1; }
-  # Renamed into place only once complete, so an interrupted build is never taken for a cached one.
-  mv "$tmp" "$cache/$name"
-}
+build() { go_build "$cache" "$@"; }
 
 for bin in "${wanted[@]}"; do
   case "$bin" in

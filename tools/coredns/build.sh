@@ -13,17 +13,11 @@ if [[ -n "${GANTRY_COREDNS_DIR:-}" ]]; then
   exit 0
 fi
 
-version="$(awk '$1 == "github.com/coredns/coredns" && $2 ~ /^v/ { print $2; exit }' "$here/go.mod")"
+# shellcheck disable=SC1091
+source "$here/../lib.sh"
+version="$(version_of github.com/coredns/coredns)"
 [[ -n "$version" ]] || { echo "cannot read the CoreDNS version from $here/go.mod" >&2; exit 1; }
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/gantry/coredns/coredns-${version}"
 mkdir -p "$cache"
-
-if [[ ! -x "$cache/coredns" ]]; then
-  echo "building coredns ${version} (first time only; this takes minutes)" >&2
-  tmp="$(mktemp "$cache/.coredns.XXXXXX")"
-  (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-    go build -trimpath -ldflags "-s -w" -o "$tmp" github.com/coredns/coredns) >&2 || { rm -f "$tmp"; exit 1; }
-  # Renamed into place only once complete, so an interrupted build is never taken for a cached one.
-  mv "$tmp" "$cache/coredns"
-fi
+go_build "$cache" coredns github.com/coredns/coredns
 echo "$cache"

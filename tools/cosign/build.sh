@@ -14,19 +14,13 @@ if [[ -n "${GANTRY_COSIGN_DIR:-}" ]]; then
   exit 0
 fi
 
-version="$(awk '$1 == "github.com/sigstore/cosign/v3" && $2 ~ /^v/ { print $2; exit }' "$here/go.mod")"
+# shellcheck disable=SC1091
+source "$here/../lib.sh"
+version="$(version_of github.com/sigstore/cosign/v3)"
 [[ -n "$version" ]] || { echo "cannot read the cosign version from $here/go.mod" >&2; exit 1; }
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/gantry/cosign/cosign-${version}"
 mkdir -p "$cache"
-
-if [[ ! -x "$cache/cosign" ]]; then
-  echo "building cosign ${version} (first time only; this takes minutes)" >&2
-  tmp="$(mktemp "$cache/.cosign.XXXXXX")"
-  # The version is stamped as cosign's own release builds do, so `cosign version` names it.
-  (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-    go build -trimpath -ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=${version}" \
-    -o "$tmp" github.com/sigstore/cosign/v3/cmd/cosign) >&2 || { rm -f "$tmp"; exit 1; }
-  # Renamed into place only once complete, so an interrupted build is never taken for a cached one.
-  mv "$tmp" "$cache/cosign"
-fi
+# The version is stamped as cosign's own release builds do, so `cosign version` names it.
+go_build "$cache" cosign github.com/sigstore/cosign/v3/cmd/cosign \
+  "-X sigs.k8s.io/release-utils/version.gitVersion=${version}"
 echo "$cache"

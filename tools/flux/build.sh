@@ -22,7 +22,8 @@ if [[ -n "${GANTRY_FLUX_DIR:-}" ]]; then
   exit 0
 fi
 
-version_of() { awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$here/go.mod"; }
+# shellcheck disable=SC1091
+source "$here/../lib.sh"
 source_version="$(version_of github.com/fluxcd/source-controller)"
 kustomize_version="$(version_of github.com/fluxcd/kustomize-controller)"
 [[ -n "$source_version" && -n "$kustomize_version" ]] || { echo "cannot read versions from $here/go.mod" >&2; exit 1; }
@@ -32,16 +33,7 @@ mkdir -p "$cache"
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 
-build() {
-  local name="$1" package="$2"
-  [[ -x "$cache/$name" ]] && return 0
-  echo "building $name from $package (first time only; this takes minutes)" >&2
-  local tmp
-  tmp="$(mktemp "$cache/.$name.XXXXXX")"
-  (cd "$here" && go build -trimpath -ldflags "-s -w" -o "$tmp" "$package") >&2 || { rm -f "$tmp"; return 1; }
-  # Renamed into place only once complete, so an interrupted build is never taken for a cached one.
-  mv "$tmp" "$cache/$name"
-}
+build() { go_build "$cache" "$@"; }
 
 build source-controller github.com/fluxcd/source-controller
 build kustomize-controller github.com/fluxcd/kustomize-controller

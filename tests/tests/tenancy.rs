@@ -6,6 +6,7 @@
 
 mod common;
 
+use base64::Engine as _;
 use common::kubectl::{kubeconfig, kubectl_bundle, text};
 use common::*;
 use gantry_api::conditions::{reasons, types};
@@ -21,7 +22,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
-use base64::Engine as _;
 use serde_json::{Value, json};
 use std::sync::OnceLock;
 
@@ -686,7 +686,10 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
             ("a.yaml", config_map("settings", None, "old-value")),
             ("b.yaml", config_map("retired", None, "v1")),
             ("c.yaml", secret("credentials", "first-secret-value")),
-            ("d.yaml", secret("retired-credentials", "retired-secret-value")),
+            (
+                "d.yaml",
+                secret("retired-credentials", "retired-secret-value"),
+            ),
         ],
     )
     .await;

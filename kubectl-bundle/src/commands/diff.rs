@@ -542,8 +542,14 @@ mod tests {
         let mut live = secret("b2xk");
         let mut after = secret("bmV3");
         mask_secrets(Some(&mut live), &mut after);
-        assert_eq!(live["metadata"]["annotations"][LAST_APPLIED], "*** (before)");
-        assert_eq!(after["metadata"]["annotations"][LAST_APPLIED], "*** (after)");
+        assert_eq!(
+            live["metadata"]["annotations"][LAST_APPLIED],
+            "*** (before)"
+        );
+        assert_eq!(
+            after["metadata"]["annotations"][LAST_APPLIED],
+            "*** (after)"
+        );
         assert_eq!(after["metadata"]["annotations"]["team"], "web");
         assert_eq!(after["data"]["password"], "*** (after)");
         // Pruned: only the live side.

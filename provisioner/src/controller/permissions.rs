@@ -44,7 +44,10 @@ pub fn requested_permissions(objects: &[PlannedObject], scope: &Scope<'_>) -> Re
             } else {
                 return None;
             };
-            Some(((o.gvk.kind.clone(), o.namespace.clone(), o.name.clone()), grants))
+            Some((
+                (o.gvk.kind.clone(), o.namespace.clone(), o.name.clone()),
+                grants,
+            ))
         })
         .collect();
     for object in objects {

@@ -1000,6 +1000,14 @@ async fn an_operator_install_awaiting_approval_highlights_what_an_approver_must_
     assert!(status.status.success(), "{}", text(&status));
     let out = String::from_utf8_lossy(&status.stdout);
     assert!(out.contains("Needs attention:"), "{out}");
+    let account = permissions.service_account.as_ref().unwrap();
+    assert!(
+        out.contains(&format!(
+            "Applied as ServiceAccount {account} (system:serviceaccount:{}:{})",
+            account.namespace, account.name
+        )),
+        "status names the identity that will apply: {out}"
+    );
     for h in &permissions.highlights {
         let kind = if h.group.is_empty() {
             h.kind.clone()

@@ -6,14 +6,17 @@
 
 mod common;
 
+use base64::Engine as _;
 use common::kubectl::{kubeconfig, kubectl_bundle, text};
 use common::*;
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
     ApprovalPolicy, Bundle, BundlePhase, ProvisionerClassSpec, ServiceAccountReference,
 };
+use gantry_image::{EffectiveLimits, Platform, RegistryClient};
 use gantry_tests::{
-    Provisioner, StorageOptions, StorageServer, control_plane, registry, unique_name,
+    Provisioner, Registry, RegistryOptions, StorageOptions, StorageServer, control_plane,
+    unique_name,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
@@ -540,32 +543,71 @@ async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled
     );
 }
 
+/// Pushes `files` as `repository:tag` to `to` (a registry of the test's own); the pinned
+/// reference.
+async fn push_to(to: &Registry, repository_tag: &str, files: &[(&str, String)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    write_bundle(dir.path(), files);
+    let client = RegistryClient::new(gantry_image::RegistryOptions {
+        insecure_registries: vec![to.host().to_string()],
+        ..Default::default()
+    })
+    .unwrap();
+    client
+        .push_dir(
+            dir.path(),
+            &format!("{}/{repository_tag}", to.host()),
+            &[Platform::current()],
+            &EffectiveLimits::default(),
+        )
+        .await
+        .expect("pushing a bundle image")
+        .pinned
+}
+
+/// How many requests `registry` has served (`registry_http_requests_total`, every handler and
+/// status summed).
+async fn requests_served(registry: &Registry) -> f64 {
+    let text = reqwest::get(registry.metrics_url())
+        .await
+        .and_then(|r| r.error_for_status())
+        .expect("the registry's metrics")
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix("registry_http_requests_total")
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        })
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
 #[tokio::test]
 async fn images_outside_a_class_s_allowed_images_are_refused() {
     gantry_requiring_service_accounts();
     let client = control_plane().client().await;
     let ns = unique_name("sources");
     ensure_namespace(&client, &ns).await;
+    // A registry of this test alone: every request it serves is this test's.
+    let own = Registry::start(RegistryOptions::default());
     let broad = broad_service_account(&client).await;
     let class = unique_name("sources");
-    let allowed_prefix = format!("{}/{ns}/allowed", registry().host());
-    apply_class(
-        &client,
-        &class,
-        ProvisionerClassSpec {
-            allowed_images: vec![allowed_prefix.clone()],
-            ..class_as(&broad, ApprovalPolicy::Automatic)
-        },
-        false,
-    )
-    .await;
+    let allowed_prefix = format!("{}/{ns}/allowed", own.host());
+    let mut sources = class_as(&broad, ApprovalPolicy::Automatic);
+    sources.allowed_images = vec![allowed_prefix.clone()];
+    sources.insecure_registries.push(own.host().to_string());
+    apply_class(&client, &class, sources, false).await;
     // Pushed and pullable, but under a repository the class does not allow; `allowed-b`
     // shares the prefix's characters, not its path.
-    let elsewhere = push(
+    let elsewhere = push_to(
+        &own,
         &format!("{ns}/allowed-b/app:v1"),
         &[("a.yaml", config_map("elsewhere", None, "v1"))],
     )
     .await;
+    let before = requests_served(&own).await;
     let refused = unique_name("refused");
     create_bundle(&client, &refused, bundle_of_class(&elsewhere, &ns, &class)).await;
     let bundle = wait_failure(
@@ -577,17 +619,24 @@ async fn images_outside_a_class_s_allowed_images_are_refused() {
     )
     .await;
     assert_eq!(
+        requests_served(&own).await,
+        before,
+        "the registry was not asked anything for a refused image"
+    );
+    assert_eq!(
         bundle.status.unwrap().resolved_image,
         None,
         "nothing was fetched"
     );
     assert!(config_map_data(&client, &ns, "elsewhere").await.is_none());
 
-    let inside = push(
+    let inside = push_to(
+        &own,
         &format!("{ns}/allowed/team/app:v1"),
         &[("a.yaml", config_map("inside", None, "v1"))],
     )
     .await;
+    let pushed = requests_served(&own).await;
     let accepted = unique_name("accepted");
     create_bundle(&client, &accepted, bundle_of_class(&inside, &ns, &class)).await;
     wait_bundle(
@@ -601,6 +650,8 @@ async fn images_outside_a_class_s_allowed_images_are_refused() {
         config_map_data(&client, &ns, "inside").await.as_deref(),
         Some("v1")
     );
+    // The counter sees the provisioner's requests: an allowed image is pulled from it.
+    assert!(requests_served(&own).await > pushed);
 }
 
 fn secret(name: &str, value: &str) -> String {
@@ -635,9 +686,34 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
             ("a.yaml", config_map("settings", None, "old-value")),
             ("b.yaml", config_map("retired", None, "v1")),
             ("c.yaml", secret("credentials", "first-secret-value")),
+            (
+                "d.yaml",
+                secret("retired-credentials", "retired-secret-value"),
+            ),
         ],
     )
     .await;
+    // What the API server keeps of each secret value, and what a diff must never print.
+    let encoded: Vec<String> = [
+        "first-secret-value",
+        "second-secret-value",
+        "retired-secret-value",
+    ]
+    .iter()
+    .map(|plain| base64::engine::general_purpose::STANDARD.encode(plain))
+    .collect();
+    let shows_no_secret = |out: &str| {
+        for value in &encoded {
+            assert!(
+                !out.contains(value.as_str()),
+                "Secret data {value} is masked: {out}"
+            );
+        }
+        assert!(
+            !out.contains("-secret-value"),
+            "Secret data is masked: {out}"
+        );
+    };
     let name = unique_name("diff");
     create_bundle(&client, &name, bundle_of_class(&v1, &ns, &class)).await;
     wait_bundle(&client, &name, "AwaitingApproval", |b| {
@@ -655,9 +731,10 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
     );
     assert!(out.contains("+  value: old-value"), "{out}");
     assert!(
-        !out.contains("first-secret-value"),
-        "Secret data is masked: {out}"
+        out.contains(&format!("+++ Secret {ns}/credentials (after apply)")),
+        "{out}"
     );
+    shows_no_secret(&out);
 
     let kc = kubeconfig();
     let approved = kubectl_bundle(&["approve", &name, "--yes", "--kubeconfig", kc.as_str()]);
@@ -707,9 +784,21 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
         out.contains("*** (before)") && out.contains("*** (after)"),
         "{out}"
     );
+    shows_no_secret(&out);
+    // The Secret v2 drops is shown as pruned, its value masked too.
+    let retired = out
+        .split_once(&format!("--- Secret {ns}/retired-credentials (live)"))
+        .map(|(_, rest)| rest.split("\n--- ").next().unwrap_or(rest))
+        .unwrap_or_else(|| panic!("the pruned Secret is shown: {out}"));
     assert!(
-        !out.contains("first-secret") && !out.contains("second-secret"),
-        "Secret data is masked: {out}"
+        retired.contains(&format!("+++ Secret {ns}/retired-credentials (pruned)")),
+        "{retired}"
+    );
+    assert!(
+        retired
+            .lines()
+            .any(|line| line.starts_with("-  password:") && line.contains("***")),
+        "{retired}"
     );
     // The same diff with the content read from the registry (as from outside the cluster, where
     // the storage server cannot be reached), checked against the stored content's digest.
@@ -745,4 +834,285 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
 
     let missing = diff("no-such-bundle");
     assert!(missing.status.code().unwrap_or(0) > 1, "{}", text(&missing));
+}
+
+/// An operator install as upstream projects ship one, with everything an approver must not miss.
+fn operator_install(ns: &str, group: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("00-namespace.yaml", namespace_yaml(ns)),
+        (
+            "01-crd.yaml",
+            format!(
+                "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.{group}\nspec:\n  group: {group}\n  names: {{ kind: Widget, plural: widgets, singular: widget, listKind: WidgetList }}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{ type: object, x-kubernetes-preserve-unknown-fields: true }}\n"
+            ),
+        ),
+        (
+            "02-rbac.yaml",
+            format!(
+                "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: manager\n---\n\
+                 apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {ns}-manager\nrules:\n- apiGroups: ['*']\n  resources: ['*']\n  verbs: ['*']\n---\n\
+                 apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {ns}-manager-admin\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\nsubjects:\n- kind: ServiceAccount\n  name: manager\n  namespace: {ns}\n---\n\
+                 apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {ns}-role-binder\nrules:\n- apiGroups: [rbac.authorization.k8s.io]\n  resources: [clusterroles]\n  verbs: [get, bind, escalate]\n---\n\
+                 apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {ns}-role-binder\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: {ns}-role-binder\nsubjects:\n- kind: ServiceAccount\n  name: manager\n  namespace: {ns}\n---\n\
+                 apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: {ns}-auth-reader\n  namespace: kube-system\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: extension-apiserver-authentication-reader\nsubjects:\n- kind: ServiceAccount\n  name: manager\n  namespace: {ns}\n"
+            ),
+        ),
+        (
+            "03-webhook.yaml",
+            format!(
+                "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: {ns}-webhook\nwebhooks:\n- name: validate.{group}\n  failurePolicy: Fail\n  sideEffects: None\n  admissionReviewVersions: [v1]\n  clientConfig:\n    service: {{ name: webhook, namespace: {ns}, path: /validate }}\n  rules:\n  - apiGroups: ['{group}']\n    apiVersions: [v1]\n    operations: [CREATE, UPDATE]\n    resources: ['*']\n"
+            ),
+        ),
+        (
+            "04-agent.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: agent\nspec:\n  selector:\n    matchLabels: { app: agent }\n  template:\n    metadata:\n      labels: { app: agent }\n    spec:\n      serviceAccountName: manager\n      hostNetwork: true\n      containers:\n      - name: agent\n        image: registry.invalid/agent:v1\n        securityContext: { privileged: true }\n".to_string(),
+        ),
+        ("05-settings.yaml", config_map("settings", None, "v1")),
+    ]
+}
+
+#[tokio::test]
+async fn an_operator_install_awaiting_approval_highlights_what_an_approver_must_not_miss() {
+    gantry_requiring_service_accounts();
+    let client = control_plane().client().await;
+    let ns = unique_name("operator");
+    let group = format!("{ns}.gantry.test");
+    let broad = broad_service_account(&client).await;
+    let class = unique_name("operator");
+    apply_class(
+        &client,
+        &class,
+        class_as(&broad, ApprovalPolicy::Manual),
+        false,
+    )
+    .await;
+    let image = push(&format!("{ns}/operator:v1"), &operator_install(&ns, &group)).await;
+    let name = unique_name("operator");
+    create_bundle(&client, &name, bundle_of_class(&image, &ns, &class)).await;
+    let bundle = wait_bundle(&client, &name, "AwaitingApproval with a plan", |b| {
+        b.status.as_ref().is_some_and(|s| {
+            s.phase == Some(BundlePhase::AwaitingApproval) && s.requested_permissions.is_some()
+        })
+    })
+    .await;
+    let permissions = bundle.status.unwrap().requested_permissions.unwrap();
+    assert_eq!(permissions.service_account, Some(broad));
+
+    // (kind, namespace, name) -> reason, for every flagged object.
+    let flagged: std::collections::BTreeMap<(String, Option<String>, String), String> = permissions
+        .highlights
+        .iter()
+        .map(|h| {
+            (
+                (h.kind.clone(), h.namespace.clone(), h.name.clone()),
+                h.reason.clone(),
+            )
+        })
+        .collect();
+    let reason = |kind: &str, namespace: Option<&str>, name: &str| -> &str {
+        flagged
+            .get(&(
+                kind.to_string(),
+                namespace.map(str::to_string),
+                name.to_string(),
+            ))
+            .unwrap_or_else(|| panic!("{kind} {name} is not highlighted: {flagged:#?}"))
+    };
+    let expected: [(&str, Option<&str>, String, &[&str]); 8] = [
+        (
+            "CustomResourceDefinition",
+            None,
+            format!("widgets.{group}"),
+            &["defines a new API"],
+        ),
+        (
+            "ClusterRole",
+            None,
+            format!("{ns}-manager"),
+            &["grants verbs [*] on resources [*] in groups [*]"],
+        ),
+        (
+            "ClusterRoleBinding",
+            None,
+            format!("{ns}-manager-admin"),
+            &["binds cluster-admin"],
+        ),
+        (
+            "ClusterRole",
+            None,
+            format!("{ns}-role-binder"),
+            &["grants bind,escalate on [clusterroles]"],
+        ),
+        (
+            "ClusterRoleBinding",
+            None,
+            format!("{ns}-role-binder"),
+            &[&format!(
+                "binds ClusterRole {ns}-role-binder, which grants escalate, bind or impersonate"
+            )],
+        ),
+        (
+            "RoleBinding",
+            Some("kube-system"),
+            format!("{ns}-auth-reader"),
+            &[
+                "lives in kube-system",
+                &format!("lives outside the install namespace {ns} (in kube-system)"),
+            ],
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            None,
+            format!("{ns}-webhook"),
+            &[&format!(
+                "intercepts API requests (admission webhook: validate.{group} failurePolicy Fail)"
+            )],
+        ),
+        (
+            "Deployment",
+            Some(ns.as_str()),
+            "agent".to_string(),
+            &[
+                "uses the node's namespaces (hostNetwork)",
+                "runs container agent privileged",
+            ],
+        ),
+    ];
+    for (kind, namespace, name, parts) in &expected {
+        let reason = reason(kind, *namespace, name.as_str());
+        for part in *parts {
+            assert!(
+                reason.contains(part),
+                "{kind} {name}: {part:?} in {reason:?}"
+            );
+        }
+    }
+    // Nothing else: the Namespace, the ServiceAccount and the ConfigMap deserve no attention.
+    assert_eq!(
+        flagged.len(),
+        expected.len(),
+        "only the expected objects: {flagged:#?}"
+    );
+
+    // `kubectl bundle status` shows each of them with its reason.
+    let kc = kubeconfig();
+    let status = kubectl_bundle(&["status", &name, "--kubeconfig", kc.as_str()]);
+    assert!(status.status.success(), "{}", text(&status));
+    let out = String::from_utf8_lossy(&status.stdout);
+    assert!(out.contains("Needs attention:"), "{out}");
+    let account = permissions.service_account.as_ref().unwrap();
+    assert!(
+        out.contains(&format!(
+            "Applied as ServiceAccount {account} (system:serviceaccount:{}:{})",
+            account.namespace, account.name
+        )),
+        "status names the identity that will apply: {out}"
+    );
+    for h in &permissions.highlights {
+        let kind = if h.group.is_empty() {
+            h.kind.clone()
+        } else {
+            format!("{}.{}", h.kind, h.group)
+        };
+        let object = match &h.namespace {
+            Some(namespace) => format!("{kind} {namespace}/{}", h.name),
+            None => format!("{kind} {}", h.name),
+        };
+        assert!(
+            out.contains(&format!("  ! {object}: {}\n", h.reason)),
+            "status shows {object}: {out}"
+        );
+    }
+    assert!(
+        out.contains(&format!(
+            "! ClusterRoleBinding.rbac.authorization.k8s.io {ns}-manager-admin: binds cluster-admin\n"
+        )),
+        "{out}"
+    );
+
+    // Under review, nothing of it is on the cluster.
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    assert!(
+        bindings
+            .get_opt(&format!("{ns}-manager-admin"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    Api::<Bundle>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_bundle_gone(&client, &name).await;
+}
+
+/// Every read of the bundle's objects is made as the ServiceAccount too: one that may write
+/// ConfigMaps but not read them is refused before anything is written.
+#[tokio::test]
+async fn a_service_account_that_may_write_but_not_read_applies_nothing() {
+    gantry_requiring_service_accounts();
+    let client = control_plane().client().await;
+    let ns = unique_name("noread");
+    ensure_namespace(&client, &ns).await;
+    let writer = service_account(
+        &client,
+        &ns,
+        "writer",
+        json!([{ "apiGroups": [""], "resources": ["configmaps"],
+                 "verbs": ["create", "update", "patch", "delete"] }]),
+        None,
+    )
+    .await;
+    let class = unique_name("noread");
+    apply_class(
+        &client,
+        &class,
+        class_as(&writer, ApprovalPolicy::Automatic),
+        false,
+    )
+    .await;
+    let image = push(
+        &format!("{ns}/app:v1"),
+        &[
+            ("a.yaml", config_map("first", None, "v1")),
+            ("b.yaml", config_map("second", None, "v1")),
+        ],
+    )
+    .await;
+    let name = unique_name("noread");
+    create_bundle(&client, &name, bundle_of_class(&image, &ns, &class)).await;
+    let bundle = wait_failure(
+        &client,
+        &name,
+        types::INSTALLED,
+        reasons::FORBIDDEN,
+        &format!("ServiceAccount {ns}/writer"),
+    )
+    .await;
+    let message = &condition(&bundle, types::INSTALLED).unwrap().message;
+    assert!(
+        message.contains(&format!("system:serviceaccount:{ns}:writer"))
+            && message.contains("cannot get resource \"configmaps\""),
+        "the API server's refusal of the read, naming the identity: {message}"
+    );
+    assert_eq!(applied_as(&bundle), Some(writer));
+    assert!(config_map_data(&client, &ns, "first").await.is_none());
+    assert!(config_map_data(&client, &ns, "second").await.is_none());
+    assert!(bundle.status.as_ref().unwrap().inventory.is_empty());
+
+    // Once it may read, the same bundle installs: the read was all that was missing.
+    service_account(
+        &client,
+        &ns,
+        "writer",
+        json!([{ "apiGroups": [""], "resources": ["configmaps"],
+                 "verbs": ["get", "create", "update", "patch", "delete"] }]),
+        None,
+    )
+    .await;
+    wait_bundle(&client, &name, "Ready once it may read", is_ready).await;
+    assert_eq!(
+        config_map_data(&client, &ns, "second").await.as_deref(),
+        Some("v1")
+    );
 }

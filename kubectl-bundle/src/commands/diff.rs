@@ -429,23 +429,39 @@ fn clean(mut object: Value) -> Value {
     object
 }
 
-/// Replaces Secret values (`data`, `stringData`) with `***`, or `*** (before)` / `*** (after)`
-/// where the value changes, as `kubectl diff` does.
+/// The annotation client-side `kubectl apply` leaves on an object: the whole object as last
+/// applied, a Secret's values included.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Replaces Secret values (`data`, `stringData`, and the copy of them in the
+/// last-applied-configuration annotation) with `***`, or `*** (before)` / `*** (after)` where
+/// the value changes, as `kubectl diff` does.
 fn mask_secrets(before: Option<&mut Value>, after: &mut Value) {
-    let values = |object: &Value| -> BTreeMap<String, Value> {
-        ["data", "stringData"]
+    /// The maps holding secret values: `data`, `stringData`, and the annotations (of which
+    /// only the last-applied one is masked).
+    const FIELDS: [&str; 3] = ["/data", "/stringData", "/metadata/annotations"];
+    let secret_value = |field: &str, key: &str| field != FIELDS[2] || key == LAST_APPLIED;
+    let values = |object: &Value| -> BTreeMap<(&'static str, String), Value> {
+        FIELDS
             .iter()
-            .filter_map(|field| object.get(*field).and_then(Value::as_object))
-            .flat_map(|map| map.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .filter_map(|field| Some((*field, object.pointer(field)?.as_object()?)))
+            .flat_map(|(field, map)| {
+                map.iter()
+                    .filter(move |(k, _)| secret_value(field, k))
+                    .map(move |(k, v)| ((field, k.clone()), v.clone()))
+            })
             .collect()
     };
     let old = before.as_deref().map(values).unwrap_or_default();
     let new = values(after);
-    let mask = |object: &mut Value, other: &BTreeMap<String, Value>, side: &str| {
-        for field in ["data", "stringData"] {
-            if let Some(map) = object.get_mut(field).and_then(Value::as_object_mut) {
+    let mask = |object: &mut Value, other: &BTreeMap<(&'static str, String), Value>, side: &str| {
+        for field in FIELDS {
+            if let Some(map) = object.pointer_mut(field).and_then(Value::as_object_mut) {
                 for (key, value) in map.iter_mut() {
-                    let masked = match other.get(key) {
+                    if !secret_value(field, key) {
+                        continue;
+                    }
+                    let masked = match other.get(&(field, key.clone())) {
                         Some(same) if same == value => "***".to_string(),
                         Some(_) => format!("*** ({side})"),
                         None => "***".to_string(),
@@ -511,6 +527,37 @@ mod tests {
             after["data"],
             json!({ "same": "***", "changed": "*** (after)", "new": "***" })
         );
+    }
+
+    #[test]
+    fn a_secrets_last_applied_configuration_is_masked() {
+        // A Secret created by client-side `kubectl apply` carries its values in an annotation.
+        let secret = |value: &str| {
+            json!({ "kind": "Secret",
+                "metadata": { "name": "s", "annotations": {
+                    LAST_APPLIED: format!("{{\"data\":{{\"password\":\"{value}\"}}}}"),
+                    "team": "web" } },
+                "data": { "password": value } })
+        };
+        let mut live = secret("b2xk");
+        let mut after = secret("bmV3");
+        mask_secrets(Some(&mut live), &mut after);
+        assert_eq!(
+            live["metadata"]["annotations"][LAST_APPLIED],
+            "*** (before)"
+        );
+        assert_eq!(
+            after["metadata"]["annotations"][LAST_APPLIED],
+            "*** (after)"
+        );
+        assert_eq!(after["metadata"]["annotations"]["team"], "web");
+        assert_eq!(after["data"]["password"], "*** (after)");
+        // Pruned: only the live side.
+        let mut live = secret("b2xk");
+        mask_secrets(Some(&mut live), &mut Value::Null);
+        let text = serde_json::to_string(&live).unwrap();
+        assert!(!text.contains("b2xk"), "{text}");
+        assert_eq!(live["data"]["password"], "***");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What a bundle will create, summarised for approvers.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use gantry_api::{KindCount, NamespacePermissions, PermissionHighlight, RequestedPermissions};
 use serde_json::Value;
@@ -31,11 +31,24 @@ pub fn requested_permissions(objects: &[PlannedObject], scope: &Scope<'_>) -> Re
     let mut cluster: BTreeMap<(String, String), i64> = BTreeMap::new();
     let mut namespaced: BTreeMap<String, BTreeMap<(String, String), i64>> = BTreeMap::new();
     let mut highlights = Vec::new();
-    // Roles of the bundle that grant wildcards: binding one is as broad as cluster-admin.
-    let broad_roles: BTreeSet<RoleKey> = objects
+    // Roles of the bundle that grant wildcards, or the verbs that get around RBAC: binding one
+    // is as broad as binding cluster-admin.
+    let broad_roles: BTreeMap<RoleKey, &'static str> = objects
         .iter()
-        .filter(|o| is_rbac(o, &["ClusterRole", "Role"]) && !wildcard_rules(&o.object).is_empty())
-        .map(|o| (o.gvk.kind.clone(), o.namespace.clone(), o.name.clone()))
+        .filter(|o| is_rbac(o, &["ClusterRole", "Role"]))
+        .filter_map(|o| {
+            let grants = if !wildcard_rules(&o.object).is_empty() {
+                "wildcards"
+            } else if !powerful_verbs(&o.object).is_empty() {
+                "escalate, bind or impersonate"
+            } else {
+                return None;
+            };
+            Some((
+                (o.gvk.kind.clone(), o.namespace.clone(), o.name.clone()),
+                grants,
+            ))
+        })
         .collect();
     for object in objects {
         let key = (object.gvk.group.clone(), object.gvk.kind.clone());
@@ -89,7 +102,7 @@ fn is_rbac(object: &PlannedObject, kinds: &[&str]) -> bool {
 fn attention(
     object: &PlannedObject,
     scope: &Scope<'_>,
-    broad_roles: &BTreeSet<RoleKey>,
+    broad_roles: &BTreeMap<RoleKey, &'static str>,
 ) -> Option<String> {
     let group = object.gvk.group.as_str();
     let kind = object.gvk.kind.as_str();
@@ -125,12 +138,10 @@ fn attention(
                 .flatten();
             if BROAD_ROLES.contains(&role) && role_kind == "ClusterRole" {
                 reasons.push(format!("binds {role}"));
-            } else if broad_roles.contains(&(
-                role_kind.to_string(),
-                role_namespace,
-                role.to_string(),
-            )) {
-                reasons.push(format!("binds {role_kind} {role}, which grants wildcards"));
+            } else if let Some(grants) =
+                broad_roles.get(&(role_kind.to_string(), role_namespace, role.to_string()))
+            {
+                reasons.push(format!("binds {role_kind} {role}, which grants {grants}"));
             }
             let everyone: Vec<&str> = body
                 .get("subjects")
@@ -169,6 +180,15 @@ fn attention(
     }
     if let Some(spec) = pod_spec(group, kind, body) {
         reasons.extend(pod_risks(spec));
+    }
+    if (group, kind) == ("", "Namespace") {
+        // Applying a Namespace takes it over: its labels (Pod Security admission among them),
+        // and its deletion, with everything in it, when the bundle goes.
+        if object.name == "kube-system" {
+            reasons.push("is the kube-system namespace".to_string());
+        } else if object.name == scope.provisioner_namespace {
+            reasons.push(format!("is the provisioner's namespace {}", object.name));
+        }
     }
     if let Some(namespace) = object.namespace.as_deref() {
         if namespace == "kube-system" {
@@ -612,6 +632,80 @@ mod tests {
     }
 
     #[test]
+    fn bindings_to_the_bundles_roles_that_get_around_rbac() {
+        // Shaped like OLM's operator and a Role that may impersonate in its namespace.
+        let sa = json!({ "kind": "ServiceAccount", "name": "olm-operator", "namespace": "olm" });
+        let objects = [
+            rbac(
+                "ClusterRole",
+                None,
+                "role-binder",
+                json!({ "rules": [{ "apiGroups": ["rbac.authorization.k8s.io"],
+                    "resources": ["clusterroles"], "verbs": ["bind", "escalate"] }] }),
+            ),
+            rbac(
+                "Role",
+                Some("olm"),
+                "impersonator",
+                json!({ "rules": [{ "apiGroups": [""],
+                    "resources": ["serviceaccounts"], "verbs": ["impersonate"] }] }),
+            ),
+            rbac(
+                "ClusterRole",
+                None,
+                "reader",
+                json!({ "rules": [{ "apiGroups": [""], "resources": ["pods"], "verbs": ["get"] }] }),
+            ),
+            rbac(
+                "ClusterRoleBinding",
+                None,
+                "to-role-binder",
+                json!({ "roleRef": { "kind": "ClusterRole", "name": "role-binder" }, "subjects": [sa] }),
+            ),
+            rbac(
+                "RoleBinding",
+                Some("olm"),
+                "to-role-binder-in-olm",
+                json!({ "roleRef": { "kind": "ClusterRole", "name": "role-binder" }, "subjects": [sa] }),
+            ),
+            rbac(
+                "RoleBinding",
+                Some("olm"),
+                "to-impersonator",
+                json!({ "roleRef": { "kind": "Role", "name": "impersonator" }, "subjects": [sa] }),
+            ),
+            // A Role of the same name in another namespace is another Role.
+            rbac(
+                "RoleBinding",
+                Some("elsewhere"),
+                "to-other-impersonator",
+                json!({ "roleRef": { "kind": "Role", "name": "impersonator" }, "subjects": [sa] }),
+            ),
+            rbac(
+                "ClusterRoleBinding",
+                None,
+                "to-reader",
+                json!({ "roleRef": { "kind": "ClusterRole", "name": "reader" }, "subjects": [sa] }),
+            ),
+        ];
+        let by_role = "binds ClusterRole role-binder, which grants escalate, bind or impersonate";
+        assert_eq!(
+            reason_of(&objects, &SCOPE, "to-role-binder").as_deref(),
+            Some(by_role)
+        );
+        assert_eq!(
+            reason_of(&objects, &SCOPE, "to-role-binder-in-olm").as_deref(),
+            Some(by_role)
+        );
+        assert_eq!(
+            reason_of(&objects, &SCOPE, "to-impersonator").as_deref(),
+            Some("binds Role impersonator, which grants escalate, bind or impersonate")
+        );
+        assert_eq!(reason_of(&objects, &SCOPE, "to-other-impersonator"), None);
+        assert_eq!(reason_of(&objects, &SCOPE, "to-reader"), None);
+    }
+
+    #[test]
     fn admission_webhooks_and_aggregated_apis() {
         // Shaped like cert-manager's webhook.
         let objects = [
@@ -688,6 +782,43 @@ mod tests {
         );
         // Without an install namespace, nothing is "outside" it.
         assert_eq!(reason_of(&objects, &SCOPE, "outside"), None);
+        // The bundle's own Namespace is no reason for attention.
+        assert_eq!(reason_of(&objects, &scope, "app"), None);
+    }
+
+    #[test]
+    fn namespace_objects_that_take_over_kube_system_or_the_provisioners() {
+        let objects = [
+            object("", "Namespace", None, "kube-system", json!({})),
+            object("", "Namespace", None, "gantry-system", json!({})),
+            object("", "Namespace", None, "monitoring", json!({})),
+        ];
+        for scope in [
+            SCOPE,
+            Scope {
+                install_namespace: Some("monitoring"),
+                ..SCOPE
+            },
+        ] {
+            assert_eq!(
+                reason_of(&objects, &scope, "kube-system").as_deref(),
+                Some("is the kube-system namespace")
+            );
+            assert_eq!(
+                reason_of(&objects, &scope, "gantry-system").as_deref(),
+                Some("is the provisioner's namespace gantry-system")
+            );
+            assert_eq!(reason_of(&objects, &scope, "monitoring"), None);
+        }
+        // A ConfigMap named like a system namespace is just a ConfigMap.
+        let config_map = [object(
+            "",
+            "ConfigMap",
+            Some("app"),
+            "kube-system",
+            json!({}),
+        )];
+        assert_eq!(reason_of(&config_map, &SCOPE, "kube-system"), None);
     }
 
     #[test]

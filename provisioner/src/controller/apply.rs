@@ -116,10 +116,7 @@ pub async fn check(
         let reads: Vec<_> = plan
             .objects
             .iter()
-            .map(|object| async move {
-                let live = read_live(client, object, identity).await?;
-                Ok::<_, Error>(live.map(|live| Seen::of(&live, &object.object)))
-            })
+            .map(|object| read_seen(client, object, identity))
             .collect();
         stream::iter(reads)
             .buffered(concurrency)
@@ -220,10 +217,7 @@ async fn owners(
                         owner: Some(owner.clone()),
                         matches: false,
                     })),
-                    None => {
-                        let live = read_live(client, object, identity).await?;
-                        Ok::<_, Error>(live.map(|live| Seen::of(&live, &object.object)))
-                    }
+                    None => read_seen(client, object, identity).await,
                 }
             }
         })
@@ -366,6 +360,16 @@ async fn read_live(
             message: api_message(&e),
         }),
     }
+}
+
+/// What the apply needs of the live object, read whole; `None` when it is absent.
+async fn read_seen(
+    client: &Client,
+    object: &PlannedObject,
+    identity: &str,
+) -> Result<Option<Seen>> {
+    let live = read_live(client, object, identity).await?;
+    Ok(live.map(|live| Seen::of(&live, &object.object)))
 }
 
 /// Applies one object unless it is live as desired. Returns whether it wrote.

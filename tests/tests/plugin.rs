@@ -703,7 +703,8 @@ async fn validate_push_and_pull_name_the_cause_and_the_fix() {
     let image = registry().reference(&format!("{}/app:v1", unique_name("push")));
     let tls = kubectl_bundle(&["push", &dir, &image]);
     assert!(
-        !tls.status.success() && text(&tls).contains("speaks plain HTTP: use --plain-http"),
+        !tls.status.success()
+            && text(&tls).contains("speaks plain HTTP, not TLS: use --plain-http"),
         "{}",
         text(&tls)
     );

@@ -517,11 +517,11 @@ mod tests {
             "pulling app@sha256:0123456789ab: repository or tag not found"
         );
         let message = format!(
-            "invalid bundle r.test/app:v2: limit maxObjects (1) exceeded by manifests/b.yaml; r.test/app@sha256:{hex} stays installed"
+            "invalid bundle r.test/app:v2: too many objects; r.test/app@sha256:{hex} stays installed"
         );
         assert_eq!(
             short_message(&message),
-            "invalid bundle app:v2: limit maxObjects (1) exceeded by manifests/b.yaml; app@sha256:0123456789ab stays installed"
+            "invalid bundle app:v2: too many objects; app@sha256:0123456789ab stays installed"
         );
         assert_eq!(
             short_message("2 of 3 objects not healthy:\n  Deployment ns/web: 0/1 ready"),

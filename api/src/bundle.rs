@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Installed","type":"string","priority":1,"jsonPath":".status.installedImage","description":"the image reference pinned to the digest whose content is installed"}"#,
     printcolumn = r#"{"name":"Resolved","type":"string","priority":1,"jsonPath":".status.resolvedImage","description":"the image reference pinned to the digest the reference last resolved to"}"#,
-    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","description":"the Ready condition's message"}"#
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message","description":"the Ready condition's message in one short line (the whole message is the Ready condition's)"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BundleSpec {
@@ -133,6 +133,13 @@ pub struct BundleStatus {
     /// A one-word summary of where the bundle stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<BundlePhase>,
+
+    /// The `Ready` condition's message in one short line, for `kubectl get`: its first line,
+    /// without the retry note, image references shortened to `name:tag` or
+    /// `name@sha256:` and 12 hex digits, at most 100 characters. The condition holds the
+    /// whole message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 
     /// The ProvisionerClass serving the bundle: the one `spec.provisionerClassName` names, or
     /// the default class when it names none.

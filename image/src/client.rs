@@ -15,7 +15,7 @@ use oci_client::{Client, Reference, RegistryOperation};
 use sha2::{Digest, Sha256};
 
 use super::auth::{DockerConfig, normalize_registry};
-use super::error::{BlobSize, ImageError};
+use super::error::{BlobSize, ImageError, RegistryProtocol};
 pub use super::reference::parse_reference;
 
 /// Manifests and indexes larger than this are refused (registries cap them at 4 MiB).
@@ -217,22 +217,42 @@ impl RegistryClient {
     ) -> Result<reqwest::Response, ImageError> {
         const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
         let url = self.manifest_url(reference);
-        let mut request = self
-            .http
-            .request(method, &url)
-            .header(reqwest::header::ACCEPT, ACCEPT);
-        if let Some(authorization) = authorization {
-            request = request.header(reqwest::header::AUTHORIZATION, authorization);
-        }
-        let response = request.send().await.map_err(|e| ImageError::Registry {
-            reference: reference.whole(),
-            detail: chain(&e),
-        })?;
+        let request_with = |method: reqwest::Method| {
+            let request = self
+                .http
+                .request(method, &url)
+                .header(reqwest::header::ACCEPT, ACCEPT);
+            match authorization {
+                Some(authorization) => {
+                    request.header(reqwest::header::AUTHORIZATION, authorization)
+                }
+                None => request,
+            }
+        };
+        let head = method == reqwest::Method::HEAD;
+        let response = request_with(method)
+            .send()
+            .await
+            .map_err(|e| registry_failure(reference, chain(&e)))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
         }
-        let detail = format!("HTTP {status} for {url}");
+        let mut detail = format!("HTTP {status} for {url}");
+        if status == reqwest::StatusCode::BAD_REQUEST {
+            // A TLS server's answer to plain HTTP says so in its body, which a HEAD lacks.
+            let body = if head {
+                match request_with(reqwest::Method::GET).send().await {
+                    Ok(response) => short_body(response).await,
+                    Err(_) => String::new(),
+                }
+            } else {
+                short_body(response).await
+            };
+            if !body.is_empty() {
+                detail = format!("{detail}: {body}");
+            }
+        }
         Err(match status.as_u16() {
             401 | 403 => ImageError::AuthRefused {
                 reference: reference.whole(),
@@ -243,10 +263,7 @@ impl RegistryClient {
                 reference: reference.whole(),
                 detail,
             },
-            _ => ImageError::Registry {
-                reference: reference.whole(),
-                detail,
-            },
+            _ => registry_failure(reference, detail),
         })
     }
 
@@ -292,9 +309,8 @@ impl RegistryClient {
             size.announced(response.content_length())?;
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| ImageError::Registry {
-            reference: reference.whole(),
-            detail: format!("reading the manifest: {}", chain(&e)),
+        while let Some(chunk) = response.chunk().await.map_err(|e| {
+            registry_failure(reference, format!("reading the manifest: {}", chain(&e)))
         })? {
             if let Some(size) = &mut size {
                 size.received(chunk.len())?;
@@ -567,10 +583,7 @@ pub(crate) fn map_error(reference: &Reference, error: OciDistributionError) -> I
         OciDistributionError::ServerError { code, url, message } => match code {
             404 => not_found(format!("404 for {url}: {message}")),
             401 | 403 => refused(format!("{code} for {url}: {message}")),
-            _ => ImageError::Registry {
-                reference: whole,
-                detail: format!("HTTP {code} for {url}: {message}"),
-            },
+            _ => registry_failure(reference, format!("HTTP {code} for {url}: {message}")),
         },
         OciDistributionError::DigestError(oci_client::errors::DigestError::VerificationError {
             expected,
@@ -583,16 +596,52 @@ pub(crate) fn map_error(reference: &Reference, error: OciDistributionError) -> I
         OciDistributionError::RequestError(e) => match e.status().map(|s| s.as_u16()) {
             Some(401 | 403) => refused(chain(&e)),
             Some(404) => not_found(chain(&e)),
-            _ => ImageError::Registry {
-                reference: whole,
-                detail: chain(&e),
-            },
+            _ => registry_failure(reference, chain(&e)),
         },
-        other => ImageError::Registry {
-            reference: whole,
-            detail: chain(&other),
+        other => registry_failure(reference, chain(&other)),
+    }
+}
+
+/// A failed registry request; a registry that answered in the other protocol (plain HTTP to
+/// a TLS client, TLS or a TLS server's complaint to a plain-HTTP one) is named as such.
+pub(crate) fn registry_failure(reference: &Reference, detail: String) -> ImageError {
+    // rustls reads the first byte of an HTTP answer ('H') as a record's content type.
+    let speaks = if detail.contains("InvalidContentType") {
+        Some(RegistryProtocol::PlainHttp)
+    } else if detail.contains("HTTP request to an HTTPS server")
+        || detail.contains("invalid HTTP version parsed")
+    {
+        Some(RegistryProtocol::Tls)
+    } else {
+        None
+    };
+    match speaks {
+        Some(speaks) => ImageError::ProtocolMismatch {
+            reference: reference.whole(),
+            registry: reference.resolve_registry().to_string(),
+            speaks,
+        },
+        None => ImageError::Registry {
+            reference: reference.whole(),
+            detail,
         },
     }
+}
+
+/// The start of an error response's body, as one line (at most 256 bytes are read).
+async fn short_body(mut response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while body.len() < 256 {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    body.truncate(256);
+    String::from_utf8_lossy(&body)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Maps an error met while streaming a blob.
@@ -611,10 +660,7 @@ pub(crate) fn map_stream_error(
             actual: actual.clone(),
         };
     }
-    ImageError::Registry {
-        reference: reference.whole(),
-        detail: format!("reading {what}: {}", chain(&error)),
-    }
+    registry_failure(reference, format!("reading {what}: {}", chain(&error)))
 }
 
 #[cfg(test)]

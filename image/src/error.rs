@@ -86,6 +86,17 @@ pub enum ImageError {
     #[error("{reference}: registry request failed: {detail}")]
     Registry { reference: String, detail: String },
 
+    /// The registry was reached over TLS and answered in plain HTTP, or the reverse. The
+    /// consumer names the fix (a flag, a class's `insecureRegistries`).
+    #[error("{reference}: the registry {registry} speaks {speaks}, not {}", .speaks.other())]
+    ProtocolMismatch {
+        reference: String,
+        /// `host[:port]`, as registry lists name it.
+        registry: String,
+        /// What the registry answered in.
+        speaks: RegistryProtocol,
+    },
+
     #[error("{image}: no valid cosign signature by any of the keys {}: {detail}", .keys.join(", "))]
     VerificationFailed {
         /// `registry/repository@sha256:...`
@@ -110,6 +121,32 @@ pub enum ImageError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The protocol a registry is reached with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistryProtocol {
+    PlainHttp,
+    Tls,
+}
+
+impl RegistryProtocol {
+    /// The protocol this one is mistaken for.
+    pub fn other(self) -> RegistryProtocol {
+        match self {
+            RegistryProtocol::PlainHttp => RegistryProtocol::Tls,
+            RegistryProtocol::Tls => RegistryProtocol::PlainHttp,
+        }
+    }
+}
+
+impl fmt::Display for RegistryProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RegistryProtocol::PlainHttp => "plain HTTP",
+            RegistryProtocol::Tls => "TLS",
+        })
+    }
 }
 
 /// How long a blob turned out to be.
@@ -146,6 +183,21 @@ fn line_suffix(line: Option<u64>) -> String {
 }
 
 impl ImageError {
+    /// The image reference this error's message starts with, for the errors about one image:
+    /// whoever adds the image to the message can leave it out instead of repeating it.
+    pub fn reference(&self) -> Option<&str> {
+        match self {
+            ImageError::NotFound { reference, .. }
+            | ImageError::AuthRefused { reference, .. }
+            | ImageError::PlatformNotFound { reference, .. }
+            | ImageError::InvalidManifest { reference, .. }
+            | ImageError::Registry { reference, .. }
+            | ImageError::ProtocolMismatch { reference, .. } => Some(reference),
+            ImageError::VerificationFailed { image, .. } => Some(image),
+            _ => None,
+        }
+    }
+
     /// Wraps an I/O error; an [`ImageError`] carried inside it (from the readers of this module)
     /// is returned as it is, so limit and digest errors keep their type through `Read` chains.
     pub fn from_io(context: impl fmt::Display, error: std::io::Error) -> ImageError {

@@ -27,7 +27,7 @@ pub use canonical::{
 };
 pub use client::{RegistryClient, RegistryOptions, ResolvedReference, parse_reference, pinned};
 pub use dir::canonical_from_root;
-pub use error::{BlobSize, ImageError};
+pub use error::{BlobSize, ImageError, RegistryProtocol};
 pub use layer::{BundleFiles, StoredFile};
 pub use limits::{EffectiveLimits, LimitKind};
 pub use objects::{BundleObject, ObjectSummary, parse_file, validate_files};

@@ -13,7 +13,9 @@ use common::kubectl::*;
 use common::*;
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{ApprovalPolicy, Bundle, BundlePhase};
-use gantry_tests::{bundle_dir, control_plane, registry, unique_name, wait_until};
+use gantry_tests::{
+    Registry, RegistryOptions, bundle_dir, control_plane, registry, unique_name, wait_until,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
@@ -523,7 +525,9 @@ async fn events_are_the_bundles_own_with_age_and_count() {
     assert!(!out.contains("FromAnEarlierBundle"), "{out}");
     let status = ok(&["status", &name]);
     assert!(
-        !status.contains("FromAnEarlierBundle") && status.contains("LAST SEEN"),
+        !status.contains("FromAnEarlierBundle")
+            && status.contains("LAST SEEN")
+            && status.contains("\nInventory: 1 object\n"),
         "{status}"
     );
     let list: serde_json::Value =
@@ -661,7 +665,8 @@ async fn validate_push_and_pull_name_the_cause_and_the_fix() {
     let valid = kubectl_bundle(&["validate", &dir]);
     assert!(valid.status.success(), "{}", text(&valid));
     assert!(
-        text(&valid).contains("ConfigMap") && text(&valid).contains("1 object in 1 files"),
+        text(&valid).contains("ConfigMap")
+            && text(&valid).contains("a valid plain+v0 bundle, 1 object in 1 file\n"),
         "{}",
         text(&valid)
     );
@@ -698,7 +703,8 @@ async fn validate_push_and_pull_name_the_cause_and_the_fix() {
     let image = registry().reference(&format!("{}/app:v1", unique_name("push")));
     let tls = kubectl_bundle(&["push", &dir, &image]);
     assert!(
-        !tls.status.success() && text(&tls).contains("speaks plain HTTP: use --plain-http"),
+        !tls.status.success()
+            && text(&tls).contains("speaks plain HTTP, not TLS: use --plain-http"),
         "{}",
         text(&tls)
     );
@@ -721,6 +727,12 @@ async fn validate_push_and_pull_name_the_cause_and_the_fix() {
         std::path::Path::new(&into)
             .join("manifests/a.yaml")
             .is_file()
+    );
+    let stderr = String::from_utf8_lossy(&pulled.stderr);
+    assert!(stderr.contains("): 1 object in 1 file\n"), "{stderr}");
+    assert!(
+        !stderr.contains('\r') && !stderr.contains('\u{1b}'),
+        "no progress drawing when stderr is not a terminal: {stderr:?}"
     );
     let old_flag = kubectl_bundle(&["pull", &image, "-o", &into, "--plain-http"]);
     assert_eq!(old_flag.status.code(), Some(2), "{}", text(&old_flag));
@@ -1015,5 +1027,161 @@ async fn kubectl_get_shows_the_class_the_message_and_the_last_transition() {
     assert!(
         row.contains(DEFAULT_CLASS) && !row.contains("<default>"),
         "{row}"
+    );
+}
+
+/// A TLS registry of this test binary (its CA is not trusted by the class or the plugin).
+fn tls_registry() -> &'static Registry {
+    static TLS: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
+    TLS.get_or_init(|| {
+        Registry::start(RegistryOptions {
+            tls: true,
+            auth: None,
+        })
+    })
+}
+
+/// A bundle of a class of its own with `insecure` as its insecureRegistries, naming `image`.
+async fn bundle_with_insecure(
+    client: &Client,
+    prefix: &str,
+    insecure: &[&str],
+    image: &str,
+) -> String {
+    let class = unique_name(&format!("{prefix}-class"));
+    let mut class_spec = class_spec(ApprovalPolicy::Automatic);
+    class_spec.require_digest = false;
+    class_spec.insecure_registries = insecure.iter().map(|r| r.to_string()).collect();
+    apply_class(client, &class, class_spec, false).await;
+    let name = unique_name(prefix);
+    let mut bundle_spec = spec(image, Some("default"));
+    bundle_spec.provisioner_class_name = Some(class);
+    create_bundle(client, &name, bundle_spec).await;
+    name
+}
+
+#[tokio::test]
+async fn a_registry_reached_in_the_wrong_protocol_is_named_with_the_fix() {
+    gantry();
+    let client = control_plane().client().await;
+
+    // The class does not list the plain-HTTP registry: the controller speaks TLS to it.
+    let host = registry().host();
+    let image = registry().reference(&format!("{}/app:v1", unique_name("plain")));
+    let name = bundle_with_insecure(&client, "plain-http", &[], &image).await;
+    let bundle = wait_failure(
+        &client,
+        &name,
+        types::UNPACKED,
+        reasons::PULL_FAILED,
+        &format!(
+            "pulling {image}: the registry {host} speaks plain HTTP, not TLS: add {host} to the class's insecureRegistries"
+        ),
+    )
+    .await;
+    let message = &condition(&bundle, types::UNPACKED).unwrap().message;
+    assert!(!message.contains("InvalidContentType"), "{message}");
+    assert_eq!(message.matches(&image).count(), 1, "{message}");
+    let shown = ok(&["status", &name]);
+    assert!(
+        shown.contains(&format!("add {host} to the class's insecureRegistries")),
+        "{shown}"
+    );
+
+    // The class lists a TLS registry as plain HTTP.
+    let tls = tls_registry().host();
+    let image = tls_registry().reference(&format!("{}/app:v1", unique_name("tls")));
+    let name = bundle_with_insecure(&client, "tls", &[tls], &image).await;
+    wait_failure(
+        &client,
+        &name,
+        types::UNPACKED,
+        reasons::PULL_FAILED,
+        &format!(
+            "pulling {image}: the registry {tls} speaks TLS, not plain HTTP: remove {tls} from the class's insecureRegistries"
+        ),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn registry_errors_name_the_reference_once() {
+    gantry();
+    let client = control_plane().client().await;
+    let image = registry().reference(&format!("{}/app:v1", unique_name("missing")));
+    let name = unique_name("missing");
+    create_bundle(&client, &name, spec(&image, Some("default"))).await;
+    let bundle = wait_failure(
+        &client,
+        &name,
+        types::UNPACKED,
+        reasons::PULL_FAILED,
+        &format!("pulling {image}: repository or tag not found"),
+    )
+    .await;
+    let message = &condition(&bundle, types::READY).unwrap().message;
+    assert_eq!(message.matches(&image).count(), 1, "{message}");
+
+    // kubectl get shows it in one short line; the condition keeps the whole message.
+    assert!(message.contains("(attempt "), "{message}");
+    let out = std::process::Command::new("kubectl")
+        .args(["get", "bundles", &name, "--kubeconfig", &kubeconfig()])
+        .output()
+        .expect("running kubectl get");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), 2, "{shown}");
+    let column = lines[0].find("MESSAGE").expect("a MESSAGE column");
+    let short = lines[1][column..].trim_end();
+    assert!(
+        short.starts_with("pulling app:v1: repository or tag not found")
+            && !short.contains("attempt")
+            && short.chars().count() <= 100,
+        "{shown}"
+    );
+
+    // The plugin says it once too.
+    let dir = tempfile::tempdir().unwrap();
+    let into = dir.path().join("copy").display().to_string();
+    let out = kubectl_bundle(&["pull", &image, "-d", &into, "--plain-http"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("pulling {image}: repository or tag not found"))
+            && stderr.matches(&image).count() == 1,
+        "{stderr}"
+    );
+}
+
+#[test]
+fn pull_names_the_protocol_the_registry_speaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let into = dir.path().join("copy").display().to_string();
+
+    // TLS spoken to the plain-HTTP registry.
+    let host = registry().host();
+    let image = registry().reference("any/app:v1");
+    let out = kubectl_bundle(&["pull", &image, "-d", &into]);
+    assert!(
+        !out.status.success()
+            && text(&out).contains(&format!(
+                "the registry {host} speaks plain HTTP, not TLS: use --plain-http"
+            ))
+            && !text(&out).contains("InvalidContentType"),
+        "{}",
+        text(&out)
+    );
+
+    // Plain HTTP spoken to a TLS registry.
+    let tls = tls_registry().host();
+    let image = tls_registry().reference("any/app:v1");
+    let out = kubectl_bundle(&["pull", &image, "-d", &into, "--plain-http"]);
+    assert!(
+        !out.status.success()
+            && text(&out).contains(&format!(
+                "the registry {tls} speaks TLS, not plain HTTP: drop --plain-http"
+            )),
+        "{}",
+        text(&out)
     );
 }

@@ -173,8 +173,7 @@ async fn from_registry(
     let pulled = client
         .pull(&request)
         .await
-        .map_err(|e| explain(e, &image, args.registry.plain_http))
-        .with_context(|| format!("pulling {image}"))?;
+        .map_err(|e| explain("pulling", &image, e))?;
     let tarball = pulled
         .write_canonical_tarball()
         .await

@@ -9,11 +9,11 @@ use anyhow::{Context, bail};
 use clap::Args;
 use gantry_image::{
     DockerConfig, EffectiveLimits, ImageError, Platform, PullRequest, PullStats, RegistryClient,
-    RegistryOptions, parse_reference, prepare_dir,
+    RegistryOptions, RegistryProtocol, parse_reference, prepare_dir,
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::output::print_table;
+use super::output::{count, print_table};
 
 /// How to reach the registry of IMAGE.
 #[derive(Args, Debug)]
@@ -122,26 +122,31 @@ fn parent(dir: &Path) -> String {
     }
 }
 
-/// Adds the likely cause and its fix to a registry error: TLS spoken to a plain-HTTP registry,
-/// or plain HTTP to a TLS one.
-pub(crate) fn explain(error: ImageError, image: &str, plain_http: bool) -> anyhow::Error {
-    let error = anyhow::Error::from(error);
-    let text = format!("{error:#}");
-    let registry = parse_reference(image)
-        .map(|r| r.resolve_registry().to_string())
-        .unwrap_or_else(|_| "the registry".into());
-    if !plain_http && (text.contains("InvalidContentType") || text.contains("corrupt message")) {
-        return error.context(format!(
-            "the registry {registry} speaks plain HTTP: use --plain-http (a Bundle of this image needs {registry} in its class's insecureRegistries)"
-        ));
-    }
-    if plain_http && (text.contains("HTTP request to an HTTPS server") || text.contains("HTTP/0.9"))
-    {
-        return error.context(format!(
-            "the registry {registry} speaks TLS: drop --plain-http (and give --ca-file if a private CA signed its certificate)"
-        ));
-    }
-    error
+/// A registry error as one message, "ACTION REFERENCE: what failed": the reference said once
+/// (the one the error names, else IMAGE), and the fix when the registry speaks the other
+/// protocol than the one used.
+pub(crate) fn explain(action: &str, image: &str, error: ImageError) -> anyhow::Error {
+    let fix = match &error {
+        ImageError::ProtocolMismatch {
+            registry,
+            speaks: RegistryProtocol::PlainHttp,
+            ..
+        } => format!(
+            ": use --plain-http (a Bundle of this image needs {registry} in its class's insecureRegistries)"
+        ),
+        ImageError::ProtocolMismatch {
+            speaks: RegistryProtocol::Tls,
+            ..
+        } => {
+            ": drop --plain-http (and give --ca-file if a private CA signed its certificate)".into()
+        }
+        _ => String::new(),
+    };
+    anyhow::anyhow!(match &error {
+        ImageError::InvalidReference { .. } => error.to_string(),
+        _ if error.reference().is_some() => format!("{action} {error}{fix}"),
+        _ => format!("{action} {image}: {error}"),
+    })
 }
 
 /// A progress bar on stderr, hidden when stderr is not a terminal.
@@ -184,13 +189,18 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
             &EffectiveLimits::default(),
         )
         .await
-        .map_err(|e| explain(e, &args.image, args.registry.plain_http))
-        .with_context(|| format!("pushing {} to {}", args.dir.display(), args.image));
+        .map_err(|e| {
+            explain(
+                &format!("pushing {} to", args.dir.display()),
+                &args.image,
+                e,
+            )
+        });
     bar.finish_and_clear();
     let pushed = pushed?;
     eprintln!(
         "pushed {} as {}",
-        objects(pushed.objects.len()),
+        count(pushed.objects.len(), "object"),
         pushed
             .manifests
             .iter()
@@ -200,14 +210,6 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
     );
     println!("{}", pushed.pinned);
     Ok(())
-}
-
-/// "1 object", "3 objects".
-fn objects(count: usize) -> String {
-    match count {
-        1 => "1 object".into(),
-        n => format!("{n} objects"),
-    }
 }
 
 pub async fn pull(args: PullArgs) -> anyhow::Result<()> {
@@ -247,22 +249,22 @@ pub async fn pull(args: PullArgs) -> anyhow::Result<()> {
     let pulled = client
         .pull(&request)
         .await
-        .map_err(|e| explain(e, &args.image, args.registry.plain_http))
-        .with_context(|| format!("pulling {}", args.image));
+        .map_err(|e| explain("pulling", &args.image, e));
     ticker.abort();
     bar.finish_and_clear();
     let bundle = pulled?;
     let image = bundle.image.clone();
-    let (files, count) = (bundle.files.files.len(), bundle.objects.len());
+    let (files, objects) = (bundle.files.files.len(), bundle.objects.len());
     bundle
         .persist_to(&args.dir)
         .with_context(|| format!("writing {} to {}", args.image, args.dir.display()))?;
     eprintln!(
-        "pulled {} (platform {}, manifest {}): {} in {files} files",
+        "pulled {} (platform {}, manifest {}): {} in {}",
         image.resolved_image,
         image.platform,
         image.manifest_digest,
-        objects(count)
+        count(objects, "object"),
+        count(files, "file")
     );
     println!("{}", image.resolved_image);
     Ok(())
@@ -288,10 +290,10 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<()> {
     }
     print_table(&rows);
     eprintln!(
-        "{}: a valid plain+v0 bundle, {} in {} files",
+        "{}: a valid plain+v0 bundle, {} in {}",
         args.dir.display(),
-        objects(prepared.objects.len()),
-        prepared.files.files.len()
+        count(prepared.objects.len(), "object"),
+        count(prepared.files.files.len(), "file")
     );
     Ok(())
 }

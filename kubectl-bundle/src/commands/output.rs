@@ -163,6 +163,15 @@ pub fn print_structured(value: &Value, format: Option<&OutputFormat>) -> anyhow:
 }
 
 /// Prints rows as an aligned table (the first row is the header).
+/// "1 object", "3 objects": a count and its noun, in English.
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 pub fn print_table(rows: &[Vec<String>]) {
     let _ = write!(std::io::stdout().lock(), "{}", table(rows));
 }

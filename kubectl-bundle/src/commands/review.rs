@@ -416,8 +416,8 @@ async fn print_status(
         *inventory.entry(entry.kind.clone()).or_default() += 1;
     }
     out.push_str(&format!(
-        "\nInventory: {} objects\n",
-        status.inventory.len()
+        "\nInventory: {}\n",
+        super::output::count(status.inventory.len(), "object")
     ));
     for (kind, count) in inventory {
         out.push_str(&format!("  {kind}: {count}\n"));

@@ -3,7 +3,7 @@
 
 use gantry_api::conditions::{reasons, types};
 
-use gantry_image::ImageError;
+use gantry_image::{ImageError, RegistryProtocol};
 
 /// Why a reconcile did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +25,7 @@ pub enum Error {
     #[error("pull secret {secret}: {message}")]
     PullSecret { secret: String, message: String },
 
-    #[error("pulling {image}: {source}")]
+    #[error("{}", pull_message(.image, .source))]
     Pull {
         image: String,
         #[source]
@@ -194,6 +194,7 @@ impl Error {
             | ImageError::SizeMismatch { .. }
             | ImageError::InvalidManifest { .. }
             | ImageError::Registry { .. }
+            | ImageError::ProtocolMismatch { .. }
             | ImageError::Config(_)
             | ImageError::DockerConfig { .. }
             | ImageError::VerificationFailed { .. }
@@ -213,7 +214,39 @@ impl Error {
 fn verification_message(image: &str, source: &ImageError) -> String {
     match source {
         ImageError::VerificationFailed { .. } => source.to_string(),
+        other if other.reference().is_some() => {
+            format!("verifying the signature of {other}{}", registry_fix(other))
+        }
         other => format!("verifying the signature of {image}: {other}"),
+    }
+}
+
+/// "pulling REFERENCE: what failed", the reference said once: the one the registry error
+/// names (the most precise, a digest once resolved), else the bundle's.
+fn pull_message(image: &str, source: &ImageError) -> String {
+    match source {
+        ImageError::InvalidReference { .. } => source.to_string(),
+        source if source.reference().is_some() => {
+            format!("pulling {source}{}", registry_fix(source))
+        }
+        source => format!("pulling {image}: {source}"),
+    }
+}
+
+/// What to change in the class when the registry speaks the other protocol.
+fn registry_fix(source: &ImageError) -> String {
+    match source {
+        ImageError::ProtocolMismatch {
+            registry, speaks, ..
+        } => match speaks {
+            RegistryProtocol::PlainHttp => {
+                format!(": add {registry} to the class's insecureRegistries")
+            }
+            RegistryProtocol::Tls => format!(
+                ": remove {registry} from the class's insecureRegistries (and name its CA in registryCASecret if a private one signed its certificate)"
+            ),
+        },
+        _ => String::new(),
     }
 }
 

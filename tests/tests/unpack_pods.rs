@@ -389,7 +389,10 @@ async fn node_pull_pods_report_scheduling_deadlines_and_refusals() {
     .await;
     let message = &condition(&waiting, types::UNPACKED).unwrap().message;
     assert!(
-        message.contains(&format!("unpack Pod {} is not scheduled yet", pod.name_any())),
+        message.contains(&format!(
+            "unpack Pod {} is not scheduled yet",
+            pod.name_any()
+        )),
         "{message}"
     );
     let failed = wait_failure(
@@ -401,7 +404,10 @@ async fn node_pull_pods_report_scheduling_deadlines_and_refusals() {
     )
     .await;
     let message = &condition(&failed, types::UNPACKED).unwrap().message;
-    assert!(message.contains("could not be scheduled within"), "{message}");
+    assert!(
+        message.contains("could not be scheduled within"),
+        "{message}"
+    );
     wait_removed(&client, &pod).await;
 
     // Stopped by the kubelet at activeDeadlineSeconds: the Pod's reason, not the exit code of
@@ -481,7 +487,10 @@ async fn node_pull_pods_report_scheduling_deadlines_and_refusals() {
     )
     .await;
     let message = &condition(&failed, types::UNPACKED).unwrap().message;
-    assert!(message.contains("the API server refused unpack Pod"), "{message}");
+    assert!(
+        message.contains("the API server refused unpack Pod"),
+        "{message}"
+    );
     assert!(
         condition(&failed, types::INSTALLED).is_none_or(|c| c.reason != reasons::APPLY_FAILED),
         "a refused unpack Pod is not an apply failure"
@@ -518,9 +527,12 @@ async fn unpack_pods_left_behind_are_removed_at_start() {
     )
     .await
     .expect("creating an unpack Pod");
-    pods.create(&PostParams::default(), &pod(&other, json!({ "app": "other" })))
-        .await
-        .expect("creating another Pod");
+    pods.create(
+        &PostParams::default(),
+        &pod(&other, json!({ "app": "other" })),
+    )
+    .await
+    .expect("creating another Pod");
     drop(first);
 
     // Its successor removes it once it leads; a Pod without the label stays.
@@ -576,8 +588,8 @@ async fn unpack_pods_are_bounded_by_unpack_concurrency() {
     let watching = {
         let seen = seen.clone();
         let mut ready_tx = Some(ready_tx);
-        let events = watcher(pods.clone(), watcher::Config::default().labels(&selector))
-            .default_backoff();
+        let events =
+            watcher(pods.clone(), watcher::Config::default().labels(&selector)).default_backoff();
         tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
             while let Ok(Some(event)) = events.try_next().await {
@@ -585,8 +597,10 @@ async fn unpack_pods_are_bounded_by_unpack_concurrency() {
                 match event {
                     watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
                         let bundle = pod.annotations().get(BUNDLE_ANNOTATION).cloned();
-                        seen.live
-                            .insert(pod.uid().unwrap_or_default(), bundle.clone().unwrap_or_default());
+                        seen.live.insert(
+                            pod.uid().unwrap_or_default(),
+                            bundle.clone().unwrap_or_default(),
+                        );
                         seen.bundles.extend(bundle);
                     }
                     watcher::Event::Delete(pod) => {

@@ -670,11 +670,17 @@ async fn no_unpack_pods(cluster: &NodeCluster, client: &Client, bundle: &Bundle)
         left.is_empty(),
         "unpack Pods of {name} left behind after its outcome (status written at {written}): {:?}",
         left.iter()
-            .map(|p| (p.name_any(), p.creation_timestamp().map(|t| t.0.to_string())))
+            .map(|p| (
+                p.name_any(),
+                p.creation_timestamp().map(|t| t.0.to_string())
+            ))
             .collect::<Vec<_>>()
     );
     for pod in deleting {
-        let what = format!("unpack Pod {} of {name} to finish its deletion", pod.name_any());
+        let what = format!(
+            "unpack Pod {} of {name} to finish its deletion",
+            pod.name_any()
+        );
         wait_dumping(cluster, &what, DELETION, &[], || async {
             let now = pods.get_opt(&pod.name_any()).await.ok()?;
             now.is_none_or(|p| p.uid() != pod.uid()).then_some(())

@@ -206,12 +206,10 @@ async fn wait(
     // Whether the Pod was seen in the current (re)list.
     let mut listed = false;
     loop {
-        let wake = unschedulable
-            .as_ref()
-            .map_or(deadline, |(since, _)| {
-                (*since + settings.unschedulable_timeout).min(deadline)
-            });
-        let event = match tokio::time::timeout_at(wake.into(), events.try_next()).await {
+        let wake = unschedulable.as_ref().map_or(deadline, |(since, _)| {
+            (*since + settings.unschedulable_timeout).min(deadline)
+        });
+        let event = match tokio::time::timeout_at(wake, events.try_next()).await {
             Ok(Ok(Some(event))) => event,
             // Time is up (or the watch ended): the Pod's state as it is now decides, unless
             // it was scheduled just now and its deadline is still ahead.
@@ -220,7 +218,10 @@ async fn wait(
                     Some(pod) => state(&pod),
                     None => deleted(name),
                 };
-                if state == (PodState::Waiting { unschedulable: None })
+                if state
+                    == (PodState::Waiting {
+                        unschedulable: None,
+                    })
                     && Instant::now() < deadline
                 {
                     unschedulable = None;

@@ -57,7 +57,11 @@ const BASE_SCRATCH: u64 = 128 << 20;
 /// `maxUncompressedBytes` lets a bundle hold in memory while it is validated, so a bundle a
 /// direct pull accepts is not killed for memory in `Node` mode.
 pub fn memory_limit(limits: &EffectiveLimits) -> u64 {
-    BASE_MEMORY.saturating_add(limits.max_uncompressed_bytes.saturating_mul(MEMORY_PER_BYTE))
+    BASE_MEMORY.saturating_add(
+        limits
+            .max_uncompressed_bytes
+            .saturating_mul(MEMORY_PER_BYTE),
+    )
 }
 
 /// The size limit of the Pod's emptyDir: the program, and a canonical tarball of up to
@@ -435,7 +439,10 @@ mod tests {
             assert!(resources.limits.is_some() && resources.requests.is_some());
         }
         let owner = &pod.metadata.owner_references.unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Bundle", "0b1c"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Bundle", "0b1c")
+        );
         assert_eq!(owner.block_owner_deletion, None);
     }
 
@@ -505,7 +512,10 @@ mod tests {
         let PodState::Failed(PodFailure::Unpack(message)) = state(&pod) else {
             panic!("not a failure: {:?}", state(&pod))
         };
-        assert!(message.starts_with("DeadlineExceeded: Pod was active"), "{message}");
+        assert!(
+            message.starts_with("DeadlineExceeded: Pod was active"),
+            "{message}"
+        );
         assert!(message.contains("activeDeadlineSeconds 300"), "{message}");
         assert!(!message.contains("137"), "{message}");
     }

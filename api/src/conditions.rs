@@ -88,6 +88,9 @@ pub mod reasons {
         /// `pullMode: Node`: the unpack Pod could not be scheduled, did not finish within its
         /// deadline, or failed for another reason than the image or its content.
         UNPACK_POD_FAILED = "UnpackPodFailed" => Failure;
+        /// `pullMode: Node`: the unpack Pod stayed unschedulable longer than
+        /// `--unpack-schedule-timeout`; the message has the scheduler's. The Pod is removed.
+        UNPACK_POD_UNSCHEDULABLE = "UnpackPodUnschedulable" => Failure;
         /// The class's `spec.verify`: the resolved digest carries no valid signature by any of
         /// the class's keys (or the keys cannot be read); the message names the digest and the
         /// keys tried.

@@ -98,6 +98,10 @@ struct Flags {
     /// Deadline of an unpack Pod (activeDeadlineSeconds).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     unpack_timeout: Duration,
+    /// How long an unpack Pod may stay unschedulable before the bundle reports
+    /// UnpackPodUnschedulable and the Pod is removed.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    unpack_schedule_timeout: Duration,
     /// ServiceAccount (NAMESPACE/NAME) bundles are applied as when neither they nor their class
     /// name one; without it, such bundles are applied with the provisioner's own identity.
     #[arg(long)]
@@ -167,6 +171,7 @@ fn options(flags: Flags) -> anyhow::Result<Options> {
             unpack_image: flags.unpack_image,
             own_pod: flags.identity.clone(),
             service_account: flags.unpack_service_account,
+            unschedulable_timeout: flags.unpack_schedule_timeout,
             ..NodePullSettings::new(
                 flags
                     .unpack_storage_url

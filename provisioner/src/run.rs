@@ -9,6 +9,7 @@ use std::sync::Arc;
 use kube::runtime::events::Reporter;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
 
+use crate::controller::node_pull::driver::remove_left_behind;
 use crate::controller::server::{self, Readiness};
 use crate::controller::{self, Controllers, Metrics, Settings, StorageClient, Token};
 
@@ -113,6 +114,7 @@ pub async fn run(
     let Some(lease_name) = &options.lease_name else {
         readiness.set(true);
         metrics.leader.set(1);
+        remove_left_behind(&controllers.client, &options.settings.namespace).await;
         controller::run(controllers, shutdown).await;
         return Ok(());
     };
@@ -143,6 +145,8 @@ pub async fn run(
     }
     tracing::info!(%identity, "leading");
     metrics.leader.set(1);
+    // Unpack Pods of a previous leader are nobody's now.
+    remove_left_behind(&controllers.client, &options.settings.namespace).await;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<&'static str>();
     let watch_lease = async move {
         tokio::select! {

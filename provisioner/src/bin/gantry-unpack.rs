@@ -50,6 +50,8 @@ struct RunFlags {
     scratch_dir: PathBuf,
     #[arg(long, default_value = "/dev/termination-log")]
     termination_log: PathBuf,
+    #[arg(long, default_value_t = EffectiveLimits::DEFAULT_MAX_COMPRESSED_BYTES)]
+    max_compressed_bytes: u64,
     #[arg(long, default_value_t = EffectiveLimits::DEFAULT_MAX_UNCOMPRESSED_BYTES)]
     max_uncompressed_bytes: u64,
     #[arg(long, default_value_t = EffectiveLimits::DEFAULT_MAX_FILES)]
@@ -72,11 +74,11 @@ fn install(destination: &Path) -> anyhow::Result<()> {
 
 async fn run(flags: RunFlags) -> ExitCode {
     let limits = EffectiveLimits {
+        max_compressed_bytes: flags.max_compressed_bytes,
         max_uncompressed_bytes: flags.max_uncompressed_bytes,
         max_files: flags.max_files,
         max_file_bytes: flags.max_file_bytes,
         max_objects: flags.max_objects,
-        ..EffectiveLimits::default()
     };
     let storage = StorageClient::new(
         &flags.storage_url,

@@ -68,6 +68,10 @@ pub enum Error {
     #[error("unpacking {image} on a node: {message}")]
     UnpackPod { image: String, message: String },
 
+    /// `pullMode: Node`: the unpack Pod stayed unschedulable (the scheduler's message).
+    #[error("unpacking {image} on a node: {message}")]
+    UnpackPodUnschedulable { image: String, message: String },
+
     #[error("namespaced objects carry no namespace and spec.installNamespace is not set: {}", .0.join(", "))]
     NamespaceRequired(Vec<String>),
 
@@ -139,6 +143,7 @@ impl Error {
                 (UNPACKED, reasons::INVALID_BUNDLE)
             }
             Error::UnpackPod { .. } => (UNPACKED, reasons::UNPACK_POD_FAILED),
+            Error::UnpackPodUnschedulable { .. } => (UNPACKED, reasons::UNPACK_POD_UNSCHEDULABLE),
             Error::Storage(_) => (UNPACKED, reasons::STORAGE_FAILED),
             Error::Verification { .. } | Error::VerificationKeys { .. } => {
                 (UNPACKED, reasons::VERIFICATION_FAILED)

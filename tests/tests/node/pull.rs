@@ -3,7 +3,8 @@
 //! same; a bad bundle is refused with the same message in both modes; the node's platform is
 //! taken from a two-platform index; a private registry is reached through pull secrets that
 //! become the unpack Pod's `imagePullSecrets`; a missing tag fails with the kubelet's reason
-//! and recovers once pushed. No unpack Pod is left behind.
+//! and recovers once pushed (through the shipped class `plain-node`). No unpack Pod is left
+//! behind once a bundle shows its outcome.
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -68,7 +69,7 @@ async fn direct_and_node_pulls_store_the_same_tarball() {
             status.manifest_digest
         );
         stored.push((status.manifest_digest.clone(), stored_content(&bundle).1));
-        no_unpack_pods(cluster, &client, &bundle_name).await;
+        no_unpack_pods(cluster, &client, &bundle).await;
     }
     assert_eq!(
         stored[0], stored[1],
@@ -81,7 +82,9 @@ async fn a_missing_tag_fails_with_the_kubelets_reason_and_recovers() {
     let _shared = HOST_PROVISIONER.read().await;
     let (cluster, client) = gantry().await;
     let _undisturbed = DISRUPTION.read().await;
-    let [_, node] = classes(&client, "tag").await;
+    // The shipped class: Node mode as installed (no insecureRegistries of its own: the node's
+    // runtime is configured for its registry).
+    let node = SHIPPED_NODE_CLASS.to_string();
     let name = unique_name("tag");
     let repository = format!("{name}/bundle:v1");
     // A repository that exists, without the tag.
@@ -102,7 +105,7 @@ async fn a_missing_tag_fails_with_the_kubelets_reason_and_recovers() {
             .any(|reason| message.contains(reason)),
         "PullFailed without the kubelet's reason: {message}"
     );
-    no_unpack_pods(cluster, &client, &name).await;
+    no_unpack_pods(cluster, &client, &failed).await;
 
     push_bundle(
         cluster,
@@ -123,7 +126,12 @@ async fn a_missing_tag_fails_with_the_kubelets_reason_and_recovers() {
         .await
         .expect("requesting a reconcile");
     wait_ready(cluster, &client, &name, &[&name]).await;
-    no_unpack_pods(cluster, &client, &name).await;
+    let ready = bundle(&client, &name).await;
+    assert_eq!(
+        ready.spec.provisioner_class_name.as_deref(),
+        Some(SHIPPED_NODE_CLASS)
+    );
+    no_unpack_pods(cluster, &client, &ready).await;
 }
 
 #[tokio::test]
@@ -162,9 +170,9 @@ async fn a_bad_bundle_is_refused_with_the_same_message_in_both_modes() {
                 && message.contains("metadata.name is missing"),
             "{bundle_name}: {message}"
         );
+        no_unpack_pods(cluster, &client, &refused).await;
         let status = refused.status.unwrap();
         assert_eq!(status.content_digest, None, "{bundle_name} stored content");
-        no_unpack_pods(cluster, &client, &bundle_name).await;
         // The retry note after the message differs from pass to pass.
         let cut = message.find(" (attempt ").unwrap_or(message.len());
         messages.push(message[..cut].to_string());
@@ -181,13 +189,20 @@ async fn a_two_platform_index_unpacks_the_nodes_platform() {
     let (cluster, client) = gantry().await;
     let _undisturbed = DISRUPTION.read().await;
     let [direct, node] = classes(&client, "index").await;
+    // The node's platform first, and another one.
+    let node_platform = node_platform();
+    let other = if node_platform == "linux/amd64" {
+        "linux/arm64"
+    } else {
+        "linux/amd64"
+    };
     // Node mode steered by the class's platform: the node's own labels match.
-    let steered = node_class(&client, "index-steered", Some("linux/amd64"), &[]).await;
+    let steered = node_class(&client, "index-steered", Some(&node_platform), &[]).await;
     let name = unique_name("index");
     let repository = format!("{}/{name}/bundle", cluster.registry());
     let registry = node_registry_client(cluster);
     let mut manifests = Vec::new();
-    for platform in ["linux/amd64", "linux/arm64"] {
+    for platform in [node_platform.as_str(), other] {
         let arch = platform.rsplit('/').next().unwrap();
         let pushed = push_bundle_with(
             &registry,
@@ -200,7 +215,8 @@ async fn a_two_platform_index_unpacks_the_nodes_platform() {
     }
     let index = push_index(cluster, &format!("{name}/bundle"), "v1", &manifests).await;
     let image = format!("{repository}:v1");
-    let amd64 = &manifests[0].1;
+    let nodes_manifest = &manifests[0].1;
+    let node_arch = node_platform.rsplit('/').next().unwrap();
 
     let mut stored = Vec::new();
     for class in [&direct, &node, &steered] {
@@ -217,12 +233,12 @@ async fn a_two_platform_index_unpacks_the_nodes_platform() {
         );
         assert_eq!(
             status.manifest_digest.as_deref(),
-            Some(amd64.as_str()),
+            Some(nodes_manifest.as_str()),
             "{bundle_name}: manifestDigest is the node's platform's manifest"
         );
         assert_eq!(
             status.platform.as_deref(),
-            Some("linux/amd64"),
+            Some(node_platform.as_str()),
             "{bundle_name}"
         );
         let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &bundle_name);
@@ -233,11 +249,11 @@ async fn a_two_platform_index_unpacks_the_nodes_platform() {
                 .unwrap_or_default()
                 .get("value")
                 .map(String::as_str),
-            Some("amd64"),
+            Some(node_arch),
             "{bundle_name} installed another platform's content"
         );
         stored.push(stored_content(&bundle).1);
-        no_unpack_pods(cluster, &client, &bundle_name).await;
+        no_unpack_pods(cluster, &client, &bundle).await;
     }
     assert!(
         stored.iter().all(|digest| *digest == stored[0]),
@@ -321,7 +337,7 @@ async fn a_private_registry_through_pull_secrets_on_the_node() {
                 .any(|why| message.contains(why)),
         "PullFailed without the kubelet's reason: {message}"
     );
-    no_unpack_pods(cluster, &client, &refused).await;
+    no_unpack_pods(cluster, &client, &failed).await;
     Api::<Bundle>::all(client.clone())
         .delete(&refused, &DeleteParams::default())
         .await
@@ -347,7 +363,9 @@ async fn a_private_registry_through_pull_secrets_on_the_node() {
             .await
             .expect("creating a Bundle");
         wait_ready(cluster, &client, bundle_name, &[bundle_name]).await;
-        let status = bundle(&client, bundle_name).await.status.unwrap();
+        let ready = bundle(&client, bundle_name).await;
+        no_unpack_pods(cluster, &client, &ready).await;
+        let status = ready.status.unwrap();
         assert_eq!(
             status.resolved_image.as_deref(),
             Some(pushed.pinned.as_str()),
@@ -360,7 +378,6 @@ async fn a_private_registry_through_pull_secrets_on_the_node() {
             config_maps.get_opt("installed").await.unwrap().is_some(),
             "{bundle_name} did not install its ConfigMap"
         );
-        no_unpack_pods(cluster, &client, bundle_name).await;
     }
 }
 
@@ -396,7 +413,7 @@ async fn benchmark_ready_through_node_versus_direct() {
             create_bundle(&client, &bundle_name, &image, class).await;
             wait_ready(cluster, &client, &bundle_name, &[&bundle_name]).await;
             let seconds = started.elapsed().as_secs_f64();
-            no_unpack_pods(cluster, &client, &bundle_name).await;
+            no_unpack_pods(cluster, &client, &bundle(&client, &bundle_name).await).await;
             if round > 0 {
                 times[mode].push(seconds);
             }
@@ -591,24 +608,83 @@ async fn wait_unpacked_false(
     .await
 }
 
-/// Waits until no unpack Pod for bundle `name` is left in the install namespace.
-async fn no_unpack_pods(cluster: &NodeCluster, client: &Client, name: &str) {
+/// The shipped class of `pullMode: Node` (manifests/20-classes.yaml).
+const SHIPPED_NODE_CLASS: &str = "plain-node";
+
+/// How long a Pod already being deleted may take to go.
+const DELETION: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The node's platform: this machine's, with Go's architecture names, as the runtime names it.
+fn node_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
+        "powerpc64" => "ppc64",
+        "loongarch64" => "loong64",
+        "mips64" if cfg!(target_endian = "little") => "mips64le",
+        other => other,
+    };
+    format!("linux/{arch}")
+}
+
+/// When the provisioner last wrote the bundle's status (as `bundle` was read).
+fn status_written_at(bundle: &Bundle) -> Option<k8s_openapi::jiff::Timestamp> {
+    bundle
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| entry.subresource.as_deref() == Some("status"))
+        .filter_map(|entry| entry.time.as_ref().map(|t| t.0))
+        .max()
+}
+
+/// Asserts that no unpack Pod of `bundle` (as read once it showed its outcome) is left. The
+/// provisioner removes a Pod before it writes the outcome the Pod gave, so one list after the
+/// outcome must find none. Only a Pod created after that status write may be there: the
+/// retry of a failed bundle, which comes at least --backoff-base (2s) later. A Pod already
+/// being deleted is given [`DELETION`] to go.
+async fn no_unpack_pods(cluster: &NodeCluster, client: &Client, bundle: &Bundle) {
+    let name = bundle.name_any();
+    let written = status_written_at(bundle)
+        .unwrap_or_else(|| panic!("bundle {name} has no status written by the provisioner"));
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let what = format!("the unpack Pods of {name} to be removed");
-    wait_dumping(cluster, &what, WAIT, &[], || async {
-        let list = pods
-            .list(&ListParams::default().labels("app.kubernetes.io/name=gantry-unpack"))
-            .await
-            .ok()?;
-        list.items
-            .iter()
-            .all(|pod| {
-                pod.annotations()
-                    .get("gantry.dev/bundle")
-                    .map(String::as_str)
-                    != Some(name)
-            })
-            .then_some(())
-    })
-    .await;
+    let list = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=gantry-unpack"))
+        .await
+        .expect("listing unpack Pods");
+    let (deleting, left): (Vec<Pod>, Vec<Pod>) = list
+        .items
+        .into_iter()
+        .filter(|pod| {
+            pod.annotations()
+                .get("gantry.dev/bundle")
+                .map(String::as_str)
+                == Some(name.as_str())
+                && pod.creation_timestamp().is_none_or(|t| t.0 <= written)
+        })
+        .partition(|pod| pod.metadata.deletion_timestamp.is_some());
+    assert!(
+        left.is_empty(),
+        "unpack Pods of {name} left behind after its outcome (status written at {written}): {:?}",
+        left.iter()
+            .map(|p| (
+                p.name_any(),
+                p.creation_timestamp().map(|t| t.0.to_string())
+            ))
+            .collect::<Vec<_>>()
+    );
+    for pod in deleting {
+        let what = format!(
+            "unpack Pod {} of {name} to finish its deletion",
+            pod.name_any()
+        );
+        wait_dumping(cluster, &what, DELETION, &[], || async {
+            let now = pods.get_opt(&pod.name_any()).await.ok()?;
+            now.is_none_or(|p| p.uid() != pod.uid()).then_some(())
+        })
+        .await;
+    }
 }

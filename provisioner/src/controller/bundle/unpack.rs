@@ -199,7 +199,10 @@ async fn unpack_with_node(
         format!("pulling {image} on a node"),
     );
     pass.show_progress().await?;
-    let unpacked = unpack_on_node(
+    // The Pod's progress (the scheduler's message while it waits for a node) is shown as it
+    // comes, not only once the Pod is done.
+    let (progress, mut messages) = tokio::sync::mpsc::unbounded_channel();
+    let unpacking = unpack_on_node(
         &ctx.client,
         &ctx.settings.namespace,
         &ctx.settings.node_pull,
@@ -207,8 +210,21 @@ async fn unpack_with_node(
         bundle,
         image,
         limits,
-    )
-    .await?;
+        &progress,
+    );
+    let mut unpacking = std::pin::pin!(unpacking);
+    let unpacked = loop {
+        tokio::select! {
+            unpacked = &mut unpacking => break unpacked?,
+            Some(message) = messages.recv() => {
+                pass.set_condition(types::UNPACKED, false, reasons::UNPACKING, message);
+                // Not given up for this: the Pod is still to be waited for and removed.
+                if let Err(e) = pass.show_progress().await {
+                    tracing::debug!("showing the unpack Pod's progress: {e}");
+                }
+            }
+        }
+    };
     ctx.resolved.record(&pass.name, bundle.spec.image.clone());
     let objects = read_stored(pass, &unpacked.content_digest, &limits).await?;
     let manifest_digest = node_manifest_digest(pass, class, &unpacked).await;

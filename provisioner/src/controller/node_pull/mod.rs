@@ -60,6 +60,9 @@ pub struct NodePullSettings {
     /// `activeDeadlineSeconds` of unpack Pods; a Pod not scheduled within it (plus a grace)
     /// is given up as well.
     pub deadline: Duration,
+    /// How long an unpack Pod may stay unschedulable before it is given up (and its slot
+    /// freed); the scheduler's message is shown at once.
+    pub unschedulable_timeout: Duration,
     /// Unpack Pods running at once.
     pub slots: Arc<tokio::sync::Semaphore>,
     /// The unpack image and its pull policy, once learnt.
@@ -69,6 +72,7 @@ pub struct NodePullSettings {
 impl NodePullSettings {
     pub const DEFAULT_SERVICE_ACCOUNT: &str = "gantry-unpack";
     pub const DEFAULT_CONCURRENCY: usize = 2;
+    pub const DEFAULT_UNSCHEDULABLE_TIMEOUT: Duration = Duration::from_secs(60);
 
     /// Settings with `concurrency` Pods at once.
     pub fn new(storage_url: String, concurrency: usize, deadline: Duration) -> Self {
@@ -78,6 +82,7 @@ impl NodePullSettings {
             service_account: Self::DEFAULT_SERVICE_ACCOUNT.into(),
             storage_url,
             deadline,
+            unschedulable_timeout: Self::DEFAULT_UNSCHEDULABLE_TIMEOUT,
             slots: Arc::new(tokio::sync::Semaphore::new(concurrency.max(1))),
             learnt_image: Arc::new(tokio::sync::OnceCell::new()),
         }

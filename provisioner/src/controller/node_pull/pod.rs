@@ -3,8 +3,10 @@
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
+use gantry_api::Bundle;
 use gantry_image::{EffectiveLimits, Platform};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::Resource;
 use serde_json::json;
 
 use super::{EXIT_INVALID_BUNDLE, UnpackReport};
@@ -41,11 +43,44 @@ const START_REASONS: &[&str] = &[
     "PreStartHookError",
 ];
 
+/// Memory of an unpack Pod beyond what its bundle's files take: the program, its runtime, the
+/// HTTP client.
+const BASE_MEMORY: u64 = 128 << 20;
+/// Bytes of memory per byte of `maxUncompressedBytes`: the program holds the files and their
+/// parsed objects while it validates them, as a direct pull does. Measured peaks: 1.7× the
+/// YAML for large values, 15.7× for manifests made of many tiny fields (the worst case).
+const MEMORY_PER_BYTE: u64 = 16;
+/// Space in the Pod's emptyDir beyond the canonical tarball: the program itself.
+const BASE_SCRATCH: u64 = 128 << 20;
+
+/// The memory limit of an unpack Pod for the class's limits: never below what
+/// `maxUncompressedBytes` lets a bundle hold in memory while it is validated, so a bundle a
+/// direct pull accepts is not killed for memory in `Node` mode.
+pub fn memory_limit(limits: &EffectiveLimits) -> u64 {
+    BASE_MEMORY.saturating_add(
+        limits
+            .max_uncompressed_bytes
+            .saturating_mul(MEMORY_PER_BYTE),
+    )
+}
+
+/// The size limit of the Pod's emptyDir: the program, and a canonical tarball of up to
+/// `maxUncompressedBytes` of files (gzip never grows data by more than a small fraction; each
+/// file adds a tar header and padding).
+pub fn scratch_limit(limits: &EffectiveLimits) -> u64 {
+    BASE_SCRATCH
+        .saturating_add(limits.max_uncompressed_bytes.saturating_mul(101) / 100)
+        .saturating_add(limits.max_files.saturating_mul(1024))
+}
+
 /// What an unpack Pod is made of.
 #[derive(Clone, Debug)]
 pub struct PodInputs<'a> {
     pub namespace: &'a str,
     pub bundle: &'a str,
+    /// The Bundle's uid: the Pod is owned by the Bundle, so the garbage collector removes it
+    /// with the Bundle even when no provisioner is there to.
+    pub bundle_uid: Option<&'a str>,
     /// The bundle's image reference, as the bundle names it.
     pub image: &'a str,
     pub unpack_image: &'a str,
@@ -99,21 +134,40 @@ pub fn unpack_pod(name: &str, inputs: &PodInputs<'_>) -> Result<Pod, serde_json:
         "capabilities": { "drop": ["ALL"] },
         "seccompProfile": { "type": "RuntimeDefault" },
     });
+    // The limit follows the class's limits; the request stays small, as most bundles are.
     let resources = json!({
         "requests": { "cpu": "50m", "memory": "64Mi" },
-        "limits": { "cpu": "1", "memory": "512Mi" },
+        "limits": { "cpu": "1", "memory": memory_limit(limits).to_string() },
+    });
+    let copy_resources = json!({
+        "requests": { "cpu": "50m", "memory": "64Mi" },
+        "limits": { "cpu": "1", "memory": "128Mi" },
     });
     let mut init = json!({
         "name": "install",
         "image": inputs.unpack_image,
         "command": [SHIPPED_PROGRAM, "install", PROGRAM],
         "securityContext": restricted,
-        "resources": resources,
+        "resources": copy_resources,
         "volumeMounts": [{ "name": "work", "mountPath": WORK_DIR }],
     });
     if let Some(policy) = inputs.unpack_image_pull_policy {
         init["imagePullPolicy"] = json!(policy);
     }
+    // A namespaced dependent of a cluster-scoped owner is allowed. No `blockOwnerDeletion`:
+    // the Bundle's deletion never waits for its unpack Pod.
+    let owners: Vec<_> = inputs
+        .bundle_uid
+        .map(|uid| {
+            json!({
+                "apiVersion": Bundle::api_version(&()),
+                "kind": Bundle::kind(&()),
+                "name": inputs.bundle,
+                "uid": uid,
+            })
+        })
+        .into_iter()
+        .collect();
     serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -122,6 +176,7 @@ pub fn unpack_pod(name: &str, inputs: &PodInputs<'_>) -> Result<Pod, serde_json:
             "namespace": inputs.namespace,
             "labels": { APP_LABEL.0: APP_LABEL.1, "app.kubernetes.io/part-of": "gantry" },
             "annotations": { BUNDLE_ANNOTATION: inputs.bundle },
+            "ownerReferences": owners,
         },
         "spec": {
             "restartPolicy": "Never",
@@ -148,6 +203,7 @@ pub fn unpack_pod(name: &str, inputs: &PodInputs<'_>) -> Result<Pod, serde_json:
                     "--storage-url", inputs.storage_url,
                     "--storage-token-file", format!("{TOKEN_DIR}/token"),
                     "--scratch-dir", WORK_DIR,
+                    "--max-compressed-bytes", limits.max_compressed_bytes.to_string(),
                     "--max-uncompressed-bytes", limits.max_uncompressed_bytes.to_string(),
                     "--max-files", limits.max_files.to_string(),
                     "--max-file-bytes", limits.max_file_bytes.to_string(),
@@ -162,7 +218,7 @@ pub fn unpack_pod(name: &str, inputs: &PodInputs<'_>) -> Result<Pod, serde_json:
                 ],
             }],
             "volumes": [
-                { "name": "work", "emptyDir": { "sizeLimit": "1Gi" } },
+                { "name": "work", "emptyDir": { "sizeLimit": scratch_limit(limits).to_string() } },
                 { "name": "storage-token", "projected": { "sources": [{
                     "serviceAccountToken": {
                         "audience": STORAGE_AUDIENCE,
@@ -219,6 +275,32 @@ pub fn state(pod: &Pod) -> PodState {
             return PodState::Failed(failure);
         }
     }
+    let main = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == UNPACK_CONTAINER);
+    let program_done = main
+        .and_then(|m| m.state.as_ref()?.terminated.as_ref())
+        .is_some_and(|done| done.exit_code == 0 || done.exit_code == EXIT_INVALID_BUNDLE);
+    // The kubelet stopped the Pod (its deadline, an eviction): its reason says why, not the
+    // exit code of the containers it killed.
+    if status.phase.as_deref() == Some("Failed")
+        && let Some(reason) = status.reason.as_deref()
+        && !program_done
+    {
+        let message = status.message.as_deref().unwrap_or_default().trim();
+        return PodState::Failed(PodFailure::Unpack(match reason {
+            "DeadlineExceeded" => format!(
+                "{reason}: {message} (the unpack deadline, activeDeadlineSeconds {})",
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.active_deadline_seconds)
+                    .unwrap_or_default()
+            ),
+            _ => format!("{reason}: {message}"),
+        }));
+    }
     for init in status.init_container_statuses.iter().flatten() {
         if let Some(done) = init.state.as_ref().and_then(|s| s.terminated.as_ref())
             && done.exit_code != 0
@@ -230,11 +312,6 @@ pub fn state(pod: &Pod) -> PodState {
             )));
         }
     }
-    let main = status
-        .container_statuses
-        .iter()
-        .flatten()
-        .find(|c| c.name == UNPACK_CONTAINER);
     if let Some(main) = main
         && let Some(done) = main.state.as_ref().and_then(|s| s.terminated.as_ref())
     {
@@ -316,6 +393,7 @@ mod tests {
         PodInputs {
             namespace: "gantry-system",
             bundle: "web",
+            bundle_uid: Some("0b1c"),
             image: "registry.test/web:v1",
             unpack_image: "gantry/provisioner:0.1.0",
             unpack_image_pull_policy: Some("IfNotPresent"),
@@ -356,9 +434,90 @@ mod tests {
             assert_eq!(security.read_only_root_filesystem, Some(true));
             assert_eq!(security.run_as_non_root, Some(true));
             assert_eq!(security.capabilities.unwrap().drop.unwrap(), vec!["ALL"]);
+            assert_eq!(security.seccomp_profile.unwrap().type_, "RuntimeDefault");
             let resources = container.resources.unwrap();
             assert!(resources.limits.is_some() && resources.requests.is_some());
         }
+        let owner = &pod.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Bundle", "0b1c")
+        );
+        assert_eq!(owner.block_owner_deletion, None);
+    }
+
+    #[test]
+    fn memory_and_scratch_follow_the_class_limits() {
+        let quantity = |pod: &Pod, container: usize| {
+            pod.spec.as_ref().unwrap().containers[container]
+                .resources
+                .as_ref()
+                .unwrap()
+                .limits
+                .as_ref()
+                .unwrap()["memory"]
+                .0
+                .clone()
+        };
+        let default = unpack_pod("p", &inputs(None)).unwrap();
+        // 1 GiB of files by default: never the fixed 512Mi that would kill a large bundle.
+        let gib = EffectiveLimits::DEFAULT_MAX_UNCOMPRESSED_BYTES;
+        assert_eq!(quantity(&default, 0), (BASE_MEMORY + 16 * gib).to_string());
+        let small = PodInputs {
+            limits: EffectiveLimits {
+                max_uncompressed_bytes: 16 << 20,
+                ..EffectiveLimits::default()
+            },
+            ..inputs(None)
+        };
+        let pod = unpack_pod("p", &small).unwrap();
+        assert_eq!(quantity(&pod, 0), (BASE_MEMORY + (256 << 20)).to_string());
+        let volumes = pod.spec.unwrap().volumes.unwrap();
+        let scratch = volumes[0].empty_dir.as_ref().unwrap().size_limit.clone();
+        assert!(
+            scratch.unwrap().0.parse::<u64>().unwrap() > (16 << 20) + BASE_SCRATCH,
+            "the emptyDir holds the program and the canonical tarball"
+        );
+    }
+
+    #[test]
+    fn the_only_token_is_the_projected_storage_token() {
+        let spec = unpack_pod("p", &inputs(None)).unwrap().spec.unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let tokens: Vec<_> = spec
+            .volumes
+            .unwrap()
+            .into_iter()
+            .filter_map(|v| v.projected)
+            .flat_map(|p| p.sources.unwrap_or_default())
+            .filter_map(|s| s.service_account_token)
+            .collect();
+        assert_eq!(tokens.len(), 1);
+        assert_eq!(tokens[0].audience.as_deref(), Some(STORAGE_AUDIENCE));
+    }
+
+    #[test]
+    fn a_pod_stopped_at_its_deadline_says_so() {
+        // The kubelet kills the containers (137) and marks the Pod DeadlineExceeded.
+        let pod = pod_with(json!({
+            "phase": "Failed",
+            "reason": "DeadlineExceeded",
+            "message": "Pod was active on the node longer than the specified deadline",
+            "containerStatuses": [{
+                "name": "unpack", "image": "x", "imageID": "r/x@sha256:ab", "ready": false,
+                "restartCount": 0,
+                "state": { "terminated": { "exitCode": 137, "reason": "Error" } },
+            }],
+        }));
+        let PodState::Failed(PodFailure::Unpack(message)) = state(&pod) else {
+            panic!("not a failure: {:?}", state(&pod))
+        };
+        assert!(
+            message.starts_with("DeadlineExceeded: Pod was active"),
+            "{message}"
+        );
+        assert!(message.contains("activeDeadlineSeconds 300"), "{message}");
+        assert!(!message.contains("137"), "{message}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gantry_image::{EffectiveLimits, ImageError, Platform, canonical_from_root};
+use gantry_image::{EffectiveLimits, ImageError, LimitKind, Platform, canonical_from_root};
 
 use super::{EXIT_INVALID_BUNDLE, UnpackReport};
 use crate::controller::error::Error;
@@ -44,6 +44,19 @@ pub fn prepare(
             Error::InvalidBundle { source, .. } => UnpackFailure::InvalidBundle(source),
             other => UnpackFailure::Other(other.to_string()),
         })?;
+    // The runtime pulled the layers, so their compressed size is not known here; the
+    // canonical tarball is the compressed content that is stored and read back under
+    // `maxCompressedBytes`, so it is held to that limit before it is stored.
+    let size = std::fs::metadata(&out)
+        .map_err(|e| UnpackFailure::Other(format!("reading {}: {e}", out.display())))?
+        .len();
+    if size > limits.max_compressed_bytes {
+        return Err(UnpackFailure::InvalidBundle(ImageError::LimitExceeded {
+            limit: LimitKind::CompressedBytes,
+            value: limits.max_compressed_bytes,
+            culprit: format!("the canonical tarball of manifests/ ({size} bytes)"),
+        }));
+    }
     Ok((
         out,
         UnpackReport {
@@ -145,5 +158,25 @@ mod tests {
         };
         let failure = prepare(dir.path(), scratch.path(), &limits).unwrap_err();
         assert!(failure.to_string().contains("maxObjects"), "{failure}");
+    }
+
+    #[test]
+    fn the_stored_tarball_is_held_to_max_compressed_bytes() {
+        let dir = root(&[(
+            "a.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n",
+        )]);
+        let scratch = tempfile::tempdir().unwrap();
+        let limits = EffectiveLimits {
+            max_compressed_bytes: 64,
+            ..EffectiveLimits::default()
+        };
+        let failure = prepare(dir.path(), scratch.path(), &limits).unwrap_err();
+        assert_eq!(failure.exit_code(), EXIT_INVALID_BUNDLE);
+        let text = failure.to_string();
+        assert!(
+            text.contains("maxCompressedBytes (64)") && text.contains("canonical tarball"),
+            "{text}"
+        );
     }
 }

@@ -33,5 +33,5 @@ pub use limits::{EffectiveLimits, LimitKind};
 pub use objects::{BundleObject, ObjectSummary, parse_file, validate_files};
 pub use platform::Platform;
 pub use pull::{CanonicalTarball, PullRequest, PullStats, PulledBundle, PulledImage};
-pub use push::{PreparedBundle, PushedImage, prepare_dir};
+pub use push::{PreparedBundle, PushStats, PushedImage, prepare_dir};
 pub use verify::{PublicKey, SignatureSource, VerifiedSignature};

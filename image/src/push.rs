@@ -3,6 +3,8 @@
 //! manifest, or an image index when several platforms are named.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use oci_client::{Reference, RegistryOperation};
@@ -37,6 +39,15 @@ pub struct PushedImage {
     pub manifests: Vec<(Platform, String)>,
     pub layer_digest: String,
     pub objects: Vec<ObjectSummary>,
+}
+
+/// What a push has done so far, for progress shown while it runs.
+#[derive(Debug, Default)]
+pub struct PushStats {
+    /// Size of the layer (the canonical tarball), known once the directory is packed.
+    pub layer_size: AtomicU64,
+    /// Layer bytes handed to the registry; stays 0 when the registry already has the layer.
+    pub layer_bytes_sent: AtomicU64,
 }
 
 /// A validated bundle directory, ready to push.
@@ -81,6 +92,20 @@ impl RegistryClient {
         platforms: &[Platform],
         limits: &EffectiveLimits,
     ) -> Result<PushedImage, ImageError> {
+        self.push_dir_with_stats(dir, reference, platforms, limits, None)
+            .await
+    }
+
+    /// [`Self::push_dir`], counting the layer bytes sent into `stats`.
+    pub async fn push_dir_with_stats(
+        &self,
+        dir: &Path,
+        reference: &str,
+        platforms: &[Platform],
+        limits: &EffectiveLimits,
+        stats: Option<Arc<PushStats>>,
+    ) -> Result<PushedImage, ImageError> {
+        let stats = stats.unwrap_or_default();
         let target = parse_reference(reference)?;
         if target.digest().is_some() {
             return Err(ImageError::InvalidReference {
@@ -110,8 +135,9 @@ impl RegistryClient {
         .await
         .map_err(|e| ImageError::Config(format!("bundle preparation failed: {e}")))??;
 
+        stats.layer_size.store(layer.size, Ordering::Relaxed);
         self.authenticate(&target, RegistryOperation::Push).await?;
-        self.push_file_blob(&target, &layer_path, &layer.digest)
+        self.push_file_blob(&target, &layer_path, &layer.digest, &stats)
             .await?;
 
         let mut manifests = Vec::new();
@@ -210,6 +236,7 @@ impl RegistryClient {
         target: &Reference,
         path: &Path,
         digest: &str,
+        stats: &Arc<PushStats>,
     ) -> Result<(), ImageError> {
         if self
             .client
@@ -227,20 +254,30 @@ impl RegistryClient {
             .await
             .map_err(|e| ImageError::from_io(format!("reading {}", path.display()), e))?
             .len();
-        let chunks = futures::stream::unfold(Some(file), |file| async move {
-            let mut file = file?;
-            let mut buffer = Vec::with_capacity(PUSH_CHUNK);
-            match (&mut file)
-                .take(PUSH_CHUNK as u64)
-                .read_to_end(&mut buffer)
-                .await
-            {
-                Ok(0) => None,
-                Ok(_) => Some((Ok(Bytes::from(buffer)), Some(file))),
-                Err(e) => Some((
-                    Err(oci_client::errors::OciDistributionError::IoError(e)),
-                    None,
-                )),
+        let sent = stats.clone();
+        let chunks = futures::stream::unfold(Some(file), move |file| {
+            let sent = sent.clone();
+            async move {
+                let mut file = file?;
+                let mut buffer = Vec::with_capacity(PUSH_CHUNK);
+                match (&mut file)
+                    .take(PUSH_CHUNK as u64)
+                    .read_to_end(&mut buffer)
+                    .await
+                {
+                    Ok(0) => None,
+                    Ok(read) => {
+                        // Counted as the request body takes the chunk: the stream is pulled as
+                        // the connection sends, so this follows the upload.
+                        sent.layer_bytes_sent
+                            .fetch_add(read as u64, Ordering::Relaxed);
+                        Some((Ok(Bytes::from(buffer)), Some(file)))
+                    }
+                    Err(e) => Some((
+                        Err(oci_client::errors::OciDistributionError::IoError(e)),
+                        None,
+                    )),
+                }
             }
         });
         self.client

@@ -194,6 +194,66 @@ async fn an_index_without_the_platform_lists_what_it_has() {
 }
 
 #[tokio::test]
+async fn a_push_counts_the_layer_bytes_it_sends() {
+    let host = registry().host();
+    let client = plain_client(host);
+    let dir = bundle_dir(BUNDLE);
+    let repo = unique_name("counted");
+    let stats = std::sync::Arc::new(gantry_image::PushStats::default());
+    let pushed = client
+        .push_dir_with_stats(
+            dir.path(),
+            &format!("{host}/{repo}:v1"),
+            &[],
+            &limits(),
+            Some(stats.clone()),
+        )
+        .await
+        .unwrap();
+    let size = stats.layer_size.load(std::sync::atomic::Ordering::Relaxed);
+    let mut pull = request(&pushed.pinned, None);
+    let received = std::sync::Arc::new(gantry_image::PullStats::default());
+    pull.stats = Some(received.clone());
+    client.pull(&pull).await.unwrap();
+    assert_eq!(
+        size,
+        received
+            .compressed_bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        "the layer's size, as a pull receives it"
+    );
+    assert_eq!(
+        stats
+            .layer_bytes_sent
+            .load(std::sync::atomic::Ordering::Relaxed),
+        size,
+        "every layer byte sent once"
+    );
+    // The registry has the layer now: nothing is sent again.
+    let again = std::sync::Arc::new(gantry_image::PushStats::default());
+    client
+        .push_dir_with_stats(
+            dir.path(),
+            &format!("{host}/{repo}:v2"),
+            &[],
+            &limits(),
+            Some(again.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        again.layer_size.load(std::sync::atomic::Ordering::Relaxed),
+        size
+    );
+    assert_eq!(
+        again
+            .layer_bytes_sent
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+#[tokio::test]
 async fn unknown_repositories_and_tags_are_reported() {
     let host = registry().host();
     let client = plain_client(host);

@@ -21,6 +21,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{
+    AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
+};
 use serde_json::json;
 
 /// A running `kubectl bundle ... --watch` whose stdout lines arrive on a channel.
@@ -202,6 +205,17 @@ async fn approve_and_deny_through_kubectl() {
     assert_eq!(
         config_map_data(&client, &ns, "cm").await.as_deref(),
         Some("v1")
+    );
+    // history shows the manual approval: who decided when, and why.
+    let history = ok(&["history", &name]);
+    let row = history
+        .lines()
+        .find(|l| l.starts_with(&format!("{first_digest} (installed)")))
+        .unwrap_or_else(|| panic!("the approved digest in history: {history}"));
+    let approved_at = manual_approval_time(row);
+    assert!(
+        row.contains(&format!("Manual at {approved_at}: reviewed")) && row.contains(" ago ("),
+        "{history}"
     );
     let again = kubectl_bundle(&["approve", &name, "--yes", "--kubeconfig", &kc]);
     assert!(
@@ -414,6 +428,218 @@ async fn kubectl_flags_and_output_formats() {
     assert!(wide.lines().next().unwrap().contains("RESOLVED"), "{wide}");
 }
 
+/// The first RFC 3339 time after "Manual at " in a history row.
+fn manual_approval_time(row: &str) -> &str {
+    let after = row
+        .split_once("Manual at ")
+        .unwrap_or_else(|| panic!("no manual approval in {row:?}"))
+        .1;
+    let end = after.find(": ").expect("a reason after the time");
+    let at = &after[..end];
+    assert!(
+        at.len() >= 20 && at.as_bytes()[4] == b'-' && at.contains('T') && at.ends_with('Z'),
+        "not a time: {at:?} in {row:?}"
+    );
+    at
+}
+
+/// A kubeconfig file written from parts of the test cluster's kubeconfig.
+fn kubeconfig_file(dir: &std::path::Path, name: &str, config: &Kubeconfig) -> String {
+    let path = dir.join(name);
+    // JSON is YAML: kubectl and the plugin read it as a kubeconfig.
+    std::fs::write(&path, serde_json::to_vec(config).unwrap()).unwrap();
+    path.display().to_string()
+}
+
+fn named_cluster(name: &str, server: &str) -> NamedCluster {
+    NamedCluster {
+        name: name.into(),
+        cluster: Some(Cluster {
+            server: Some(server.into()),
+            ..Cluster::default()
+        }),
+        other: Default::default(),
+    }
+}
+
+fn named_context(name: &str, cluster: &str, user: &str) -> NamedContext {
+    NamedContext {
+        name: name.into(),
+        context: Some(Context {
+            cluster: cluster.into(),
+            user: Some(user.into()),
+            ..Context::default()
+        }),
+        other: Default::default(),
+    }
+}
+
+#[tokio::test]
+async fn contexts_clusters_users_and_kubeconfig_lists_as_kubectl_reads_them() {
+    gantry();
+    let test = Kubeconfig::read_from(kubeconfig()).unwrap();
+    let mut real = test.clusters[0].clone();
+    real.name = "real".into();
+    let mut admin = test.auth_infos[0].clone();
+    admin.name = "admin".into();
+    let nobody = NamedAuthInfo {
+        name: "nobody".into(),
+        auth_info: Some(AuthInfo {
+            token: Some("not-a-token".to_string().into()),
+            ..AuthInfo::default()
+        }),
+        other: Default::default(),
+    };
+    // Nothing listens on port 1: the current context fails unless a flag chooses another.
+    let refused = named_cluster("refused", "https://127.0.0.1:1");
+    let dir = tempfile::tempdir().unwrap();
+    let one = kubeconfig_file(
+        dir.path(),
+        "one",
+        &Kubeconfig {
+            clusters: vec![real.clone(), refused.clone()],
+            auth_infos: vec![admin.clone(), nobody.clone()],
+            contexts: vec![
+                named_context("refused", "refused", "admin"),
+                named_context("real", "real", "admin"),
+                named_context("real-as-nobody", "real", "nobody"),
+            ],
+            current_context: Some("refused".into()),
+            ..Kubeconfig::default()
+        },
+    );
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--kubeconfig", one.as_str()]);
+        kubectl_bundle(&all)
+    };
+    let current = run(&["list"]);
+    assert!(
+        !current.status.success() && text(&current).contains("127.0.0.1:1"),
+        "the current context's cluster is used by default: {}",
+        text(&current)
+    );
+    for args in [
+        vec!["--context", "real", "list"],
+        vec!["list", "--cluster", "real"],
+        vec!["--context", "real-as-nobody", "--user", "admin", "list"],
+    ] {
+        let out = run(&args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        assert!(text(&out).starts_with("NAME"), "{args:?}: {}", text(&out));
+    }
+    let unauthorized = run(&["--context", "real-as-nobody", "list"]);
+    assert!(
+        !unauthorized.status.success() && text(&unauthorized).contains("Unauthorized"),
+        "the context's own user is used: {}",
+        text(&unauthorized)
+    );
+
+    // $KUBECONFIG lists merge as kubectl merges them: the first file that sets a value wins
+    // (current-context and the cluster "real" from the first), the rest adds what is missing
+    // (the context and the user from the second).
+    let mut shadowed = refused.clone();
+    shadowed.name = "real".into();
+    let first = kubeconfig_file(
+        dir.path(),
+        "first",
+        &Kubeconfig {
+            clusters: vec![real.clone()],
+            current_context: Some("real".into()),
+            ..Kubeconfig::default()
+        },
+    );
+    let second = kubeconfig_file(
+        dir.path(),
+        "second",
+        &Kubeconfig {
+            clusters: vec![shadowed],
+            auth_infos: vec![admin.clone()],
+            contexts: vec![named_context("real", "real", "admin")],
+            current_context: Some("elsewhere".into()),
+            ..Kubeconfig::default()
+        },
+    );
+    let merged = kubectl_bundle_command(&["list"])
+        .env("KUBECONFIG", format!("{first}:{second}"))
+        .output()
+        .unwrap();
+    assert!(merged.status.success(), "{}", text(&merged));
+    let kubectl_agrees = std::process::Command::new("kubectl")
+        .args([
+            "config",
+            "view",
+            "-o",
+            "jsonpath={.current-context} {.clusters[0].cluster.server}",
+        ])
+        .env("KUBECONFIG", format!("{first}:{second}"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&kubectl_agrees.stdout),
+        format!(
+            "real {}",
+            real.cluster.as_ref().unwrap().server.as_ref().unwrap()
+        ),
+        "kubectl reads the same merge"
+    );
+    let swapped = kubectl_bundle_command(&["list"])
+        .env("KUBECONFIG", format!("{second}:{first}"))
+        .output()
+        .unwrap();
+    assert!(
+        !swapped.status.success() && text(&swapped).contains("elsewhere"),
+        "the second file's current-context wins once it comes first: {}",
+        text(&swapped)
+    );
+
+    // --request-timeout bounds a request to a server that accepts and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_server = format!("http://{}", silent.local_addr().unwrap());
+    let held = std::thread::spawn(move || {
+        // Holds the connections open without a byte of answer until the test ends.
+        let connections: Vec<_> = silent.incoming().take(4).collect();
+        connections.len()
+    });
+    let quiet = kubeconfig_file(
+        dir.path(),
+        "silent",
+        &Kubeconfig {
+            clusters: vec![named_cluster("silent", &silent_server)],
+            auth_infos: vec![admin],
+            contexts: vec![named_context("silent", "silent", "admin")],
+            current_context: Some("silent".into()),
+            ..Kubeconfig::default()
+        },
+    );
+    let started = Instant::now();
+    let mut child =
+        kubectl_bundle_command(&["list", "--request-timeout", "2s", "--kubeconfig", &quiet])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+    // kube's own read timeout is 295 s: without the flag the plugin would still be waiting.
+    let deadline = started + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("--request-timeout 2s: still waiting after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let timed_out = child.wait_with_output().unwrap();
+    assert!(
+        !timed_out.status.success()
+            && ["timed out", "timeout", "deadline"]
+                .iter()
+                .any(|word| text(&timed_out).to_lowercase().contains(word)),
+        "{}",
+        text(&timed_out)
+    );
+    drop(held);
+}
+
 #[tokio::test]
 async fn watch_and_approve_wait() {
     gantry();
@@ -498,7 +724,8 @@ async fn events_are_the_bundles_own_with_age_and_count() {
         "metadata": { "generateName": "cm-" },
         "involvedObject": { "apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "namespace": ns },
         "reason": "SomethingOdd", "message": "odd", "type": "Warning", "count": 7,
-        "lastTimestamp": k8s_openapi::jiff::Timestamp::now(),
+        // Last seen 10 minutes ago: shown as kubectl shows it, "10m".
+        "lastTimestamp": k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(600),
     }))
     .unwrap();
     in_ns
@@ -522,6 +749,7 @@ async fn events_are_the_bundles_own_with_age_and_count() {
         .find(|l| l.contains("SomethingOdd"))
         .unwrap_or_else(|| panic!("the object's warning: {out}"));
     assert!(odd.contains("configmap/cm") && odd.contains(" 7 "), "{odd}");
+    assert!(odd.starts_with("10m "), "the last-seen age: {odd}");
     assert!(!out.contains("FromAnEarlierBundle"), "{out}");
     let status = ok(&["status", &name]);
     assert!(
@@ -690,6 +918,15 @@ async fn validate_push_and_pull_name_the_cause_and_the_fix() {
         !missing.status.success() && text(&missing).contains("/no/such/bundle does not exist"),
         "{}",
         text(&missing)
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let no_manifests = kubectl_bundle(&["validate", &empty.path().display().to_string()]);
+    assert!(
+        !no_manifests.status.success()
+            && text(&no_manifests)
+                .contains("has no manifests/ directory: a bundle directory holds manifests/"),
+        "{}",
+        text(&no_manifests)
     );
     let bad = bundle_dir(&[("a.yaml", "kind: [")]);
     let invalid = kubectl_bundle(&["validate", &bad.path().display().to_string()]);

@@ -2,6 +2,7 @@
 //! `--context`, `--cluster`, `--user`, `--request-timeout`, `-v`.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -123,6 +124,7 @@ impl GlobalArgs {
                 .await
                 .with_context(|| format!("loading the kubeconfig (read: {read})"))?
         };
+        let _ = SERVER.set(config.cluster_url.to_string());
         if let Some(timeout) = self.request_timeout.filter(|t| !t.is_zero()) {
             config.connect_timeout = Some(timeout);
             config.read_timeout = Some(timeout);
@@ -169,6 +171,27 @@ impl GlobalArgs {
 
     pub async fn client(&self) -> anyhow::Result<Client> {
         Client::try_from(self.config().await?).context("building the Kubernetes client")
+    }
+}
+
+/// The API server the client was configured for, once it is.
+static SERVER: OnceLock<String> = OnceLock::new();
+
+/// A request that did not reach the API server, or got no answer from it, names the server
+/// (as kubectl's "The connection to the server ... was refused" does): the kubeconfig chose
+/// it, and the user needs to know which one it chose.
+pub fn name_the_server(error: anyhow::Error) -> anyhow::Error {
+    let unreachable = error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<kube::Error>(),
+            Some(kube::Error::Service(_) | kube::Error::HyperError(_))
+        )
+    });
+    match SERVER.get() {
+        Some(server) if unreachable => error.context(format!(
+            "the API server {server} could not be reached or did not answer"
+        )),
+        _ => error,
     }
 }
 

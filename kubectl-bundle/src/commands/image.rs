@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Args;
 use gantry_image::{
-    DockerConfig, EffectiveLimits, ImageError, Platform, PullRequest, PullStats, RegistryClient,
-    RegistryOptions, RegistryProtocol, parse_reference, prepare_dir,
+    DockerConfig, EffectiveLimits, ImageError, Platform, PullRequest, PullStats, PushStats,
+    RegistryClient, RegistryOptions, RegistryProtocol, parse_reference, prepare_dir,
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -174,19 +174,23 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
         .collect::<Result<Vec<_>, _>>()?;
     let client = client_for(&args.image, &args.registry)?;
     let bar = progress(format!("pushing {}", args.image));
-    let size: u64 = std::fs::read_dir(args.dir.join("manifests"))
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.metadata().ok())
-        .map(|m| m.len())
-        .sum();
-    bar.set_position(size);
+    let stats = Arc::new(PushStats::default());
+    let ticker = {
+        let (bar, stats) = (bar.clone(), stats.clone());
+        tokio::spawn(async move {
+            loop {
+                bar.set_position(stats.layer_bytes_sent.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
     let pushed = client
-        .push_dir(
+        .push_dir_with_stats(
             &args.dir,
             &args.image,
             &platforms,
             &EffectiveLimits::default(),
+            Some(stats.clone()),
         )
         .await
         .map_err(|e| {
@@ -196,6 +200,7 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
                 e,
             )
         });
+    ticker.abort();
     bar.finish_and_clear();
     let pushed = pushed?;
     eprintln!(

@@ -126,4 +126,5 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     };
     done.map(|()| ExitCode::SUCCESS)
+        .map_err(cluster::name_the_server)
 }

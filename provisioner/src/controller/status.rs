@@ -155,6 +155,7 @@ pub fn summarize(status: &mut BundleStatus, generation: Option<i64>) {
         message,
         generation,
     );
+    set_short_message(status);
 }
 
 /// The longest `status.message`, in characters.
@@ -258,7 +259,6 @@ pub async fn show_progress(
     let mut shown = status.clone();
     shown.observed_generation = bundle.metadata.generation;
     summarize(&mut shown, bundle.metadata.generation);
-    set_short_message(&mut shown);
     write_bundle_status(bundle, ctx, written, &shown).await?;
     *written = shown;
     Ok(())

@@ -381,13 +381,7 @@ mod tests {
         .unwrap();
         let names: Vec<(&str, usize, &str)> = objects
             .iter()
-            .map(|o| {
-                (
-                    o.file.as_str(),
-                    o.document,
-                    o.object["metadata"]["name"].as_str().unwrap(),
-                )
-            })
+            .map(|o| (o.file.as_str(), o.document, o.name.as_str()))
             .collect();
         assert_eq!(
             names,
@@ -459,7 +453,7 @@ mod tests {
         let ids = |objects: &[BundleObject]| {
             objects
                 .iter()
-                .map(|o| (o.file.clone(), o.document, o.object.clone()))
+                .map(|o| (o.file.clone(), o.document, o.object.get().to_string()))
                 .collect::<Vec<_>>()
         };
         assert_eq!(ids(&objects), ids(&read));

@@ -92,7 +92,7 @@ async fn single_platform_image_by_tag_and_by_digest() {
         )
         .unwrap();
         assert_eq!(objects.len(), 3);
-        assert_eq!(objects[1].object["metadata"]["name"], "a");
+        assert_eq!(objects[1].value().unwrap()["metadata"]["name"], "a");
         // Writing it off the runtime yields the same tarball and the same objects at once.
         let written = bundle.write_canonical_tarball().await.unwrap();
         assert_eq!(written.digest, canonical);
@@ -101,7 +101,10 @@ async fn single_platform_image_by_tag_and_by_digest() {
             std::fs::read(&path).unwrap()
         );
         let values = |objects: &[gantry_image::BundleObject]| {
-            objects.iter().map(|o| o.object.clone()).collect::<Vec<_>>()
+            objects
+                .iter()
+                .map(|o| o.object.get().to_string())
+                .collect::<Vec<_>>()
         };
         assert_eq!(values(&written.objects), values(&objects));
     }

@@ -246,6 +246,49 @@ async fn the_manifests_install_a_working_gantry() {
     assert_eq!(write.status(), 403, "the reader may not upload");
     let nobody = http.get(&url).send().await.unwrap();
     assert_eq!(nobody.status(), 401, "no token, no content");
+
+    // The unpack Pods' identity (pullMode Node) uploads content and does nothing else: it
+    // reads no content, deletes none, and may do nothing in the Kubernetes API.
+    let unpack_token = plane
+        .service_account_token_for(NAMESPACE, "gantry-unpack", &["gantry-storage"])
+        .await;
+    let upload = http
+        .put(&url)
+        .bearer_auth(&unpack_token)
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        upload.status().is_success(),
+        "gantry-unpack uploads: {}",
+        upload.status()
+    );
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let refused = http
+            .request(method.clone(), &url)
+            .bearer_auth(&unpack_token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 403, "gantry-unpack may not {method}");
+    }
+    let unpack_api_token = plane
+        .service_account_token(NAMESPACE, "gantry-unpack")
+        .await;
+    let unpack = plane.token_client("gantry-unpack", &unpack_api_token).await;
+    for (verb, group, resource) in [
+        ("get", "", "pods"),
+        ("list", "", "secrets"),
+        ("create", "", "configmaps"),
+        ("get", "gantry.dev", "bundles"),
+        ("impersonate", "", "serviceaccounts"),
+    ] {
+        assert!(
+            !may(&unpack, verb, group, resource).await,
+            "gantry-unpack may not {verb} {resource}"
+        );
+    }
 }
 
 #[tokio::test]

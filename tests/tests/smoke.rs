@@ -170,7 +170,8 @@ async fn kubectl_prints_the_printer_columns() {
         .create(&PostParams::default(), &b)
         .await
         .expect("creating a Bundle");
-    let patch = json!({ "status": { "phase": "Installed", "className": "plain",
+    // MESSAGE shows status.message, the Ready message shortened by the provisioner.
+    let patch = json!({ "status": { "phase": "Installed", "className": "plain", "message": "3 objects applied",
         "resolvedImage": "127.0.0.1:5000/columns@sha256:abcd",
         "installedImage": "127.0.0.1:5000/columns@sha256:abcd",
         "conditions": [{ "type": "Ready", "status": "True", "reason": "InstallSucceeded", "message": "3 objects applied",

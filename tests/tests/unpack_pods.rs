@@ -678,3 +678,122 @@ async fn unpack_pods_are_bounded_by_unpack_concurrency() {
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     delete_bundles(&client, &names).await;
 }
+
+#[tokio::test]
+async fn a_manual_node_class_asks_approval_for_the_digest_the_node_pulled() {
+    let _alone = ONE_PROVISIONER.lock().await;
+    let storage = StorageServer::start(StorageOptions::default());
+    let (client, _provisioner) = start(
+        &storage,
+        &[
+            "--leader-election=false",
+            "--backoff-base=200ms",
+            "--backoff-cap=1s",
+        ],
+    )
+    .await;
+    let manual = unique_name("node-manual");
+    let mut class = class_spec(ApprovalPolicy::Manual);
+    class.pull_mode = PullMode::Node;
+    apply_class(&client, &manual, class, false).await;
+    let ns = unique_name("node-manual");
+    ensure_namespace(&client, &ns).await;
+    let repository = format!("{}/{ns}/app", registry().host());
+    let name = unique_name("node-manual");
+    let mut bundle_spec = spec(&format!("{repository}:v1"), Some(&ns));
+    bundle_spec.provisioner_class_name = Some(manual.clone());
+    create_bundle(&client, &name, bundle_spec).await;
+
+    // The program stored the content and the kubelet reports the digest it pulled.
+    let dir = tempfile::tempdir().unwrap();
+    write_bundle(
+        dir.path(),
+        &[("cm.yaml", config_map("reviewed", Some(&ns), "node"))],
+    );
+    let files = BundleFiles::from_dir(dir.path(), &EffectiveLimits::default()).unwrap();
+    let mut tarball = Vec::new();
+    let digest = write_canonical(&files, &mut tarball).unwrap();
+    let response = reqwest::Client::new()
+        .put(format!(
+            "{}{}",
+            storage.url(),
+            gantry_api::storage::tarball_path(&name, digest.hex())
+        ))
+        .body(tarball)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let pod = unpack_pod(&client, &name, None).await;
+    let report = UnpackReport {
+        content_digest: digest.digest.clone(),
+        platform: "linux/amd64".into(),
+        objects: 1,
+    };
+    let pulled = format!("sha256:{}", "cd".repeat(32));
+    set_unpack_state(
+        &client,
+        &pod,
+        &format!("{repository}@{pulled}"),
+        json!({ "terminated": {
+            "exitCode": 0, "message": serde_json::to_string(&report).unwrap(),
+        } }),
+    )
+    .await;
+
+    // Awaiting approval of the runtime's digest, the one the approver reviews.
+    let waiting = wait_bundle(&client, &name, "awaiting approval", |b| {
+        condition(b, types::APPROVED).is_some_and(|c| c.reason == reasons::AWAITING_APPROVAL)
+    })
+    .await;
+    assert_eq!(
+        waiting.status.as_ref().unwrap().resolved_image.as_deref(),
+        Some(format!("{repository}@{pulled}").as_str())
+    );
+    assert!(
+        condition(&waiting, types::APPROVED)
+            .unwrap()
+            .message
+            .contains(&pulled),
+        "{:?}",
+        condition(&waiting, types::APPROVED)
+    );
+    wait_removed(&client, &pod).await;
+
+    // An approval of another digest installs nothing; the node's digest does.
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let approve = |digest: String| {
+        let bundles = bundles.clone();
+        let name = name.clone();
+        async move {
+            let approval = json!({
+                "apiVersion": "gantry.dev/v1alpha1", "kind": "Bundle",
+                "metadata": { "name": name },
+                "status": { "approval": { "decision": "Approved", "digest": digest } },
+            });
+            bundles
+                .patch_status(
+                    &name,
+                    &PatchParams::apply("approver").force(),
+                    &Patch::Apply(&approval),
+                )
+                .await
+                .expect("writing the approval");
+        }
+    };
+    approve(format!("sha256:{}", "ef".repeat(32))).await;
+    wait_bundle(&client, &name, "the other digest's approval refused", |b| {
+        condition(b, types::APPROVED).is_some_and(|c| {
+            c.reason == reasons::AWAITING_APPROVAL && c.message.contains("does not carry over")
+        })
+    })
+    .await;
+    assert_eq!(config_map_data(&client, &ns, "reviewed").await, None);
+    approve(pulled.clone()).await;
+    wait_bundle(&client, &name, "Ready", is_ready).await;
+    assert_eq!(
+        config_map_data(&client, &ns, "reviewed").await.as_deref(),
+        Some("node")
+    );
+    delete_bundles(&client, &[&name]).await;
+}

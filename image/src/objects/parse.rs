@@ -1,28 +1,61 @@
 //! The full parse of a bundle's files into [`BundleObject`]s, for applying them.
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::rules::{self, Document, Field, Fields, ItemsShape, Metadata};
 use crate::error::ImageError;
 use crate::limits::EffectiveLimits;
 
 /// One object of a bundle, as read back for applying.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct BundleObject {
     pub file: String,
     pub document: usize,
     pub item: Option<usize>,
-    pub object: Value,
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    /// `None` when missing, null or empty.
+    pub namespace: Option<String>,
+    /// The whole object as compact JSON text. Held as a `Value` tree, a bundle of large CRDs
+    /// takes several times its size in memory; readers parse what they need when they need it.
+    pub object: Box<RawValue>,
+}
+
+impl PartialEq for BundleObject {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            self.file.as_str(),
+            self.document,
+            self.item,
+            self.object.get(),
+        ) == (
+            other.file.as_str(),
+            other.document,
+            other.item,
+            other.object.get(),
+        )
+    }
 }
 
 impl BundleObject {
+    /// The object as a JSON value tree.
+    pub fn value(&self) -> Result<Value, ImageError> {
+        serde_json::from_str(self.object.get()).map_err(|e| self.invalid(e))
+    }
+
     /// The object as a `kube` dynamic object (for server-side apply).
     pub fn to_dynamic(&self) -> Result<kube::api::DynamicObject, ImageError> {
-        serde_json::from_value(self.object.clone()).map_err(|e| ImageError::InvalidObject {
+        serde_json::from_str(self.object.get()).map_err(|e| self.invalid(e))
+    }
+
+    fn invalid(&self, error: serde_json::Error) -> ImageError {
+        ImageError::InvalidObject {
             file: self.file.clone(),
             document: self.document,
-            reason: e.to_string(),
-        })
+            reason: error.to_string(),
+        }
     }
 }
 
@@ -33,17 +66,33 @@ pub fn parse_file(
     limits: &EffectiveLimits,
 ) -> Result<Vec<BundleObject>, ImageError> {
     let docs: Vec<Value> = rules::documents(file, content, limits)?;
+    // Each tree becomes compact text as soon as it is checked, and is dropped.
     rules::flatten_file(
         file,
         docs,
-        |object, place, _| BundleObject {
-            file: file.to_string(),
-            document: place.document,
-            item: place.item,
-            object,
+        |object, place, identity| {
+            let object = serde_json::value::to_raw_value(&object).map_err(|e| {
+                ImageError::InvalidObject {
+                    file: file.to_string(),
+                    document: place.document,
+                    reason: e.to_string(),
+                }
+            })?;
+            Ok(BundleObject {
+                file: file.to_string(),
+                document: place.document,
+                item: place.item,
+                api_version: identity.api_version,
+                kind: identity.kind,
+                name: identity.name,
+                namespace: identity.namespace,
+                object,
+            })
         },
         |_, _| Ok(()),
-    )
+    )?
+    .into_iter()
+    .collect()
 }
 
 fn field(value: Option<&Value>) -> Field<'_> {

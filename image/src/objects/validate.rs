@@ -230,10 +230,15 @@ rules: []
         for (object, summary) in objects.iter().zip(&summary) {
             assert_eq!(object.document, summary.document);
             assert_eq!(object.item, summary.item);
-            assert_eq!(object.object["kind"], summary.kind.as_str());
-            assert_eq!(object.object["metadata"]["name"], summary.name.as_str());
+            let value = object.value().unwrap();
+            assert_eq!(value["kind"], summary.kind.as_str());
+            assert_eq!(value["metadata"]["name"], summary.name.as_str());
+            assert_eq!(
+                (object.kind.as_str(), object.name.as_str()),
+                (summary.kind.as_str(), summary.name.as_str())
+            );
         }
-        assert_eq!(objects[2].object["spec"]["replicas"], 2);
+        assert_eq!(objects[2].value().unwrap()["spec"]["replicas"], 2);
         let dynamic = objects[0].to_dynamic().unwrap();
         assert_eq!(dynamic.metadata.name.as_deref(), Some("a"));
         assert_eq!(dynamic.metadata.namespace.as_deref(), Some("ns"));

@@ -96,8 +96,9 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
     let mut desired: Vec<ObjectKey> = Vec::new();
     let mut out = String::new();
     for object in objects {
-        let described = describe_value(&object.object);
-        match diff_object(&client, &bundle, object.object).await {
+        let value = object.value()?;
+        let described = describe_value(&value);
+        match diff_object(&client, &bundle, value).await {
             Ok(ObjectDiff { key, text }) => {
                 desired.push(key);
                 if let Some(text) = text {

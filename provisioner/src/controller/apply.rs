@@ -369,7 +369,7 @@ async fn read_seen(
     identity: &str,
 ) -> Result<Option<Seen>> {
     let live = read_live(client, object, identity).await?;
-    Ok(live.map(|live| Seen::of(&live, &object.object)))
+    Ok(live.map(|live| Seen::of(&live, &object.value())))
 }
 
 /// Applies one object unless it is live as desired. Returns whether it wrote.

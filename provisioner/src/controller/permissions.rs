@@ -37,9 +37,10 @@ pub fn requested_permissions(objects: &[PlannedObject], scope: &Scope<'_>) -> Re
         .iter()
         .filter(|o| is_rbac(o, &["ClusterRole", "Role"]))
         .filter_map(|o| {
-            let grants = if !wildcard_rules(&o.object).is_empty() {
+            let body = o.value();
+            let grants = if !wildcard_rules(&body).is_empty() {
                 "wildcards"
-            } else if !powerful_verbs(&o.object).is_empty() {
+            } else if !powerful_verbs(&body).is_empty() {
                 "escalate, bind or impersonate"
             } else {
                 return None;
@@ -106,7 +107,7 @@ fn attention(
 ) -> Option<String> {
     let group = object.gvk.group.as_str();
     let kind = object.gvk.kind.as_str();
-    let body = &object.object;
+    let body = &object.value();
     let mut reasons = Vec::new();
     match (group, kind) {
         ("rbac.authorization.k8s.io", "ClusterRole" | "Role") => {
@@ -411,7 +412,7 @@ mod tests {
             namespaced: namespace.is_some(),
             namespace: namespace.map(Into::into),
             name: name.into(),
-            object: body,
+            object: serde_json::value::to_raw_value(&body).unwrap(),
             defines_crd: None,
             needs_crd: None,
         }

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use gantry_api::{BUNDLE_LABEL, InventoryEntry};
 use kube::Client;
 use kube::core::{ApiResource, GroupVersionKind};
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::discovery::{Kind, KindCache};
 use super::error::{Error, Result};
@@ -24,8 +26,10 @@ pub struct PlannedObject {
     pub namespaced: bool,
     pub namespace: Option<String>,
     pub name: String,
-    /// The object as it is applied (namespace set, bundle label added).
-    pub object: Value,
+    /// The object as it is applied (namespace set, bundle label added), as compact JSON text:
+    /// a plan is held for the whole apply, and a `Value` tree of large CRDs takes several times
+    /// the text's size.
+    pub object: Box<RawValue>,
     /// When the object is a CRD of the bundle: its name.
     pub defines_crd: Option<String>,
     /// When the object's kind is defined by a CRD of the bundle: that CRD's name.
@@ -36,6 +40,12 @@ impl PlannedObject {
     /// Namespaces and CRDs: later objects may depend on them, so they go out first.
     pub fn is_barrier(&self) -> bool {
         self.defines_crd.is_some() || (self.gvk.group.is_empty() && self.gvk.kind == "Namespace")
+    }
+
+    /// The object as a JSON value tree, for the readers that look inside it.
+    pub fn value(&self) -> Value {
+        // The text was written from a `Value` by `plan_objects`: it always parses back.
+        serde_json::from_str(self.object.get()).unwrap_or(Value::Null)
     }
 
     pub fn inventory_entry(&self) -> InventoryEntry {
@@ -96,21 +106,43 @@ struct BundleCrd {
     kinds: Vec<(GroupVersionKind, Kind)>,
 }
 
-fn bundle_crd(object: &Value) -> Option<BundleCrd> {
-    let spec = object.get("spec")?;
-    let group = spec.get("group")?.as_str()?;
-    let names = spec.get("names")?;
-    let kind = names.get("kind")?.as_str()?;
-    let plural = names.get("plural")?.as_str()?;
-    let namespaced = spec.get("scope").and_then(Value::as_str) == Some("Namespaced");
+/// The fields of a CRD that planning reads; the rest (the schema, most of a CRD's size) is
+/// skipped while parsing, not built.
+#[derive(Deserialize)]
+struct CrdFields {
+    spec: CrdSpec,
+}
+
+#[derive(Deserialize)]
+struct CrdSpec {
+    group: String,
+    names: CrdNames,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    versions: Vec<CrdVersion>,
+}
+
+#[derive(Deserialize)]
+struct CrdNames {
+    kind: String,
+    plural: String,
+}
+
+#[derive(Deserialize)]
+struct CrdVersion {
+    name: String,
+}
+
+fn bundle_crd(object: &BundleObject) -> Option<BundleCrd> {
+    let CrdFields { spec } = serde_json::from_str(object.object.get()).ok()?;
+    let namespaced = spec.scope.as_deref() == Some("Namespaced");
     let kinds = spec
-        .get("versions")?
-        .as_array()?
+        .versions
         .iter()
-        .filter_map(|v| v.get("name")?.as_str())
         .map(|version| {
-            let gvk = GroupVersionKind::gvk(group, version, kind);
-            let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+            let gvk = GroupVersionKind::gvk(&spec.group, &version.name, &spec.names.kind);
+            let resource = ApiResource::from_gvk_with_plural(&gvk, &spec.names.plural);
             (
                 gvk,
                 Kind {
@@ -121,16 +153,15 @@ fn bundle_crd(object: &Value) -> Option<BundleCrd> {
         })
         .collect();
     Some(BundleCrd {
-        name: object.pointer("/metadata/name")?.as_str()?.to_string(),
+        name: object.name.clone(),
         kinds,
     })
 }
 
-fn gvk_of(object: &Value) -> Option<GroupVersionKind> {
-    let api_version = object.get("apiVersion")?.as_str()?;
-    let kind = object.get("kind")?.as_str()?;
+fn gvk_of(object: &BundleObject) -> GroupVersionKind {
+    let api_version = object.api_version.as_str();
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    Some(GroupVersionKind::gvk(group, version, kind))
+    GroupVersionKind::gvk(group, version, &object.kind)
 }
 
 /// Plans `objects` for bundle `bundle`: resolves every kind (from the bundle's own CRDs first,
@@ -144,7 +175,7 @@ pub async fn plan(
 ) -> Result<Plan> {
     let bundled = bundle_crd_kinds(&objects);
     let mut served: HashMap<GroupVersionKind, Kind> = HashMap::new();
-    for gvk in objects.iter().filter_map(|o| gvk_of(&o.object)) {
+    for gvk in objects.iter().map(gvk_of) {
         if bundled.contains_key(&gvk) || served.contains_key(&gvk) {
             continue;
         }
@@ -161,9 +192,9 @@ pub async fn plan(
 fn bundle_crd_kinds(objects: &[BundleObject]) -> HashMap<GroupVersionKind, (Kind, String)> {
     let mut crd_kinds = HashMap::new();
     for object in objects {
-        let is_crd = gvk_of(&object.object)
-            .is_some_and(|g| g.group == CRD_GROUP && g.kind == "CustomResourceDefinition");
-        if is_crd && let Some(crd) = bundle_crd(&object.object) {
+        let gvk = gvk_of(object);
+        let is_crd = gvk.group == CRD_GROUP && gvk.kind == "CustomResourceDefinition";
+        if is_crd && let Some(crd) = bundle_crd(object) {
             for (gvk, kind) in crd.kinds {
                 crd_kinds.insert(gvk, (kind, crd.name.clone()));
             }
@@ -190,22 +221,20 @@ pub fn plan_objects(
     let mut planned = Vec::with_capacity(objects.len());
     let mut without_namespace = Vec::new();
     for source in objects {
+        let gvk = gvk_of(&source);
+        // One object's tree at a time: parsed here, changed, and written back as text.
+        let parsed = source.value();
         let BundleObject {
             file,
             document,
-            mut object,
+            name,
             ..
         } = source;
         let where_ = || format!("{file} document {document}");
-        let gvk = gvk_of(&object).ok_or_else(|| Error::Apply {
+        let mut object = parsed.map_err(|e| Error::Apply {
             object: where_(),
-            message: "apiVersion and kind are required".into(),
+            message: e.to_string(),
         })?;
-        let name = object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
         let (kind, needs_crd) = match crd_kinds.get(&gvk) {
             Some((kind, crd)) => (kind.clone(), Some(crd.clone())),
             None => match served(&gvk) {
@@ -269,6 +298,10 @@ pub fn plan_objects(
         if let Some(labels) = labels.as_object_mut() {
             labels.insert(BUNDLE_LABEL.into(), Value::String(bundle.to_string()));
         }
+        let object = serde_json::value::to_raw_value(&object).map_err(|e| Error::Apply {
+            object: where_(),
+            message: e.to_string(),
+        })?;
         planned.push(PlannedObject {
             file,
             document,
@@ -299,12 +332,14 @@ pub(crate) mod tests {
 
     /// An object of file `file`, document 0.
     pub(crate) fn object(file: &str, value: Value) -> BundleObject {
-        BundleObject {
-            file: file.into(),
-            document: 0,
-            item: None,
-            object: value,
-        }
+        // JSON is YAML: parsed as a bundle file is.
+        let mut parsed = gantry_image::parse_file(
+            file,
+            value.to_string().as_bytes(),
+            &gantry_image::EffectiveLimits::default(),
+        )
+        .expect("a valid object");
+        parsed.remove(0)
     }
 
     pub(crate) fn config_map(name: &str) -> BundleObject {
@@ -361,10 +396,10 @@ pub(crate) mod tests {
             panic!("two objects")
         };
         assert_eq!(ns.namespace, None);
-        assert_eq!(ns.object["metadata"].get("namespace"), None);
+        assert_eq!(ns.value()["metadata"].get("namespace"), None);
         assert_eq!(cm.namespace.as_deref(), Some("app"));
-        assert_eq!(cm.object["metadata"]["namespace"], "app");
-        assert_eq!(cm.object["metadata"]["labels"][BUNDLE_LABEL], "b");
+        assert_eq!(cm.value()["metadata"]["namespace"], "app");
+        assert_eq!(cm.value()["metadata"]["labels"][BUNDLE_LABEL], "b");
         assert_eq!(plan.created_namespaces().collect::<Vec<_>>(), ["app"]);
     }
 

@@ -136,6 +136,50 @@ async fn set_unpack_state(client: &Client, pod: &Pod, image_id: &str, state: ser
     .expect("writing the unpack Pod's status");
 }
 
+/// What a successful unpack program does, played by the test: stores `files` as bundle
+/// `name`'s content, then reports success on `pod` with the kubelet's `image_id`. The content
+/// digest.
+async fn unpacked_by_the_program(
+    client: &Client,
+    storage: &StorageServer,
+    name: &str,
+    pod: &Pod,
+    image_id: &str,
+    files: &[(&str, String)],
+) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    write_bundle(dir.path(), files);
+    let files = BundleFiles::from_dir(dir.path(), &EffectiveLimits::default()).unwrap();
+    let mut tarball = Vec::new();
+    let digest = write_canonical(&files, &mut tarball).unwrap();
+    let response = reqwest::Client::new()
+        .put(format!(
+            "{}{}",
+            storage.url(),
+            gantry_api::storage::tarball_path(name, digest.hex())
+        ))
+        .body(tarball)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let report = UnpackReport {
+        content_digest: digest.digest.clone(),
+        platform: "linux/amd64".into(),
+        objects: files.files.len(),
+    };
+    set_unpack_state(
+        client,
+        pod,
+        image_id,
+        json!({ "terminated": {
+            "exitCode": 0, "message": serde_json::to_string(&report).unwrap(),
+        } }),
+    )
+    .await;
+    digest.digest
+}
+
 /// Waits until the Pod `pod` is gone.
 async fn wait_removed(client: &Client, pod: &Pod) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
@@ -281,40 +325,16 @@ async fn node_pull_pods_report_pull_errors_content_errors_and_content() {
     wait_removed(&client, &second).await;
 
     // The program stored the content: the bundle installs it, at the runtime's digest.
-    let dir = tempfile::tempdir().unwrap();
-    write_bundle(
-        dir.path(),
-        &[("cm.yaml", config_map("from-node", Some(&ns), "node"))],
-    );
-    let files = BundleFiles::from_dir(dir.path(), &EffectiveLimits::default()).unwrap();
-    let mut tarball = Vec::new();
-    let digest = write_canonical(&files, &mut tarball).unwrap();
-    let response = reqwest::Client::new()
-        .put(format!(
-            "{}{}",
-            storage.url(),
-            gantry_api::storage::tarball_path(&name, digest.hex())
-        ))
-        .body(tarball)
-        .send()
-        .await
-        .unwrap();
-    assert!(response.status().is_success(), "{}", response.status());
     let third = unpack_pod(&client, &name, second.uid().as_deref()).await;
-    let report = UnpackReport {
-        content_digest: digest.digest.clone(),
-        platform: "linux/amd64".into(),
-        objects: 1,
-    };
     let pulled = format!("sha256:{}", "ab".repeat(32));
     let repository = image.trim_end_matches(":v1");
-    set_unpack_state(
+    let content_digest = unpacked_by_the_program(
         &client,
+        &storage,
+        &name,
         &third,
         &format!("{repository}@{pulled}"),
-        json!({ "terminated": {
-            "exitCode": 0, "message": serde_json::to_string(&report).unwrap(),
-        } }),
+        &[("cm.yaml", config_map("from-node", Some(&ns), "node"))],
     )
     .await;
     let ready = wait_bundle(&client, &name, "Ready", is_ready).await;
@@ -325,7 +345,7 @@ async fn node_pull_pods_report_pull_errors_content_errors_and_content() {
     );
     assert_eq!(
         status.content_digest.as_deref(),
-        Some(digest.digest.as_str())
+        Some(content_digest.as_str())
     );
     assert_eq!(status.platform.as_deref(), Some("linux/amd64"));
     assert_eq!(
@@ -705,39 +725,15 @@ async fn a_manual_node_class_asks_approval_for_the_digest_the_node_pulled() {
     create_bundle(&client, &name, bundle_spec).await;
 
     // The program stored the content and the kubelet reports the digest it pulled.
-    let dir = tempfile::tempdir().unwrap();
-    write_bundle(
-        dir.path(),
-        &[("cm.yaml", config_map("reviewed", Some(&ns), "node"))],
-    );
-    let files = BundleFiles::from_dir(dir.path(), &EffectiveLimits::default()).unwrap();
-    let mut tarball = Vec::new();
-    let digest = write_canonical(&files, &mut tarball).unwrap();
-    let response = reqwest::Client::new()
-        .put(format!(
-            "{}{}",
-            storage.url(),
-            gantry_api::storage::tarball_path(&name, digest.hex())
-        ))
-        .body(tarball)
-        .send()
-        .await
-        .unwrap();
-    assert!(response.status().is_success(), "{}", response.status());
     let pod = unpack_pod(&client, &name, None).await;
-    let report = UnpackReport {
-        content_digest: digest.digest.clone(),
-        platform: "linux/amd64".into(),
-        objects: 1,
-    };
     let pulled = format!("sha256:{}", "cd".repeat(32));
-    set_unpack_state(
+    unpacked_by_the_program(
         &client,
+        &storage,
+        &name,
         &pod,
         &format!("{repository}@{pulled}"),
-        json!({ "terminated": {
-            "exitCode": 0, "message": serde_json::to_string(&report).unwrap(),
-        } }),
+        &[("cm.yaml", config_map("reviewed", Some(&ns), "node"))],
     )
     .await;
 

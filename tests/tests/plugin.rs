@@ -988,6 +988,33 @@ async fn validate_push_and_pull_name_the_cause_and_the_fix() {
     );
 }
 
+#[tokio::test]
+async fn push_draws_its_progress_on_a_terminal() {
+    // A bundle of about 1 MB: packing and sending it outlasts the first draws.
+    let data: String = (0..4000)
+        .map(|i| format!("  k{i}: {}\n", "x".repeat(200 + i % 7)))
+        .collect();
+    let big = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n{data}");
+    let dir = bundle_dir(&[("a.yaml", &big)]);
+    let image = registry().reference(&format!("{}/app:v1", unique_name("tty")));
+    // util-linux's script runs the command on a pseudo-terminal.
+    let command = format!(
+        "kubectl bundle push {} {image} --plain-http",
+        dir.path().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("PATH", plugin_path())
+        .output()
+        .expect("running script");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains(&format!("pushing {image}: ")) && shown.contains("\u{1b}[2K"),
+        "a progress line, redrawn: {shown:?}"
+    );
+}
+
 #[test]
 fn completion_scripts_for_three_shells() {
     for (shell, marker) in [

@@ -34,8 +34,8 @@ use gantry_api::{Bundle, ProvisionerClass};
 use kube::api::Api;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
 pub use context::{Context, Settings};
@@ -78,8 +78,16 @@ pub async fn run(
     let bundles_api: Api<Bundle> = Api::all(client.clone());
     let class_controller = Controller::new(classes_api.clone(), watcher::Config::default());
     let class_store = class_controller.store();
-    let bundle_controller = Controller::new(bundles_api.clone(), watcher::Config::default());
-    let bundle_store = bundle_controller.store();
+    // The Bundles are kept in memory, one copy each, for as long as the provisioner runs:
+    // nothing reads their managedFields, which with thousands of bundles add up, so the
+    // store keeps them without.
+    let (bundle_store, bundle_writer) = reflector::store::<Bundle>();
+    let bundle_events = watcher::watcher(bundles_api.clone(), watcher::Config::default())
+        .default_backoff()
+        .modify(|bundle| bundle.managed_fields_mut().clear())
+        .reflect(bundle_writer)
+        .applied_objects();
+    let bundle_controller = Controller::for_stream(bundle_events, bundle_store.clone());
 
     let (drift, drift_events) = DriftWatches::new();
     let ctx = Arc::new(Context {

@@ -381,7 +381,13 @@ mod tests {
         .unwrap();
         let names: Vec<(&str, usize, &str)> = objects
             .iter()
-            .map(|o| (o.file.as_str(), o.document, o.name.as_str()))
+            .map(|o| {
+                (
+                    o.summary.file.as_str(),
+                    o.summary.document,
+                    o.summary.name.as_str(),
+                )
+            })
             .collect();
         assert_eq!(
             names,
@@ -401,7 +407,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(objects.len(), 2);
-        assert_eq!(objects[0].file, long);
+        assert_eq!(objects[0].summary.file, long);
         // And the same bytes again.
         assert_eq!(canonical(dir.path()).0, bytes);
     }
@@ -453,7 +459,7 @@ mod tests {
         let ids = |objects: &[BundleObject]| {
             objects
                 .iter()
-                .map(|o| (o.file.clone(), o.document, o.object.get().to_string()))
+                .map(|o| (o.summary.clone(), o.object.get().to_string()))
                 .collect::<Vec<_>>()
         };
         assert_eq!(ids(&objects), ids(&read));

@@ -3,6 +3,7 @@
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::ObjectSummary;
 use super::rules::{self, Document, Field, Fields, ItemsShape, Metadata};
 use crate::error::ImageError;
 use crate::limits::EffectiveLimits;
@@ -10,14 +11,8 @@ use crate::limits::EffectiveLimits;
 /// One object of a bundle, as read back for applying.
 #[derive(Debug, Clone)]
 pub struct BundleObject {
-    pub file: String,
-    pub document: usize,
-    pub item: Option<usize>,
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
-    /// `None` when missing, null or empty.
-    pub namespace: Option<String>,
+    /// What identifies it, and where it is.
+    pub summary: ObjectSummary,
     /// The whole object as compact JSON text. Held as a `Value` tree, a bundle of large CRDs
     /// takes several times its size in memory; readers parse what they need when they need it.
     pub object: Box<RawValue>,
@@ -25,17 +20,7 @@ pub struct BundleObject {
 
 impl PartialEq for BundleObject {
     fn eq(&self, other: &Self) -> bool {
-        (
-            self.file.as_str(),
-            self.document,
-            self.item,
-            self.object.get(),
-        ) == (
-            other.file.as_str(),
-            other.document,
-            other.item,
-            other.object.get(),
-        )
+        self.summary == other.summary && self.object.get() == other.object.get()
     }
 }
 
@@ -52,8 +37,8 @@ impl BundleObject {
 
     fn invalid(&self, error: serde_json::Error) -> ImageError {
         ImageError::InvalidObject {
-            file: self.file.clone(),
-            document: self.document,
+            file: self.summary.file.clone(),
+            document: self.summary.document,
             reason: error.to_string(),
         }
     }
@@ -79,13 +64,7 @@ pub fn parse_file(
                 }
             })?;
             Ok(BundleObject {
-                file: file.to_string(),
-                document: place.document,
-                item: place.item,
-                api_version: identity.api_version,
-                kind: identity.kind,
-                name: identity.name,
-                namespace: identity.namespace,
+                summary: ObjectSummary::at(file, place, identity),
                 object,
             })
         },

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::io::Read;
 
-use super::rules::{self, group_of};
+use super::rules::{self, Identity, Place, group_of};
 use super::walk::DocSummary;
 use crate::error::ImageError;
 use crate::layer::BundleFiles;
@@ -26,6 +26,25 @@ pub struct ObjectSummary {
 }
 
 impl ObjectSummary {
+    pub(crate) fn at(file: &str, place: Place, identity: Identity) -> Self {
+        ObjectSummary {
+            file: file.to_string(),
+            document: place.document,
+            item: place.item,
+            api_version: identity.api_version,
+            kind: identity.kind,
+            name: identity.name,
+            namespace: identity.namespace,
+        }
+    }
+
+    /// The version of `apiVersion`.
+    pub fn version(&self) -> &str {
+        self.api_version
+            .split_once('/')
+            .map_or(self.api_version.as_str(), |(_, version)| version)
+    }
+
     /// The API group (empty for the core group).
     pub fn group(&self) -> &str {
         group_of(&self.api_version)
@@ -42,15 +61,7 @@ pub fn summarize_file(
     rules::flatten_file(
         file,
         docs,
-        |_, place, identity| ObjectSummary {
-            file: file.to_string(),
-            document: place.document,
-            item: place.item,
-            api_version: identity.api_version,
-            kind: identity.kind,
-            name: identity.name,
-            namespace: identity.namespace,
-        },
+        |_, place, identity| ObjectSummary::at(file, place, identity),
         // Checked per document, so that the error names the document that went over.
         |objects, document| {
             if objects.len() as u64 > limits.max_objects {
@@ -228,15 +239,10 @@ rules: []
         let summary = summaries("a.yaml", MULTI).unwrap();
         assert_eq!(objects.len(), summary.len());
         for (object, summary) in objects.iter().zip(&summary) {
-            assert_eq!(object.document, summary.document);
-            assert_eq!(object.item, summary.item);
+            assert_eq!(&object.summary, summary);
             let value = object.value().unwrap();
             assert_eq!(value["kind"], summary.kind.as_str());
             assert_eq!(value["metadata"]["name"], summary.name.as_str());
-            assert_eq!(
-                (object.kind.as_str(), object.name.as_str()),
-                (summary.kind.as_str(), summary.name.as_str())
-            );
         }
         assert_eq!(objects[2].value().unwrap()["spec"]["replicas"], 2);
         let dynamic = objects[0].to_dynamic().unwrap();

@@ -153,15 +153,14 @@ fn bundle_crd(object: &BundleObject) -> Option<BundleCrd> {
         })
         .collect();
     Some(BundleCrd {
-        name: object.name.clone(),
+        name: object.summary.name.clone(),
         kinds,
     })
 }
 
 fn gvk_of(object: &BundleObject) -> GroupVersionKind {
-    let api_version = object.api_version.as_str();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    GroupVersionKind::gvk(group, version, &object.kind)
+    let summary = &object.summary;
+    GroupVersionKind::gvk(summary.group(), summary.version(), &summary.kind)
 }
 
 /// Plans `objects` for bundle `bundle`: resolves every kind (from the bundle's own CRDs first,
@@ -224,12 +223,12 @@ pub fn plan_objects(
         let gvk = gvk_of(&source);
         // One object's tree at a time: parsed here, changed, and written back as text.
         let parsed = source.value();
-        let BundleObject {
+        let gantry_image::ObjectSummary {
             file,
             document,
             name,
             ..
-        } = source;
+        } = source.summary;
         let where_ = || format!("{file} document {document}");
         let mut object = parsed.map_err(|e| Error::Apply {
             object: where_(),

@@ -165,6 +165,18 @@ fn class_as(account: &ServiceAccountReference, approval: ApprovalPolicy) -> Prov
     }
 }
 
+/// A new class (its name from `prefix`) whose bundles are applied as `account`.
+async fn class_applying_as(
+    client: &Client,
+    prefix: &str,
+    account: &ServiceAccountReference,
+    approval: ApprovalPolicy,
+) -> String {
+    let class = unique_name(prefix);
+    apply_class(client, &class, class_as(account, approval), false).await;
+    class
+}
+
 fn bundle_of_class(image: &str, namespace: &str, class: &str) -> gantry_api::BundleSpec {
     gantry_api::BundleSpec {
         provisioner_class_name: Some(class.into()),
@@ -205,14 +217,7 @@ async fn a_limited_service_account_cannot_bind_cluster_admin_and_nothing_is_appl
                       "verbs": ["get", "list", "watch", "create", "update", "patch"] }])),
     )
     .await;
-    let class = unique_name("limited");
-    apply_class(
-        &client,
-        &class,
-        class_as(&limited, ApprovalPolicy::Automatic),
-        false,
-    )
-    .await;
+    let class = class_applying_as(&client, "limited", &limited, ApprovalPolicy::Automatic).await;
 
     let binding = format!("{ns}-escalation");
     let image = push(
@@ -294,14 +299,7 @@ async fn prune_and_uninstall_run_as_the_service_account() {
         None,
     )
     .await;
-    let class = unique_name("nodelete");
-    apply_class(
-        &client,
-        &class,
-        class_as(&creator, ApprovalPolicy::Automatic),
-        false,
-    )
-    .await;
+    let class = class_applying_as(&client, "nodelete", &creator, ApprovalPolicy::Automatic).await;
     let v1 = push(
         &format!("{ns}/app:v1"),
         &[
@@ -398,14 +396,7 @@ async fn permissions_granted_by_name_are_checked_object_by_object() {
         None,
     )
     .await;
-    let class = unique_name("byname");
-    apply_class(
-        &client,
-        &class,
-        class_as(&named, ApprovalPolicy::Automatic),
-        false,
-    )
-    .await;
+    let class = class_applying_as(&client, "byname", &named, ApprovalPolicy::Automatic).await;
 
     let both = push(
         &format!("{ns}/app:both"),
@@ -495,15 +486,8 @@ async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled
         None,
     )
     .await;
-    let class = unique_name("own-sa");
     let broad = broad_service_account(&client).await;
-    apply_class(
-        &client,
-        &class,
-        class_as(&broad, ApprovalPolicy::Automatic),
-        false,
-    )
-    .await;
+    let class = class_applying_as(&client, "own-sa", &broad, ApprovalPolicy::Automatic).await;
     let chooser = unique_name("chooser");
     let mut chosen = bundle_of_class(&image, &ns, &class);
     chosen.service_account_name = Some("own".into());
@@ -672,14 +656,7 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
     let ns = unique_name("diff");
     ensure_namespace(&client, &ns).await;
     let broad = broad_service_account(&client).await;
-    let class = unique_name("diff");
-    apply_class(
-        &client,
-        &class,
-        class_as(&broad, ApprovalPolicy::Manual),
-        false,
-    )
-    .await;
+    let class = class_applying_as(&client, "diff", &broad, ApprovalPolicy::Manual).await;
     let v1 = push(
         &format!("{ns}/app:v1"),
         &[
@@ -878,14 +855,7 @@ async fn an_operator_install_awaiting_approval_highlights_what_an_approver_must_
     let ns = unique_name("operator");
     let group = format!("{ns}.gantry.test");
     let broad = broad_service_account(&client).await;
-    let class = unique_name("operator");
-    apply_class(
-        &client,
-        &class,
-        class_as(&broad, ApprovalPolicy::Manual),
-        false,
-    )
-    .await;
+    let class = class_applying_as(&client, "operator", &broad, ApprovalPolicy::Manual).await;
     let image = push(&format!("{ns}/operator:v1"), &operator_install(&ns, &group)).await;
     let name = unique_name("operator");
     create_bundle(&client, &name, bundle_of_class(&image, &ns, &class)).await;
@@ -1063,14 +1033,7 @@ async fn a_service_account_that_may_write_but_not_read_applies_nothing() {
         None,
     )
     .await;
-    let class = unique_name("noread");
-    apply_class(
-        &client,
-        &class,
-        class_as(&writer, ApprovalPolicy::Automatic),
-        false,
-    )
-    .await;
+    let class = class_applying_as(&client, "noread", &writer, ApprovalPolicy::Automatic).await;
     let image = push(
         &format!("{ns}/app:v1"),
         &[

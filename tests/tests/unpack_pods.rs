@@ -27,13 +27,32 @@ const CLASS: &str = "node";
 /// One provisioner at a time: each test starts its own.
 static ONE_PROVISIONER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A provisioner run with `args` (and the unpack image), the unpack ServiceAccount, and the
-/// `Node` class.
-async fn start(storage: &StorageServer, args: &[&str]) -> (Client, Provisioner) {
+/// Retries soon, without leader election: what most tests here run the provisioner with.
+const QUICK_RETRIES: [&str; 3] = [
+    "--leader-election=false",
+    "--backoff-base=200ms",
+    "--backoff-cap=1s",
+];
+
+/// One test's storage server and provisioner, the only provisioner while the test runs. Bind
+/// every field: a field left to `..` is dropped at once (the storage server stops, the lock
+/// is released).
+struct Harness {
+    client: Client,
+    provisioner: Provisioner,
+    storage: StorageServer,
+    _alone: tokio::sync::MutexGuard<'static, ()>,
+}
+
+/// A storage server and a provisioner run with `args` (and the unpack image), the unpack
+/// ServiceAccount, and the `Node` class.
+async fn start(args: &[&str]) -> Harness {
+    let alone = ONE_PROVISIONER.lock().await;
+    let storage = StorageServer::start(StorageOptions::default());
     let client = setup().await;
     let mut all = vec!["--unpack-image=gantry/provisioner:test"];
     all.extend_from_slice(args);
-    let provisioner = start_provisioner(storage, &all);
+    let provisioner = start_provisioner(&storage, &all);
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
     let account: ServiceAccount =
         serde_json::from_value(json!({ "metadata": { "name": "gantry-unpack" } })).unwrap();
@@ -46,7 +65,12 @@ async fn start(storage: &StorageServer, args: &[&str]) -> (Client, Provisioner) 
     class.pull_mode = PullMode::Node;
     class.platform = Some("linux/amd64".into());
     apply_class(&client, CLASS, class, false).await;
-    (client, provisioner)
+    Harness {
+        client,
+        provisioner,
+        storage,
+        _alone: alone,
+    }
 }
 
 /// A `Node` bundle of an image nobody pushed: in Node mode the provisioner never asks the
@@ -201,17 +225,12 @@ async fn wait_removed(client: &Client, pod: &Pod) {
 
 #[tokio::test]
 async fn node_pull_pods_report_pull_errors_content_errors_and_content() {
-    let _alone = ONE_PROVISIONER.lock().await;
-    let storage = StorageServer::start(StorageOptions::default());
-    let (client, _provisioner) = start(
-        &storage,
-        &[
-            "--leader-election=false",
-            "--backoff-base=200ms",
-            "--backoff-cap=1s",
-        ],
-    )
-    .await;
+    let Harness {
+        client,
+        storage,
+        provisioner: _provisioner,
+        _alone,
+    } = start(&QUICK_RETRIES).await;
     let (name, image) = node_bundle(&client, "node-pull").await;
     let ns = spec_namespace(&client, &name).await;
 
@@ -369,17 +388,17 @@ async fn spec_namespace(client: &Client, name: &str) -> String {
 
 #[tokio::test]
 async fn node_pull_pods_report_scheduling_deadlines_and_refusals() {
-    let _alone = ONE_PROVISIONER.lock().await;
-    let storage = StorageServer::start(StorageOptions::default());
     // Failures are not retried while the test looks at them.
-    let (client, _provisioner) = start(
-        &storage,
-        &[
-            "--leader-election=false",
-            "--backoff-base=60s",
-            "--unpack-schedule-timeout=3s",
-        ],
-    )
+    let Harness {
+        client,
+        storage: _storage,
+        provisioner: _provisioner,
+        _alone,
+    } = start(&[
+        "--leader-election=false",
+        "--backoff-base=60s",
+        "--unpack-schedule-timeout=3s",
+    ])
     .await;
 
     // No node fits: the scheduler's message is shown at once, while the Pod waits; after
@@ -526,9 +545,12 @@ async fn node_pull_pods_report_scheduling_deadlines_and_refusals() {
 
 #[tokio::test]
 async fn unpack_pods_left_behind_are_removed_at_start() {
-    let _alone = ONE_PROVISIONER.lock().await;
-    let storage = StorageServer::start(StorageOptions::default());
-    let (client, first) = start(&storage, &["--leader-election=false"]).await;
+    let Harness {
+        client,
+        storage,
+        provisioner: first,
+        _alone,
+    } = start(&["--leader-election=false"]).await;
     // The provisioner dies while an unpack Pod of its runs.
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let pod = |name: &str, labels: serde_json::Value| -> Pod {
@@ -582,16 +604,16 @@ async fn unpack_pods_left_behind_are_removed_at_start() {
 
 #[tokio::test]
 async fn unpack_pods_are_bounded_by_unpack_concurrency() {
-    let _alone = ONE_PROVISIONER.lock().await;
-    let storage = StorageServer::start(StorageOptions::default());
-    let (client, _provisioner) = start(
-        &storage,
-        &[
-            "--leader-election=false",
-            "--unpack-concurrency=2",
-            "--backoff-base=60s",
-        ],
-    )
+    let Harness {
+        client,
+        storage: _storage,
+        provisioner: _provisioner,
+        _alone,
+    } = start(&[
+        "--leader-election=false",
+        "--unpack-concurrency=2",
+        "--backoff-base=60s",
+    ])
     .await;
 
     // Every unpack Pod that exists at any moment, as a watch sees them come and go.
@@ -701,17 +723,12 @@ async fn unpack_pods_are_bounded_by_unpack_concurrency() {
 
 #[tokio::test]
 async fn a_manual_node_class_asks_approval_for_the_digest_the_node_pulled() {
-    let _alone = ONE_PROVISIONER.lock().await;
-    let storage = StorageServer::start(StorageOptions::default());
-    let (client, _provisioner) = start(
-        &storage,
-        &[
-            "--leader-election=false",
-            "--backoff-base=200ms",
-            "--backoff-cap=1s",
-        ],
-    )
-    .await;
+    let Harness {
+        client,
+        storage,
+        provisioner: _provisioner,
+        _alone,
+    } = start(&QUICK_RETRIES).await;
     let manual = unique_name("node-manual");
     let mut class = class_spec(ApprovalPolicy::Manual);
     class.pull_mode = PullMode::Node;

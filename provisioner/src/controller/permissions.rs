@@ -107,7 +107,17 @@ fn attention(
 ) -> Option<String> {
     let group = object.gvk.group.as_str();
     let kind = object.gvk.kind.as_str();
-    let body = &object.value();
+    // Only the objects whose fields are looked at are parsed: the bundle's CRDs, often its
+    // largest objects, are not.
+    let reads_body = matches!(
+        group,
+        "rbac.authorization.k8s.io" | "admissionregistration.k8s.io"
+    ) || pod_spec_pointer(group, kind).is_some();
+    let body = &if reads_body {
+        object.value()
+    } else {
+        Value::Null
+    };
     let mut reasons = Vec::new();
     match (group, kind) {
         ("rbac.authorization.k8s.io", "ClusterRole" | "Role") => {
@@ -179,7 +189,7 @@ fn attention(
         ) => reasons.push("intercepts API requests (admission policy)".to_string()),
         _ => {}
     }
-    if let Some(spec) = pod_spec(group, kind, body) {
+    if let Some(spec) = pod_spec_pointer(group, kind).and_then(|p| body.pointer(p)) {
         reasons.extend(pod_risks(spec));
     }
     if (group, kind) == ("", "Namespace") {
@@ -321,17 +331,16 @@ fn webhook_targets(body: &Value) -> String {
     }
 }
 
-/// The Pod template of a Pod or a workload.
-fn pod_spec<'v>(group: &str, kind: &str, body: &'v Value) -> Option<&'v Value> {
-    let pointer = match (group, kind) {
-        ("", "Pod") => "/spec",
+/// Where a Pod, or a workload's Pod template, holds its Pod spec.
+fn pod_spec_pointer(group: &str, kind: &str) -> Option<&'static str> {
+    match (group, kind) {
+        ("", "Pod") => Some("/spec"),
         ("", "ReplicationController")
         | ("apps", "Deployment" | "DaemonSet" | "StatefulSet" | "ReplicaSet")
-        | ("batch", "Job") => "/spec/template/spec",
-        ("batch", "CronJob") => "/spec/jobTemplate/spec/template/spec",
-        _ => return None,
-    };
-    body.pointer(pointer)
+        | ("batch", "Job") => Some("/spec/template/spec"),
+        ("batch", "CronJob") => Some("/spec/jobTemplate/spec/template/spec"),
+        _ => None,
+    }
 }
 
 /// What a Pod spec may do to its node: privileged containers, added capabilities, host

@@ -13,6 +13,8 @@ bench_up() {
   done
   GANTRY_CONTROL_PLANE_DIR="$(bash tools/control-plane/build.sh)"
   export GANTRY_CONTROL_PLANE_DIR
+  APPLY_FLOOR="$(bash tools/control-plane/build.sh apply-floor)/apply-floor"
+  export APPLY_FLOOR
   # BENCH_PREBUILT=1 runs the release binaries as they are (a build of another change may be
   # under way).
   if [[ -z "${BENCH_PREBUILT:-}" ]]; then
@@ -35,8 +37,21 @@ bench_up() {
     -p "{\"spec\":{\"insecureRegistries\":[\"$GANTRY_REGISTRY\"]}}" >/dev/null
 }
 
+# BENCH_LOGS=DIR keeps the logs of the environment (provisioner, storage, registry, API server)
+# in DIR when the benchmark ends.
 bench_down() {
+  if [[ -n "$bench_state" && -n "${BENCH_LOGS:-}" ]]; then
+    mkdir -p "$BENCH_LOGS"
+    find "$bench_state" -name '*.log' -exec cp {} "$BENCH_LOGS/" \; 2>/dev/null || true
+  fi
   [[ -n "$bench_state" ]] && target/release/gantry-dev --state-dir "$bench_state" down >/dev/null 2>&1 || true
+}
+
+# Creates the objects of the YAML files in directory $1, Namespaces and CRDs first, 32 at once
+# (server-side apply by apply-floor): a benchmark that creates thousands of objects must not
+# measure kubectl creating them one after another.
+create_fast() {
+  "$APPLY_FLOOR" --concurrency 32 "$1" >/dev/null 2>"$1/create.log" || { cat "$1/create.log" >&2; return 1; }
 }
 
 # Seconds since the epoch, with nanoseconds.

@@ -21,7 +21,7 @@ OBJECTS="${OBJECTS:-1000}"
 FLOOR_CONCURRENCY="${FLOOR_CONCURRENCY:-1,8,32,64}"
 FLUX="${FLUX:-1}"
 work="$(mktemp -d)"
-trap 'flux_down; rm -rf "$work"; bench_down' EXIT
+trap 'flux_down; bench_down; rm -rf "$work"' EXIT
 
 # Built before anything is timed (the first time takes minutes).
 floor_dir="$(bash tools/control-plane/build.sh apply-floor)"
@@ -68,7 +68,7 @@ PY
 count() { cat "$1"/manifests/*.yaml | grep -c '^kind:'; }
 
 bench_up "$work/env"
-trap 'flux_down; rm -rf "$work"; bench_down' EXIT
+trap 'flux_down; bench_down; rm -rf "$work"' EXIT
 run_id="$(date +%s)"
 
 generate "$work/csa" "csa-$run_id" "csa$run_id.bench.example"

@@ -227,24 +227,24 @@ flux_wait_all_ready() {
 # prints the time until all are Ready, the requests the API server served meanwhile, and each
 # controller's CPU seconds in that time and peak RSS. $1 is a scratch directory, $4 a run id.
 flux_scale() {
-  local work="$1" image="$2" count="$3" run_id="$4" i manifest="$1/flux-scale.yaml"
+  local work="$1" image="$2" count="$3" run_id="$4" i
   flux_up "$work/flux-state"
-  : > "$manifest"
+  # Created as Gantry's are (create_fast, bench/lib.sh), not by kubectl one after another.
+  mkdir -p "$work/flux-namespaces" "$work/flux-objects"
   for i in $(seq 1 "$count"); do
-    printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: flux-scale-%s-%s\n---\n' "$run_id" "$i" >> "$manifest"
-  done
-  kubectl apply -f "$manifest" >/dev/null
-  : > "$manifest"
+    printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: flux-scale-%s-%s\n---\n' "$run_id" "$i"
+  done > "$work/flux-namespaces/namespaces.yaml"
+  create_fast "$work/flux-namespaces"
   for i in $(seq 1 "$count"); do
-    flux_objects "scale-$run_id-$i" "$image" "flux-scale-$run_id-$i" >> "$manifest"
-  done
+    flux_objects "scale-$run_id-$i" "$image" "flux-scale-$run_id-$i"
+  done > "$work/flux-objects/objects.yaml"
   echo "==> Flux: creating $count OCIRepository + Kustomization pairs"
   local requests source_cpu kustomize_cpu start all_ready
   requests="$(api_requests)"
   source_cpu="$(cpu_seconds "$FLUX_SOURCE_PID")"
   kustomize_cpu="$(cpu_seconds "$FLUX_KUSTOMIZE_PID")"
   start="$(now)"
-  kubectl apply -f "$manifest" >/dev/null
+  create_fast "$work/flux-objects"
   flux_wait_all_ready "$count" 600
   all_ready="$(python3 -c "print($(now) - $start)")"
   source_cpu="$(python3 -c "print($(cpu_seconds "$FLUX_SOURCE_PID") - $source_cpu)")"

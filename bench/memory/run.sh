@@ -23,10 +23,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 work="$(mktemp -d)"
-trap 'rm -rf "$work"; bench_down' EXIT
+trap 'bench_down; rm -rf "$work"' EXIT
 
 bench_up "$work/env" "${provisioner_args[@]}"
-trap 'rm -rf "$work"; bench_down' EXIT
+trap 'bench_down; rm -rf "$work"' EXIT
 run_id="$(date +%s)"
 pid="$GANTRY_PROVISIONER_PID"
 python3 bench/memory/gen.py "$work" "$run_id"

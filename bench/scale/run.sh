@@ -9,10 +9,16 @@
 #   bash bench/scale/run.sh [BUNDLES] [OBJECTS]     # 200 bundles x 20 objects by default
 #   STEADY_SECONDS=60 bash bench/scale/run.sh 2000   # a shorter steady window (default 300)
 #   PROVISIONER_ARGS="--reconcile-concurrency=16" bash bench/scale/run.sh 1000
+#
+# FLOOR=1 (default) first measures what the API server accepts on its own: apply-floor
+# server-side-applies the same BUNDLES x OBJECTS ConfigMaps into BUNDLES other namespaces
+# (created beforehand, as for Gantry), FLOOR_CONCURRENCY at once, nothing else.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck disable=SC1091
 source bench/lib.sh
+# shellcheck disable=SC1091
+source bench/flux/lib.sh
 
 BUNDLES="${1:-${BUNDLES:-200}}"
 OBJECTS="${2:-${OBJECTS:-20}}"
@@ -20,10 +26,10 @@ STEADY_SECONDS="${STEADY_SECONDS:-${STEADY:-300}}"
 READY_DEADLINE="${READY_DEADLINE:-900}"
 read -r -a provisioner_args <<< "--resolve-interval=5m ${PROVISIONER_ARGS:-}"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"; bench_down' EXIT
+trap 'bench_down; rm -rf "$work"' EXIT
 
 bench_up "$work/env" "${provisioner_args[@]}"
-trap 'rm -rf "$work"; bench_down' EXIT
+trap 'bench_down; rm -rf "$work"' EXIT
 run_id="$(date +%s)"
 pid="$GANTRY_PROVISIONER_PID"
 
@@ -38,25 +44,35 @@ with open(f"{d}/objects.yaml", "w") as f:
 PY
 kubectl-bundle push "$work/bundle" "$GANTRY_REGISTRY/bench/scale:$run_id" --plain-http >/dev/null
 
-# The manifests are split in parts created by parallel kubectl processes: one kubectl creating
-# 2,000 objects one after another would be slower than the provisioner it is measuring.
-parts=8
-for p in $(seq 0 $(( parts - 1 ))); do : > "$work/namespaces-$p.yaml"; : > "$work/bundles-$p.yaml"; done
+# Namespaces and Bundles are created by create_fast (bench/lib.sh): kubectl, one object after
+# another, took a minute for 2,000 and would be measured instead of the provisioner.
+mkdir -p "$work/namespaces" "$work/bundles"
 for i in $(seq 1 "$BUNDLES"); do
-  p=$(( i % parts ))
-  printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: scale-%s-%s\n---\n' "$run_id" "$i" >> "$work/namespaces-$p.yaml"
+  printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: scale-%s-%s\n---\n' "$run_id" "$i"
+done > "$work/namespaces/namespaces.yaml"
+for i in $(seq 1 "$BUNDLES"); do
   printf 'apiVersion: gantry.dev/v1alpha1\nkind: Bundle\nmetadata:\n  name: scale-%s-%s\nspec:\n  image: %s/bench/scale:%s\n  installNamespace: scale-%s-%s\n---\n' \
-    "$run_id" "$i" "$GANTRY_REGISTRY" "$run_id" "$run_id" "$i" >> "$work/bundles-$p.yaml"
-done
-create_all() {
-  local kind="$1" p pids=()
-  for p in $(seq 0 $(( parts - 1 ))); do
-    [[ -s "$work/$kind-$p.yaml" ]] || continue
-    kubectl create -f "$work/$kind-$p.yaml" >/dev/null & pids+=("$!")
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
-}
-create_all namespaces
+    "$run_id" "$i" "$GANTRY_REGISTRY" "$run_id" "$run_id" "$i"
+done > "$work/bundles/bundles.yaml"
+create_fast "$work/namespaces"
+
+floor=""
+if [[ "${FLOOR:-1}" == 1 ]]; then
+  mkdir -p "$work/floor-ns" "$work/floor"
+  python3 - "$work" "$BUNDLES" "$OBJECTS" "$run_id" <<'PY'
+import sys
+work, bundles, objects, run_id = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+with open(f"{work}/floor-ns/namespaces.yaml", "w") as namespaces, open(f"{work}/floor/objects.yaml", "w") as out:
+    for i in range(1, bundles + 1):
+        ns = f"floor-{run_id}-{i}"
+        namespaces.write(f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\n")
+        for j in range(objects):
+            out.write(f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config-{j}\n  namespace: {ns}\ndata:\n  key: value-{j}\n---\n")
+PY
+  create_fast "$work/floor-ns"
+  echo "==> floor: apply-floor, $BUNDLES x $OBJECTS ConfigMaps, concurrency ${FLOOR_CONCURRENCY:-32}"
+  read -r floor _ < <("$APPLY_FLOOR" --concurrency "${FLOOR_CONCURRENCY:-32}" "$work/floor")
+fi
 
 writes() {
   kubectl get --raw /metrics | python3 -c '
@@ -75,10 +91,6 @@ registry_requests() {
   curl -sf "$GANTRY_REGISTRY_METRICS_URL" | awk '/^registry_http_requests_total/ { total += $NF } END { printf "%d\n", total }'
 }
 
-# CPU seconds (user + system) the provisioner has used.
-cpu_seconds() {
-  awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / hz }' "/proc/$pid/stat"
-}
 
 # Bundles whose Ready column is True, from the API server's table (printer columns only: a
 # full list of thousands of bundles would cost this script more than it measures).
@@ -91,8 +103,11 @@ ready_count() {
 
 echo "==> creating $BUNDLES bundles of $OBJECTS objects"
 initial="$(writes)"
+api_requests_snapshot "$work/requests-before"
 start="$(now)"
-create_all bundles
+create_fast "$work/bundles"
+created="$(python3 -c "print(f'{$(now) - $start:.1f}')")"
+echo "  the $BUNDLES Bundles created in ${created}s"
 deadline=$(( $(date +%s) + READY_DEADLINE ))
 while true; do
   ready="$(ready_count)"
@@ -102,13 +117,16 @@ while true; do
 done
 all_ready="$(python3 -c "print($(now) - $start)")"
 peak_install="$(peak_rss_mib "$pid")"
+api_requests_snapshot "$work/requests-after"
+echo "  requests while installing, by verb and resource (the benchmark's own lists included):"
+api_requests_delta "$work/requests-before" "$work/requests-after"
 
 echo "==> all Ready in ${all_ready}s; measuring ${STEADY_SECONDS}s of steady state"
 before="$(writes)"
 registry_before="$(registry_requests)"
-cpu_before="$(cpu_seconds)"
+cpu_before="$(cpu_seconds "$pid")"
 sleep "$STEADY_SECONDS"
-cpu_after="$(cpu_seconds)"
+cpu_after="$(cpu_seconds "$pid")"
 registry_after="$(registry_requests)"
 after="$(writes)"
 # The two `kubectl get --raw /metrics` calls above are reads; nothing else runs.
@@ -117,6 +135,7 @@ cpu_percent="$(python3 -c "print(f'{($cpu_after - $cpu_before) / $STEADY_SECONDS
 
 printf '\n%-48s %s\n' "bundles x objects" "${BUNDLES} x ${OBJECTS}"
 printf '%-48s %.1f s (target for 2,000 x 20: 120 s)\n' "time to all Ready" "$all_ready"
+[[ -n "$floor" ]] && printf '%-48s %.1f s (Gantry %sx the floor)\n' "floor: apply-floor, the same ConfigMaps" "$floor" "$(ratio "$all_ready" "$floor")"
 printf '%-48s %s MiB (at all Ready %s MiB; target 100 MiB)\n' "provisioner peak RSS" "$(peak_rss_mib "$pid")" "$peak_install"
 printf '%-48s %s MiB\n' "provisioner RSS at the end" "$(awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")"
 printf '%-48s %s\n' "write requests while installing (for scale)" "$(( before - initial ))"
@@ -128,8 +147,6 @@ printf '%-48s %s\n' "load (uptime)" "$(uptime | sed 's/.*load average: //')"
 # Flux's column (FLUX=0 leaves it out): the same image as OCIRepository + Kustomization pairs,
 # after Gantry's figures, on the same API server (see bench/flux/lib.sh).
 if [[ "${FLUX:-1}" == 1 ]]; then
-  # shellcheck disable=SC1091
-  source bench/flux/lib.sh
   printf '\n'
   flux_scale "$work" "$GANTRY_REGISTRY/bench/scale:$run_id" "$BUNDLES" "$run_id"
 fi

@@ -2,6 +2,8 @@
 //! resource follows its `Ready` condition (`Healthy` and a waiting `Ready` follow them, woken by
 //! the object's changes); with `wait: false`, `Ready` does not wait for a Deployment that never
 //! rolls out here, and `Healthy` turns false once the timeout passes, woken by no change at all.
+//! Objects of kinds without status are assessed from the apply's answer: one held in deletion
+//! by a finalizer is not healthy until it is gone and installed again.
 
 use gantry_api::HealthPolicy;
 use gantry_api::conditions::{reasons, types};
@@ -193,6 +195,88 @@ async fn without_wait_ready_does_not_wait_and_healthy_fails_after_the_timeout() 
         "Ready does not wait: {:?}",
         bundle.status
     );
+}
+
+#[tokio::test]
+async fn a_configmap_held_in_deletion_is_not_healthy_until_installed_again() {
+    gantry();
+    let client = control_plane_client().await;
+    let ns = unique_name("health-held");
+    ensure_namespace(&client, &ns).await;
+    let held = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers: [example.com/hold]\ndata:\n  key: value\n";
+    let other = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other\ndata:\n  key: value\n";
+    let image = push(
+        &format!("{ns}/app:v1"),
+        &[
+            ("10-held.yaml", held.to_string()),
+            ("20-other.yaml", other.to_string()),
+        ],
+    )
+    .await;
+    let name = unique_name("health-held");
+    let mut bundle_spec = spec(&image, Some(&ns));
+    bundle_spec.health = health(true, "5m");
+    create_bundle(&client, &name, bundle_spec).await;
+    let bundle = wait_bundle(
+        &client,
+        &name,
+        "Healthy",
+        at(types::HEALTHY, "True", reasons::HEALTHY),
+    )
+    .await;
+    assert_eq!(
+        condition(&bundle, types::HEALTHY).unwrap().message,
+        "2 objects healthy"
+    );
+
+    // Deleted, the ConfigMap stays, held by its finalizer: nothing but its deletion timestamp
+    // changed, and the bundle is assessed again.
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), &ns);
+    configmaps
+        .delete("held", &Default::default())
+        .await
+        .expect("deleting the ConfigMap");
+    let bundle = wait_bundle(
+        &client,
+        &name,
+        "Healthy=False Progressing",
+        at(types::HEALTHY, "False", reasons::PROGRESSING),
+    )
+    .await;
+    let message = &condition(&bundle, types::HEALTHY).unwrap().message;
+    assert!(
+        message.contains(&format!(
+            "1 of 2 objects not healthy (waiting until "
+        )) && message.contains(&format!("ConfigMap {ns}/held: resource is being deleted")),
+        "{message}"
+    );
+    assert!(
+        at(types::READY, "False", reasons::PROGRESSING)(&bundle),
+        "{:?}",
+        bundle.status
+    );
+
+    // Released, it is gone; the bundle installs it again and is healthy.
+    let uid = configmaps.get("held").await.unwrap().metadata.uid;
+    configmaps
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
+        )
+        .await
+        .expect("removing the finalizer");
+    wait_bundle(
+        &client,
+        &name,
+        "Healthy again",
+        at(types::HEALTHY, "True", reasons::HEALTHY),
+    )
+    .await;
+    let again = configmaps.get("held").await.expect("installed again");
+    assert_ne!(again.metadata.uid, uid, "a new object");
+    assert!(again.metadata.deletion_timestamp.is_none());
 }
 
 async fn control_plane_client() -> kube::Client {

@@ -21,12 +21,15 @@ use super::live_view;
 use super::plan::{Plan, PlannedObject};
 
 /// What an apply did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ApplyOutcome {
     /// Objects written (created or changed).
     pub written: usize,
     /// Objects already as desired: nothing was sent.
     pub unchanged: usize,
+    /// Per object of the plan, in its order: whether the API server said it is being deleted
+    /// (in the answer to its apply, or in the read that found it unchanged).
+    pub being_deleted: Vec<bool>,
 }
 
 /// Settings of the applier.
@@ -76,6 +79,8 @@ pub struct Seen {
     owner: Option<String>,
     /// Whether it already holds every field the plan has for it.
     matches: bool,
+    /// Whether it carries a deletion timestamp.
+    being_deleted: bool,
 }
 
 impl Seen {
@@ -87,6 +92,7 @@ impl Seen {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             matches: live_matches(live, desired),
+            being_deleted: live.pointer("/metadata/deletionTimestamp").is_some(),
         }
     }
 }
@@ -216,6 +222,8 @@ async fn owners(
                     Some(owners) => Ok(owners.get(&object.name).map(|owner| Seen {
                         owner: Some(owner.clone()),
                         matches: false,
+                        // Written anyway (new content): the answer tells.
+                        being_deleted: false,
                     })),
                     None => read_seen(client, object, identity).await,
                 }
@@ -294,20 +302,24 @@ pub async fn write(
             .iter()
             .zip(lives)
             .map(|(object, live)| {
-                let unchanged = !settings.write_all && live.as_ref().is_some_and(|l| l.matches);
+                let unchanged = live
+                    .as_ref()
+                    .filter(|l| !settings.write_all && l.matches)
+                    .map(|l| l.being_deleted);
                 apply_one(client, kinds, object, unchanged, identity)
             })
             .collect();
-        let results: Vec<bool> = stream::iter(writes)
+        let results: Vec<Applied> = stream::iter(writes)
             .buffered(concurrency)
             .try_collect()
             .await?;
-        for written in results {
-            if written {
+        for applied in results {
+            if applied.written {
                 outcome.written += 1;
             } else {
                 outcome.unchanged += 1;
             }
+            outcome.being_deleted.push(applied.being_deleted);
         }
     }
     Ok(outcome)
@@ -372,16 +384,26 @@ async fn read_seen(
     Ok(live.map(|live| Seen::of(&live, &object.value())))
 }
 
-/// Applies one object unless it is live as desired. Returns whether it wrote.
+/// What became of one object.
+struct Applied {
+    written: bool,
+    being_deleted: bool,
+}
+
+/// Applies one object unless it is live as desired (`unchanged`: whether that live object is
+/// being deleted).
 async fn apply_one(
     client: &Client,
     kinds: &KindCache,
     object: &PlannedObject,
-    unchanged: bool,
+    unchanged: Option<bool>,
     identity: &str,
-) -> Result<bool> {
-    if unchanged {
-        return Ok(false);
+) -> Result<Applied> {
+    if let Some(being_deleted) = unchanged {
+        return Ok(Applied {
+            written: false,
+            being_deleted,
+        });
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
     // Only the metadata of the answer: the whole object would be parsed only to be dropped,
@@ -389,20 +411,25 @@ async fn apply_one(
     let applied = api_for(client, object)
         .patch_metadata(&object.name, &params, &Patch::Apply(&object.object))
         .await;
-    if let Err(error) = applied {
-        // A kind that is not served (any more) must be discovered again on the next attempt.
-        if matches!(&error, kube::Error::Api(status) if status.code == 404) {
-            kinds.forget(&object.gvk);
+    match applied {
+        Ok(answer) => Ok(Applied {
+            written: true,
+            being_deleted: answer.metadata.deletion_timestamp.is_some(),
+        }),
+        Err(error) => {
+            // A kind that is not served (any more) must be discovered again on the next attempt.
+            if matches!(&error, kube::Error::Api(status) if status.code == 404) {
+                kinds.forget(&object.gvk);
+            }
+            if is_forbidden(&error) {
+                return Err(forbidden(object, identity, &error));
+            }
+            Err(Error::Apply {
+                object: object.to_string(),
+                message: api_message(&error),
+            })
         }
-        if is_forbidden(&error) {
-            return Err(forbidden(object, identity, &error));
-        }
-        return Err(Error::Apply {
-            object: object.to_string(),
-            message: api_message(&error),
-        });
     }
-    Ok(true)
 }
 
 /// Checks that `identity` may write `object`, before anything of the bundle is written: a

@@ -111,8 +111,13 @@ impl DriftWatches {
             while let Some(event) = events.next().await {
                 let object = match event {
                     // The initial listing is no change: the bundles reconcile on start anyway.
-                    // Nor is an object whose last write was the provisioner's own apply.
-                    Ok(Event::Apply(object)) if last_written_by_apply(&object.metadata) => {
+                    // Nor is an object whose last write was the provisioner's own apply,
+                    // unless it is being deleted (a deletion held by a finalizer changes no
+                    // managed field, yet its health changed).
+                    Ok(Event::Apply(object))
+                        if object.metadata.deletion_timestamp.is_none()
+                            && last_written_by_apply(&object.metadata) =>
+                    {
                         continue;
                     }
                     Ok(Event::Apply(object) | Event::Delete(object)) => object,

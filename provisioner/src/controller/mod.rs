@@ -86,7 +86,8 @@ pub async fn run(
         .default_backoff()
         .modify(|bundle| bundle.managed_fields_mut().clear())
         .reflect(bundle_writer)
-        .applied_objects();
+        .applied_objects()
+        .predicate_filter(reconcile_trigger, Default::default());
     let bundle_controller = Controller::for_stream(bundle_events, bundle_store.clone());
 
     let (drift, drift_events) = DriftWatches::new();
@@ -164,6 +165,29 @@ pub async fn run(
     tokio::join!(signal, classes, bundles);
 }
 
+/// What, when it changes, makes a bundle reconcile: all of it but the status the provisioner
+/// writes itself (`status.approval`, written by approvers, counts). Its own status writes would
+/// otherwise wake every bundle again after each pass, and such a pass can start from the
+/// store's copy of the bundle before that copy has the last write: a stale `Installed`, and
+/// the whole install done again.
+fn reconcile_trigger(bundle: &Bundle) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let meta = &bundle.metadata;
+    meta.generation.hash(&mut hasher);
+    meta.deletion_timestamp.is_some().hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    bundle
+        .status
+        .as_ref()
+        .and_then(|status| status.approval.as_ref())
+        .map(|approval| serde_json::to_string(approval).unwrap_or_default())
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 /// Bundles that a change of `class` may concern: those naming it, and those naming none.
 fn bundles_of_class(bundles: &[Arc<Bundle>], class: &ProvisionerClass) -> Vec<ObjectRef<Bundle>> {
     let name = class.name_any();
@@ -187,4 +211,68 @@ fn bundle_error_policy(bundle: Arc<Bundle>, error: &Error, _ctx: Arc<Context>) -
 fn class_error_policy(class: Arc<ProvisionerClass>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(class = %class.name_any(), %error, "reconciling the class failed");
     Action::requeue(Duration::from_secs(5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_api::conditions::{reasons, types};
+    use gantry_api::{Approval, ApprovalDecision, BundleSpec};
+
+    #[test]
+    fn the_provisioners_own_status_writes_trigger_no_reconcile() {
+        let mut bundle = Bundle::new(
+            "b",
+            BundleSpec {
+                image: "r.test/app:1".into(),
+                ..Default::default()
+            },
+        );
+        bundle.metadata.generation = Some(1);
+        let base = reconcile_trigger(&bundle);
+
+        let mut written = bundle.clone();
+        let status = written.status.get_or_insert_default();
+        status::set_condition(
+            &mut status.conditions,
+            types::INSTALLED,
+            true,
+            reasons::INSTALL_SUCCEEDED,
+            "installed",
+            Some(1),
+        );
+        status.content_digest = Some("sha256:00".into());
+        assert_eq!(reconcile_trigger(&written), base);
+
+        let changes: [&dyn Fn(&mut Bundle); 5] = [
+            &|b| b.metadata.generation = Some(2),
+            &|b| {
+                b.annotations_mut().insert(
+                    gantry_api::RECONCILE_REQUESTED_ANNOTATION.into(),
+                    "now".into(),
+                );
+            },
+            &|b| b.finalizers_mut().push("gantry.dev/uninstall".into()),
+            &|b| {
+                b.metadata.deletion_timestamp = Some(
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::now(),
+                    ),
+                )
+            },
+            &|b| {
+                b.status.get_or_insert_default().approval = Some(Approval {
+                    decision: ApprovalDecision::Approved,
+                    digest: "sha256:00".into(),
+                    reason: None,
+                    time: None,
+                })
+            },
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut changed = written.clone();
+            change(&mut changed);
+            assert_ne!(reconcile_trigger(&changed), base, "change {i}");
+        }
+    }
 }

@@ -24,14 +24,15 @@ use crate::controller::plan::Plan;
 use crate::controller::source::digest_of;
 use crate::controller::status::{condition, objects};
 
-/// Applies, prunes, records the inventory and sets `Installed`.
+/// Applies, prunes, records the inventory and sets `Installed`. Continues with, per object of
+/// the inventory, whether the API server said it is being deleted.
 pub(super) async fn apply_and_prune(
     pass: &mut Pass<'_>,
     class: &ProvisionerClass,
     content: &Content,
     plan: &Plan,
     applier: &Applier,
-) -> Result<Flow<()>> {
+) -> Result<Flow<Vec<bool>>> {
     let ctx = pass.ctx;
     // Objects live as desired are skipped only when this exact content (and spec) was
     // installed before: a new content or spec is written in full, so fields it dropped go away.
@@ -45,13 +46,13 @@ pub(super) async fn apply_and_prune(
     check_install_namespace(pass, plan).await?;
     let planned: Vec<InventoryEntry> = plan.objects.iter().map(|o| o.inventory_entry()).collect();
     if write_all {
+        // Shown with the first status write below, once the checks passed.
         pass.set_condition(
             types::INSTALLED,
             false,
             reasons::INSTALLING,
             format!("applying {}", objects(plan.objects.len())),
         );
-        pass.show_progress().await?;
     }
     let timeout = timing::apply_timeout(pass.bundle, &ctx.settings);
     let settings = ApplySettings {
@@ -63,7 +64,7 @@ pub(super) async fn apply_and_prune(
     let applying = async {
         let checked = check(&applier.client, plan, &name, &identity, &settings).await?;
         // Only objects the identity may write are recorded, so that nothing refused is ever
-        // pruned or uninstalled.
+        // pruned or uninstalled. The same write shows `Installing`.
         record_before_applying(pass, &planned).await?;
         write(
             &applier.client,
@@ -119,11 +120,11 @@ pub(super) async fn apply_and_prune(
     {
         ctx.checked.record(&pass.name, check);
     }
-    Ok(Flow::Continue(()))
+    Ok(Flow::Continue(outcome.being_deleted))
 }
 
 /// Adds the objects this content has and the inventory lacks to the recorded inventory before
-/// any is applied. An apply cut short after writing them (a crash, a lost status write) would
+/// any is applied, and shows the progress so far. An apply cut short after writing them (a crash, a lost status write) would
 /// otherwise leave objects no inventory names, which no later prune or uninstall would remove.
 async fn record_before_applying(pass: &mut Pass<'_>, planned: &[InventoryEntry]) -> Result<()> {
     let recorded: HashSet<ObjectKey> = pass.status.inventory.iter().map(object_key).collect();
@@ -132,10 +133,8 @@ async fn record_before_applying(pass: &mut Pass<'_>, planned: &[InventoryEntry])
         .filter(|entry| !recorded.contains(&object_key(entry)))
         .cloned()
         .collect();
-    if unrecorded.is_empty() {
-        return Ok(());
-    }
     pass.status.inventory.extend(unrecorded);
+    // Written only when something changed: new entries, or `Installing`.
     pass.show_progress().await
 }
 

@@ -232,9 +232,10 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
     let mut content = proceed!(unpack::unpack_and_store(pass, &class, resolved).await);
     let plan = proceed!(plan::plan(pass, &mut content, &applier).await);
     proceed!(approve::approve(pass, &class, &content).await);
-    proceed!(apply::apply_and_prune(pass, &class, &content, &plan, &applier).await);
+    let being_deleted =
+        proceed!(apply::apply_and_prune(pass, &class, &content, &plan, &applier).await);
     let policy = EffectiveHealth::of(class.spec.health.as_ref(), pass.bundle.spec.health.as_ref());
-    let wake = health::check(pass, policy, &applier.client).await;
+    let wake = health::check(pass, policy, &applier.client, &being_deleted).await;
     let visit = next_visit(pass.bundle, pass.ctx);
     Ok(Outcome::Done(Action::requeue(
         wake.map_or(visit, |w| w.min(visit)),

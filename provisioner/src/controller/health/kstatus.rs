@@ -71,6 +71,40 @@ pub fn assess(object: &Value) -> Assessment {
     }
 }
 
+/// Whether objects of `group`/`kind` (built-in kinds only) never carry a status. kstatus can
+/// find such an object only current or being deleted, which the answer to its apply (or the
+/// read before it) already tells: their health costs no read.
+pub fn has_no_status(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        (
+            "",
+            "ConfigMap" | "Secret" | "ServiceAccount" | "LimitRange" | "PodTemplate" | "Endpoints"
+        ) | (
+            "rbac.authorization.k8s.io",
+            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding"
+        ) | ("scheduling.k8s.io", "PriorityClass")
+            | ("storage.k8s.io", "StorageClass" | "CSIDriver")
+            | (
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration"
+            )
+            | ("networking.k8s.io", "IngressClass")
+            | ("node.k8s.io", "RuntimeClass")
+            | ("apps", "ControllerRevision")
+    )
+}
+
+/// The status of an object of a kind without status ([`has_no_status`]), from whether it is
+/// being deleted: what [`assess`] finds for it.
+pub fn assess_without_status(being_deleted: bool) -> Assessment {
+    if being_deleted {
+        Assessment::in_progress("resource is being deleted")
+    } else {
+        Assessment::current("Resource is current")
+    }
+}
+
 fn str_at<'a>(object: &'a Value, pointer: &str) -> &'a str {
     object
         .pointer(pointer)

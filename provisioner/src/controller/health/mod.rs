@@ -1,7 +1,8 @@
 //! Health of what a bundle installed: kstatus rules per object ([`kstatus`]), the `Healthy`
 //! condition, and whether `Ready` waits for it.
 //!
-//! After every apply the bundle's objects are read and assessed. The drift watches already
+//! After every apply the bundle's objects are read and assessed (objects of kinds that never
+//! carry a status are assessed from the apply's answer, without a read). The drift watches already
 //! watch every managed kind, so a status change of a managed object (a Deployment's replicas,
 //! a Job's conditions) makes the bundle reconcile and be assessed again: nothing polls. The one
 //! timer is the health timeout: while objects are in progress the bundle is requeued for the
@@ -47,10 +48,13 @@ pub fn policy(bundle: &Bundle, ctx: &Context) -> EffectiveHealth {
 
 /// The health step, after a successful apply: assesses every object of the inventory, sets
 /// `Healthy`, and says when to come back at the latest (the end of the health timeout).
+/// `being_deleted` is what the apply learnt of each object of the inventory, in its order:
+/// objects of kinds without status are assessed from it, without a read.
 pub(crate) async fn check(
     pass: &mut Pass<'_>,
     policy: EffectiveHealth,
     client: &kube::Client,
+    being_deleted: &[bool],
 ) -> Option<Duration> {
     let ctx = pass.ctx;
     // Read several at once (as many as an apply writes at once): one after another, a
@@ -59,7 +63,20 @@ pub(crate) async fn check(
         .status
         .inventory
         .iter()
-        .map(|entry| async move { (describe(entry), assess_live(ctx, client, entry).await) })
+        .enumerate()
+        .map(|(i, entry)| {
+            let known = being_deleted
+                .get(i)
+                .filter(|_| kstatus::has_no_status(&entry.group, &entry.kind))
+                .map(|deleting| kstatus::assess_without_status(*deleting));
+            async move {
+                let assessment = match known {
+                    Some(assessment) => assessment,
+                    None => assess_live(ctx, client, entry).await,
+                };
+                (describe(entry), assessment)
+            }
+        })
         .collect();
     let objects: Vec<(String, Assessment)> = futures::stream::iter(reads)
         .buffered(ctx.settings.apply_concurrency.max(1))
@@ -285,7 +302,7 @@ fn timeout_start(conditions: &[Condition], now: Timestamp) -> Timestamp {
     installed.max(unhealthy_since)
 }
 
-/// Records a change of `Healthy` (its status or reason) as an Event and in the metrics.
+/// Records a change of `Healthy` (its status or reason) in the metrics and as an Event.
 async fn report_transition(pass: &Pass<'_>) {
     let before = condition(&pass.written.conditions, types::HEALTHY)
         .map(|c| (c.status.clone(), c.reason.clone()));
@@ -295,6 +312,9 @@ async fn report_transition(pass: &Pass<'_>) {
     if before.as_ref() == Some(&(after.status.clone(), after.reason.clone())) {
         return;
     }
+    // A first assessment that finds everything healthy is the install's own Event
+    // (`InstallSucceeded`) again: counted, not announced.
+    let announce = before.is_some() || after.reason != reasons::HEALTHY;
     let type_ = if after.reason == reasons::HEALTH_CHECK_FAILED {
         EventType::Warning
     } else {
@@ -307,7 +327,9 @@ async fn report_transition(pass: &Pass<'_>) {
             state: state_label(&after.reason),
         })
         .inc();
-    publish(pass.ctx, pass.bundle, type_, &after.reason, &after.message).await;
+    if announce {
+        publish(pass.ctx, pass.bundle, type_, &after.reason, &after.message).await;
+    }
 }
 
 fn state_label(reason: &str) -> &'static str {

@@ -1,6 +1,6 @@
 use serde_json::{Value, json};
 
-use super::{State, assess, container_problems};
+use super::{State, assess, assess_without_status, container_problems, has_no_status};
 
 fn object(api_version: &str, kind: &str, spec: Value, status: Value) -> Value {
     json!({
@@ -398,5 +398,40 @@ fn everything_else_is_current_once_it_exists_and_nothing_panics() {
         json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"conditions": [null, 1]}}),
     ] {
         let _ = assess(&garbage);
+    }
+}
+
+#[test]
+fn kinds_without_status_are_assessed_as_from_their_object() {
+    let kinds = [
+        ("v1", "ConfigMap"),
+        ("v1", "Secret"),
+        ("v1", "ServiceAccount"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+        ("scheduling.k8s.io/v1", "PriorityClass"),
+    ];
+    for (api_version, kind) in kinds {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        assert!(has_no_status(group, kind), "{kind}");
+        let mut live = json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": { "name": "x", "generation": 1 },
+        });
+        assert_eq!(assess(&live), assess_without_status(false), "{kind}");
+        live["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert_eq!(assess(&live), assess_without_status(true), "{kind}");
+    }
+    for (group, kind) in [
+        ("apps", "Deployment"),
+        ("", "Service"),
+        ("", "PersistentVolumeClaim"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+        ("example.com", "ConfigMap"),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    ] {
+        assert!(!has_no_status(group, kind), "{group}/{kind}");
     }
 }

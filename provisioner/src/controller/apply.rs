@@ -114,8 +114,22 @@ pub async fn check(
     settings: &ApplySettings,
 ) -> Result<Checked> {
     let concurrency = settings.concurrency.max(1);
-    let live = if settings.write_all {
-        owners(client, plan, bundle, identity, concurrency).await?
+    let to_write = |live: &[Option<Seen>]| -> Vec<&PlannedObject> {
+        plan.objects
+            .iter()
+            .zip(live)
+            .filter(|(_, live)| settings.write_all || !live.as_ref().is_some_and(|l| l.matches))
+            .map(|(object, _)| object)
+            .collect()
+    };
+    let (live, allowed) = if settings.write_all {
+        // Every object will be written: who owns them and what the identity may write are
+        // asked at once.
+        let all: Vec<&PlannedObject> = plan.objects.iter().collect();
+        futures::try_join!(
+            owners(client, plan, bundle, identity, concurrency),
+            allowed_by_kind(client, &all, identity, concurrency),
+        )?
     } else {
         // The futures are built before they are streamed: a stream holding a closure over
         // borrowed items makes the whole reconcile future fail to be `Send` for all lifetimes.
@@ -124,20 +138,15 @@ pub async fn check(
             .iter()
             .map(|object| read_seen(client, object, identity))
             .collect();
-        stream::iter(reads)
+        let live: Vec<Option<Seen>> = stream::iter(reads)
             .buffered(concurrency)
             .try_collect()
-            .await?
+            .await?;
+        let allowed = allowed_by_kind(client, &to_write(&live), identity, concurrency).await?;
+        (live, allowed)
     };
     check_owners(plan, &live, bundle)?;
-    let to_write: Vec<&PlannedObject> = plan
-        .objects
-        .iter()
-        .zip(&live)
-        .filter(|(_, live)| settings.write_all || !live.as_ref().is_some_and(|l| l.matches))
-        .map(|(object, _)| object)
-        .collect();
-    let allowed = allowed_by_kind(client, &to_write, identity, concurrency).await?;
+    let to_write = to_write(&live);
     let checks: Vec<_> = to_write
         .into_iter()
         .filter(|object| is_rbac(object) || !allowed.contains(&group_key(object)))
@@ -254,15 +263,12 @@ async fn allowed_by_kind(
     let reviews: Vec<_> = groups
         .into_iter()
         .map(|(key, object)| async move {
-            for verb in ["create", "patch"] {
-                if review(client, object, verb, None, identity)
-                    .await?
-                    .is_some()
-                {
-                    return Ok::<_, Error>(None);
-                }
-            }
-            Ok(Some(key))
+            // Both at once: one round trip on the way to the first write, not two.
+            let (create, patch) = futures::try_join!(
+                review(client, object, "create", None, identity),
+                review(client, object, "patch", None, identity),
+            )?;
+            Ok::<_, Error>((create.is_none() && patch.is_none()).then_some(key))
         })
         .collect();
     let allowed: Vec<Option<GroupKey>> = stream::iter(reviews)

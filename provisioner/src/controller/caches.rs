@@ -53,6 +53,53 @@ pub type ResolvedTags = Recent<String>;
 /// no managed object moved, a reconcile has nothing to read or write until the next resync.
 pub type InstalledChecks = Recent<u64>;
 
+/// The `resourceVersion` of each bundle's last write by the provisioner (its status, its
+/// finalizer), until the controller's copy of the bundle has caught up with it. A pass that
+/// started from an older copy (the watch has not delivered the write yet) would take work the
+/// write recorded as done for work to do, and install everything again. Versions are compared
+/// as numbers, as the API server hands them out; one that is not a number compares as caught up.
+#[derive(Default)]
+pub struct WrittenVersions {
+    entries: Mutex<HashMap<String, u64>>,
+}
+
+impl WrittenVersions {
+    /// Records that `bundle` was written at `resource_version`.
+    pub fn record(&self, bundle: &str, resource_version: Option<&str>) {
+        if let Ok(mut entries) = self.entries.lock() {
+            match resource_version.and_then(|v| v.parse().ok()) {
+                Some(version) => entries.insert(bundle.to_string(), version),
+                None => entries.remove(bundle),
+            };
+        }
+    }
+
+    /// Whether a copy of `bundle` at `resource_version` is older than its last write; a copy
+    /// that caught up ends the bundle's entry.
+    pub fn is_behind(&self, bundle: &str, resource_version: Option<&str>) -> bool {
+        let Ok(mut entries) = self.entries.lock() else {
+            return false;
+        };
+        let Some(&written) = entries.get(bundle) else {
+            return false;
+        };
+        match resource_version.and_then(|v| v.parse::<u64>().ok()) {
+            Some(seen) if seen < written => true,
+            _ => {
+                entries.remove(bundle);
+                false
+            }
+        }
+    }
+
+    /// Forgets `bundle` (it was deleted).
+    pub fn forget(&self, bundle: &str) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.remove(bundle);
+        }
+    }
+}
+
 /// Images (`repo@sha256:…`) whose cosign signature verified, each with the set of keys it
 /// verified against (their fingerprints). A signature never stops being valid, so an entry
 /// does not expire: the same digest under the same keys is not verified again. Other keys
@@ -123,6 +170,28 @@ mod tests {
     use super::*;
 
     const LONG: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn a_copy_older_than_the_last_write_is_behind_until_one_catches_up() {
+        let written = WrittenVersions::default();
+        assert!(!written.is_behind("b", Some("5")), "nothing written");
+        written.record("b", Some("10"));
+        assert!(written.is_behind("b", Some("9")));
+        assert!(written.is_behind("b", Some("9")), "still behind");
+        assert!(!written.is_behind("other", Some("1")));
+        assert!(!written.is_behind("b", Some("10")), "caught up");
+        assert!(
+            !written.is_behind("b", Some("9")),
+            "the entry ended once caught up"
+        );
+        written.record("b", Some("20"));
+        assert!(!written.is_behind("b", Some("not-a-number")));
+        written.record("b", Some("30"));
+        written.forget("b");
+        assert!(!written.is_behind("b", Some("1")));
+        written.record("b", Some("opaque"));
+        assert!(!written.is_behind("b", Some("1")), "not a number: never behind");
+    }
 
     #[test]
     fn a_recorded_value_is_fresh_until_it_changes() {

@@ -9,7 +9,7 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
 use super::backoff::Backoff;
-use super::caches::{InstalledChecks, ResolvedTags, VerifiedImages};
+use super::caches::{InstalledChecks, ResolvedTags, VerifiedImages, WrittenVersions};
 use super::discovery::KindCache;
 use super::drift::DriftWatches;
 use super::identity::Appliers;
@@ -82,6 +82,8 @@ pub struct Context {
     pub resolved: ResolvedTags,
     /// When each bundle was last installed or checked in full, and what it looked like then.
     pub checked: InstalledChecks,
+    /// Each bundle's last write by the provisioner, until the bundle store has it.
+    pub written: WrittenVersions,
     /// Images whose signature verified, and against which keys.
     pub verified: VerifiedImages,
     /// Clients acting as the ServiceAccounts bundles are applied as.

@@ -103,6 +103,7 @@ pub async fn run(
         drift,
         resolved: Default::default(),
         checked: Default::default(),
+        written: Default::default(),
         verified: Default::default(),
         registries: Default::default(),
         appliers: identity::Appliers::new(config, client.clone()),

@@ -289,7 +289,9 @@ pub async fn write_bundle_status(
     let mut owned = desired.clone();
     owned.approval = None;
     match apply_status::<Bundle>(ctx, &bundle.name_any(), &owned).await {
-        Ok(_) => {}
+        Ok(written) => ctx
+            .written
+            .record(&bundle.name_any(), written.metadata.resource_version.as_deref()),
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
         Err(e) => return Err(e.into()),
     }

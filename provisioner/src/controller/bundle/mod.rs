@@ -41,6 +41,9 @@ use super::source::is_digest_reference;
 use super::status::{self, condition, set_condition, summarize};
 use gantry_api::conditions::types;
 
+/// How soon a pass that found the bundle store behind the provisioner's last write looks again.
+const STORE_CATCH_UP: Duration = Duration::from_millis(100);
+
 /// What a step tells the driver.
 pub(crate) enum Flow<T> {
     /// Go on with the next step, which needs this.
@@ -125,6 +128,15 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
     let fingerprint = fingerprint(bundle, ctx);
     if let Some(wait) = ctx.backoff.pending(&name, fingerprint) {
         return Ok(Action::requeue(wait));
+    }
+    // A copy older than the provisioner's own last write would redo what that write recorded
+    // as done. The watch delivers the write within moments; it wakes nothing (the provisioner's
+    // own writes do not trigger passes), so look again shortly.
+    if ctx
+        .written
+        .is_behind(&name, bundle.metadata.resource_version.as_deref())
+    {
+        return Ok(Action::requeue(STORE_CATCH_UP));
     }
     let current = bundle.status.clone().unwrap_or_default();
     let mut pass = Pass {

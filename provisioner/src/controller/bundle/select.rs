@@ -37,8 +37,11 @@ async fn ensure_finalizer(pass: &Pass<'_>) -> Result<()> {
     finalizers.push(UNINSTALL_FINALIZER.to_string());
     let patch = json!({ "metadata": { "finalizers": finalizers, "resourceVersion": bundle.resource_version() } });
     let bundles: Api<Bundle> = Api::all(pass.ctx.client.clone());
-    bundles
+    let patched = bundles
         .patch(&pass.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
+    pass.ctx
+        .written
+        .record(&pass.name, patched.metadata.resource_version.as_deref());
     Ok(())
 }

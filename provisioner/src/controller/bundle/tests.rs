@@ -120,6 +120,7 @@ fn context(client: Client, classes: &[ProvisionerClass]) -> Context {
         drift: DriftWatches::new().0,
         resolved: Default::default(),
         checked: Default::default(),
+        written: Default::default(),
         verified: Default::default(),
         registries: Default::default(),
         appliers: crate::controller::identity::Appliers::new(None, client.clone()),

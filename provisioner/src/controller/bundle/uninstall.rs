@@ -86,6 +86,7 @@ pub(super) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
     }
     ctx.resolved.forget(name);
     ctx.checked.forget(name);
+    ctx.written.forget(name);
     publish(
         ctx,
         bundle,

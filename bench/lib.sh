@@ -54,6 +54,29 @@ create_fast() {
   "$APPLY_FLOOR" --concurrency 32 "$1" >/dev/null 2>"$1/create.log" || { cat "$1/create.log" >&2; return 1; }
 }
 
+# Waits until $2 objects of resource $1 (kubectl's name; more kubectl flags after $3, such as
+# -n NAMESPACE) have the condition Ready=True, for at most $3 seconds. One watch (its first
+# listing, then the changes) rather than a list of thousands of objects every second, which
+# would load the API server being measured.
+wait_ready_count() {
+  local resource="$1" want="$2" seconds="$3" fifo watcher status=0
+  shift 3
+  fifo="$(mktemp -u)"
+  mkfifo "$fifo"
+  kubectl get "$resource" "$@" --watch --no-headers \
+    -o custom-columns='NAME:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status' \
+    >"$fifo" 2>/dev/null &
+  watcher=$!
+  timeout "$seconds" awk -v want="$want" '
+    { was = ($1 in ready) ? ready[$1] : 0; now = ($2 == "True"); ready[$1] = now; count += now - was }
+    count >= want { done = 1; exit }
+    END { exit done ? 0 : 1 }' <"$fifo" || status=1
+  kill "$watcher" 2>/dev/null || true
+  wait "$watcher" 2>/dev/null || true
+  rm -f "$fifo"
+  return "$status"
+}
+
 # Seconds since the epoch, with nanoseconds.
 now() { date +%s.%N; }
 

@@ -213,13 +213,10 @@ flux_wait_ready() {
 
 # Waits until $1 Kustomizations are Ready, for at most $2 seconds.
 flux_wait_all_ready() {
-  local want="$1" deadline=$(( $(date +%s) + ${2:-600} )) ready
-  while true; do
-    ready="$(kubectl -n "$FLUX_NAMESPACE" get kustomizations -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '^True$' || true)"
-    [[ "$ready" -ge "$want" ]] && return 0
-    (( $(date +%s) < deadline )) || { echo "only $ready of $want Kustomizations Ready after ${2:-600} s" >&2; return 1; }
-    sleep 0.5
-  done
+  wait_ready_count kustomizations "$1" "${2:-600}" -n "$FLUX_NAMESPACE" || {
+    echo "only $(kubectl -n "$FLUX_NAMESPACE" get kustomizations -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '^True$') of $1 Kustomizations Ready after ${2:-600} s" >&2
+    return 1
+  }
 }
 
 # The scale benchmark's Flux column: $3 bundles of image $2 as OCIRepository + Kustomization

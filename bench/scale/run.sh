@@ -92,8 +92,7 @@ registry_requests() {
 }
 
 
-# Bundles whose Ready column is True, from the API server's table (printer columns only: a
-# full list of thousands of bundles would cost this script more than it measures).
+# Bundles whose Ready column is True (for a message only: the wait below watches).
 ready_count() {
   kubectl get bundles 2>/dev/null | awk '
     NR == 1 { for (i = 1; i <= NF; i++) if ($i == "READY") col = i; next }
@@ -108,13 +107,8 @@ start="$(now)"
 create_fast "$work/bundles"
 created="$(python3 -c "print(f'{$(now) - $start:.1f}')")"
 echo "  the $BUNDLES Bundles created in ${created}s"
-deadline=$(( $(date +%s) + READY_DEADLINE ))
-while true; do
-  ready="$(ready_count)"
-  [[ "$ready" -ge "$BUNDLES" ]] && break
-  (( $(date +%s) < deadline )) || { echo "only $ready of $BUNDLES Ready after $READY_DEADLINE s" >&2; exit 1; }
-  sleep 1
-done
+wait_ready_count bundles "$BUNDLES" "$READY_DEADLINE" ||
+  { echo "only $(ready_count) of $BUNDLES Ready after $READY_DEADLINE s" >&2; exit 1; }
 all_ready="$(python3 -c "print($(now) - $start)")"
 peak_install="$(peak_rss_mib "$pid")"
 api_requests_snapshot "$work/requests-after"

@@ -67,10 +67,19 @@ wait_ready_count() {
     -o custom-columns='NAME:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status' \
     >"$fifo" 2>/dev/null &
   watcher=$!
-  timeout "$seconds" awk -v want="$want" '
-    { was = ($1 in ready) ? ready[$1] : 0; now = ($2 == "True"); ready[$1] = now; count += now - was }
-    count >= want { done = 1; exit }
-    END { exit done ? 0 : 1 }' <"$fifo" || status=1
+  # Line by line as they come (awk, mawk at least, reads a pipe in blocks).
+  timeout "$seconds" python3 -c '
+import sys
+want, ready, count = int(sys.argv[1]), {}, 0
+while line := sys.stdin.readline():
+    fields = line.split()
+    if fields:
+        now = len(fields) > 1 and fields[1] == "True"
+        count += now - ready.get(fields[0], False)
+        ready[fields[0]] = now
+        if count >= want:
+            sys.exit(0)
+sys.exit(1)' "$want" <"$fifo" || status=1
   kill "$watcher" 2>/dev/null || true
   wait "$watcher" 2>/dev/null || true
   rm -f "$fifo"

@@ -48,8 +48,8 @@ struct Flags {
     /// Objects applied at once within one bundle.
     #[arg(long, default_value_t = 16)]
     apply_concurrency: usize,
-    /// Bundles reconciled at once.
-    #[arg(long, default_value_t = 8)]
+    /// Bundles reconciled at once (a pass mostly waits on the API server and the registry).
+    #[arg(long, default_value_t = 16)]
     reconcile_concurrency: u16,
     /// How often tags are resolved again (e.g. 30s, 5m; a bundle's spec.interval overrides it).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]

@@ -190,7 +190,10 @@ mod tests {
         written.forget("b");
         assert!(!written.is_behind("b", Some("1")));
         written.record("b", Some("opaque"));
-        assert!(!written.is_behind("b", Some("1")), "not a number: never behind");
+        assert!(
+            !written.is_behind("b", Some("1")),
+            "not a number: never behind"
+        );
     }
 
     #[test]

@@ -255,11 +255,10 @@ mod tests {
             },
             &|b| b.finalizers_mut().push("gantry.dev/uninstall".into()),
             &|b| {
-                b.metadata.deletion_timestamp = Some(
-                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                b.metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                         k8s_openapi::jiff::Timestamp::now(),
-                    ),
-                )
+                    ))
             },
             &|b| {
                 b.status.get_or_insert_default().approval = Some(Approval {

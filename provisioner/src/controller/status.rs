@@ -289,9 +289,10 @@ pub async fn write_bundle_status(
     let mut owned = desired.clone();
     owned.approval = None;
     match apply_status::<Bundle>(ctx, &bundle.name_any(), &owned).await {
-        Ok(written) => ctx
-            .written
-            .record(&bundle.name_any(), written.metadata.resource_version.as_deref()),
+        Ok(written) => ctx.written.record(
+            &bundle.name_any(),
+            written.metadata.resource_version.as_deref(),
+        ),
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
         Err(e) => return Err(e.into()),
     }

@@ -113,6 +113,9 @@ async fn read_stored(
     })
 }
 
+/// How long a pull runs before `Unpacking` is written to the bundle's status.
+const PROGRESS_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Pulls the platform image, uploads its canonical tarball, and records where it is stored.
 async fn pull_and_store(
     pass: &mut Pass<'_>,
@@ -137,7 +140,6 @@ async fn pull_and_store(
             reasons::UNPACKING,
             format!("pulling {resolved_image}"),
         );
-        pass.show_progress().await?;
     }
     let mut request = PullRequest::new(resolved_image);
     request.platform = Some(match &class.spec.platform {
@@ -149,23 +151,44 @@ async fn pull_and_store(
     });
     request.limits = limits;
     request.scratch_parent = ctx.settings.scratch_dir.clone();
-    let registry = match registry {
-        Some(client) => client,
-        None => registry_client(ctx, class, bundle).await?,
+    let name = pass.name.clone();
+    let unpacking = async {
+        let registry = match registry {
+            Some(client) => client,
+            None => registry_client(ctx, class, bundle).await?,
+        };
+        let pulled = registry
+            .pull(&request)
+            .await
+            .map_err(|e| Error::from_image(image, e))?;
+        ctx.metrics.bytes_pulled.inc_by(pulled.compressed_bytes);
+        // The tarball is written once; its objects come with it, not from reading it back.
+        let canonical = pulled
+            .write_canonical_tarball()
+            .await
+            .map_err(|e| Error::from_image(image, e))?;
+        ctx.storage
+            .upload(&name, canonical.digest.hex(), &canonical.path)
+            .await?;
+        Ok::<_, Error>((pulled, canonical))
     };
-    let pulled = registry
-        .pull(&request)
-        .await
-        .map_err(|e| Error::from_image(image, e))?;
-    ctx.metrics.bytes_pulled.inc_by(pulled.compressed_bytes);
-    // The tarball is written once; its objects come with it, not from reading it back.
-    let canonical = pulled
-        .write_canonical_tarball()
-        .await
-        .map_err(|e| Error::from_image(image, e))?;
-    ctx.storage
-        .upload(&pass.name, canonical.digest.hex(), &canonical.path)
-        .await?;
+    tokio::pin!(unpacking);
+    // `Unpacking` is shown only for a pull that takes a while: most take a fraction of a
+    // second, and a status write (and its Event) each would be most of their cost to the API
+    // server.
+    let finished = tokio::select! {
+        result = &mut unpacking => Some(result),
+        () = tokio::time::sleep(PROGRESS_DELAY) => None,
+    };
+    let (pulled, canonical) = match finished {
+        Some(result) => result?,
+        None => {
+            if !retrying {
+                pass.show_progress().await?;
+            }
+            unpacking.await?
+        }
+    };
     let status = &mut pass.status;
     status.manifest_digest = Some(pulled.image.manifest_digest.clone());
     status.platform = Some(pulled.image.platform.to_string());

@@ -409,7 +409,10 @@ fn kinds_without_status_are_assessed_as_from_their_object() {
         ("v1", "ServiceAccount"),
         ("rbac.authorization.k8s.io/v1", "ClusterRole"),
         ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+        (
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+        ),
         ("scheduling.k8s.io/v1", "PriorityClass"),
     ];
     for (api_version, kind) in kinds {

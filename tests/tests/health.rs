@@ -246,7 +246,7 @@ async fn a_configmap_held_in_deletion_is_not_healthy_until_installed_again() {
     .await;
     let message = &condition(&bundle, types::HEALTHY).unwrap().message;
     assert!(
-        message.contains(&format!("1 of 2 objects not healthy (waiting until "))
+        message.contains("1 of 2 objects not healthy (waiting until ")
             && message.contains(&format!("ConfigMap {ns}/held: resource is being deleted")),
         "{message}"
     );

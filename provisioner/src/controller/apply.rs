@@ -8,6 +8,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use gantry_api::{BUNDLE_LABEL, FIELD_MANAGER};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    SubjectAccessReviewStatus,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -15,6 +16,7 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::caches::AccessAnswers;
 use super::discovery::{Kind, KindCache};
 use super::error::{Error, Result};
 use super::live_view;
@@ -62,8 +64,9 @@ pub async fn apply(
     bundle: &str,
     identity: &str,
     settings: ApplySettings,
+    access: &AccessAnswers,
 ) -> Result<ApplyOutcome> {
-    let checked = check(client, plan, bundle, identity, &settings).await?;
+    let checked = check(client, plan, bundle, identity, &settings, access).await?;
     write(client, kinds, plan, identity, settings, checked).await
 }
 
@@ -112,6 +115,7 @@ pub async fn check(
     bundle: &str,
     identity: &str,
     settings: &ApplySettings,
+    access: &AccessAnswers,
 ) -> Result<Checked> {
     let concurrency = settings.concurrency.max(1);
     let to_write = |live: &[Option<Seen>]| -> Vec<&PlannedObject> {
@@ -128,7 +132,7 @@ pub async fn check(
         let all: Vec<&PlannedObject> = plan.objects.iter().collect();
         futures::try_join!(
             owners(client, plan, bundle, identity, concurrency),
-            allowed_by_kind(client, &all, identity, concurrency),
+            allowed_by_kind(client, &all, identity, concurrency, access),
         )?
     } else {
         // The futures are built before they are streamed: a stream holding a closure over
@@ -142,7 +146,8 @@ pub async fn check(
             .buffered(concurrency)
             .try_collect()
             .await?;
-        let allowed = allowed_by_kind(client, &to_write(&live), identity, concurrency).await?;
+        let allowed =
+            allowed_by_kind(client, &to_write(&live), identity, concurrency, access).await?;
         (live, allowed)
     };
     check_owners(plan, &live, bundle)?;
@@ -246,12 +251,15 @@ async fn owners(
 }
 
 /// The kinds (per namespace) of `objects` that `identity` may create and patch whatever the
-/// object's name: two access reviews per kind and namespace instead of a dry run per object.
+/// object's name: two access reviews per kind instead of a dry run per object. Asked first for
+/// all namespaces at once (answers reused for a while, see [`AccessAnswers`]); where that is
+/// no, for the object's namespace.
 async fn allowed_by_kind(
     client: &Client,
     objects: &[&PlannedObject],
     identity: &str,
     concurrency: usize,
+    access: &AccessAnswers,
 ) -> Result<HashSet<GroupKey>> {
     let mut groups: Vec<(GroupKey, &PlannedObject)> = Vec::new();
     for object in objects.iter().filter(|o| !is_rbac(o)) {
@@ -265,6 +273,16 @@ async fn allowed_by_kind(
         .map(|(key, object)| async move {
             // Both at once: one round trip on the way to the first write, not two.
             let (create, patch) = futures::try_join!(
+                allowed_everywhere(client, object, "create", identity, access),
+                allowed_everywhere(client, object, "patch", identity, access),
+            )?;
+            if create && patch {
+                return Ok(Some(key));
+            }
+            if object.namespace.is_none() {
+                return Ok(None);
+            }
+            let (create, patch) = futures::try_join!(
                 review(client, object, "create", None, identity),
                 review(client, object, "patch", None, identity),
             )?;
@@ -276,6 +294,64 @@ async fn allowed_by_kind(
         .try_collect()
         .await?;
     Ok(allowed.into_iter().flatten().collect())
+}
+
+/// A SelfSubjectAccessReview: may the client's user `verb` objects of `object`'s kind in
+/// `namespace` (`None`: all), named `name` (`None`: any)?
+async fn ask(
+    client: &Client,
+    object: &PlannedObject,
+    verb: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> kube::Result<SubjectAccessReviewStatus> {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(object.gvk.group.clone()),
+                version: Some(object.gvk.version.clone()),
+                resource: Some(object.resource.plural.clone()),
+                namespace: namespace.map(str::to_string),
+                name: name.map(str::to_string),
+                verb: Some(verb.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = reviews.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.unwrap_or_default())
+}
+
+/// Whether `identity` may `verb` objects of `object`'s kind in every namespace (for a
+/// cluster-scoped kind: at all), from a recent answer or a new access review.
+async fn allowed_everywhere(
+    client: &Client,
+    object: &PlannedObject,
+    verb: &str,
+    identity: &str,
+    access: &AccessAnswers,
+) -> Result<bool> {
+    let question = (
+        identity.to_string(),
+        object.gvk.group.clone(),
+        object.resource.plural.clone(),
+        verb.to_string(),
+    );
+    if let Some(allowed) = access.get(&question) {
+        return Ok(allowed);
+    }
+    let allowed = ask(client, object, verb, None, None)
+        .await
+        .map_err(|e| Error::Apply {
+            object: object.to_string(),
+            message: format!("reviewing access as {identity}: {}", api_message(&e)),
+        })?
+        .allowed;
+    access.record(question, allowed);
+    Ok(allowed)
 }
 
 /// The writes of [`apply`], once [`check`] passed.
@@ -479,30 +555,12 @@ async fn review(
     name: Option<&str>,
     identity: &str,
 ) -> Result<Option<Error>> {
-    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(object.gvk.group.clone()),
-                version: Some(object.gvk.version.clone()),
-                resource: Some(object.resource.plural.clone()),
-                namespace: object.namespace.clone(),
-                name: name.map(str::to_string),
-                verb: Some(verb.to_string()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let answer = reviews
-        .create(&PostParams::default(), &review)
+    let status = ask(client, object, verb, object.namespace.as_deref(), name)
         .await
         .map_err(|e| Error::Apply {
             object: object.to_string(),
             message: format!("reviewing access as {identity}: {}", api_message(&e)),
         })?;
-    let status = answer.status.unwrap_or_default();
     if status.allowed {
         return Ok(None);
     }

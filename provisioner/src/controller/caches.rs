@@ -100,6 +100,46 @@ impl WrittenVersions {
     }
 }
 
+/// How long a cluster-wide access review's answer is reused.
+pub const ACCESS_ANSWER_TTL: Duration = Duration::from_secs(30);
+/// Answers kept at most; when full, it starts afresh.
+const ACCESS_ANSWERS_LIMIT: usize = 4096;
+
+/// Answers of cluster-wide access reviews ("may this identity create ConfigMaps in every
+/// namespace?"), per identity, resource and verb, for [`ACCESS_ANSWER_TTL`]: thousands of
+/// bundles installing into as many namespaces would otherwise ask the same question thousands
+/// of times. The reviews only decide whether an install may start; the API server still
+/// authorizes every write, so an answer made stale by an RBAC change within that time can at
+/// worst let an install start that is then refused part way.
+#[derive(Default)]
+pub struct AccessAnswers {
+    entries: Mutex<HashMap<AccessQuestion, (bool, Instant)>>,
+}
+
+/// Identity, API group, resource (plural) and verb.
+pub type AccessQuestion = (String, String, String, String);
+
+impl AccessAnswers {
+    /// The answer to `question`, if one was recorded less than [`ACCESS_ANSWER_TTL`] ago.
+    pub fn get(&self, question: &AccessQuestion) -> Option<bool> {
+        let entries = self.entries.lock().ok()?;
+        entries
+            .get(question)
+            .filter(|(_, at)| at.elapsed() < ACCESS_ANSWER_TTL)
+            .map(|(allowed, _)| *allowed)
+    }
+
+    /// Records the answer to `question`, now.
+    pub fn record(&self, question: AccessQuestion, allowed: bool) {
+        if let Ok(mut entries) = self.entries.lock() {
+            if entries.len() >= ACCESS_ANSWERS_LIMIT {
+                entries.clear();
+            }
+            entries.insert(question, (allowed, Instant::now()));
+        }
+    }
+}
+
 /// Images (`repo@sha256:…`) whose cosign signature verified, each with the set of keys it
 /// verified against (their fingerprints). A signature never stops being valid, so an entry
 /// does not expire: the same digest under the same keys is not verified again. Other keys
@@ -170,6 +210,31 @@ mod tests {
     use super::*;
 
     const LONG: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn access_answers_are_kept_per_question_for_a_while() {
+        let answers = AccessAnswers::default();
+        let question = |verb: &str| {
+            (
+                "ServiceAccount a/b".to_string(),
+                String::new(),
+                "configmaps".to_string(),
+                verb.to_string(),
+            )
+        };
+        assert_eq!(answers.get(&question("create")), None);
+        answers.record(question("create"), true);
+        answers.record(question("patch"), false);
+        assert_eq!(answers.get(&question("create")), Some(true));
+        assert_eq!(answers.get(&question("patch")), Some(false));
+        assert_eq!(answers.get(&question("delete")), None);
+        if let Ok(mut entries) = answers.entries.lock() {
+            for (_, at) in entries.values_mut() {
+                *at -= ACCESS_ANSWER_TTL;
+            }
+        }
+        assert_eq!(answers.get(&question("create")), None, "expired");
+    }
 
     #[test]
     fn a_copy_older_than_the_last_write_is_behind_until_one_catches_up() {

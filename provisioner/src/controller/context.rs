@@ -9,7 +9,9 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
 use super::backoff::Backoff;
-use super::caches::{InstalledChecks, ResolvedTags, VerifiedImages, WrittenVersions};
+use super::caches::{
+    AccessAnswers, InstalledChecks, ResolvedTags, VerifiedImages, WrittenVersions,
+};
 use super::discovery::KindCache;
 use super::drift::DriftWatches;
 use super::identity::Appliers;
@@ -82,6 +84,8 @@ pub struct Context {
     pub resolved: ResolvedTags,
     /// When each bundle was last installed or checked in full, and what it looked like then.
     pub checked: InstalledChecks,
+    /// Recent answers of cluster-wide access reviews.
+    pub access: AccessAnswers,
     /// Each bundle's last write by the provisioner, until the bundle store has it.
     pub written: WrittenVersions,
     /// Images whose signature verified, and against which keys.

@@ -104,6 +104,7 @@ pub async fn run(
         resolved: Default::default(),
         checked: Default::default(),
         written: Default::default(),
+        access: Default::default(),
         verified: Default::default(),
         registries: Default::default(),
         appliers: identity::Appliers::new(config, client.clone()),

@@ -304,12 +304,17 @@ pub async fn write_bundle_status(
 }
 
 /// The Event a change of `Ready` (its status or reason) deserves: `Warning` for a failure.
+/// The steps of a pass under way (`Unpacking`, `Installing`) are shown in status only: their
+/// outcome is the Event.
 fn ready_transition(
     current: &BundleStatus,
     desired: &BundleStatus,
 ) -> Option<(EventType, String, String)> {
     let before = condition(&current.conditions, types::READY).map(|c| (&c.status, &c.reason));
     let after = condition(&desired.conditions, types::READY)?;
+    if [reasons::UNPACKING, reasons::INSTALLING].contains(&after.reason.as_str()) {
+        return None;
+    }
     if before == Some((&after.status, &after.reason)) {
         return None;
     }
@@ -578,10 +583,20 @@ mod tests {
         summarize(&mut before, Some(1));
         let mut installing = status_with(&[(types::INSTALLED, false, reasons::INSTALLING)]);
         summarize(&mut installing, Some(1));
-        let (type_, reason, _) = ready_transition(&before, &installing).unwrap();
+        assert!(
+            ready_transition(&before, &installing).is_none(),
+            "a step under way is no Event"
+        );
+        let mut installed = status_with(&[
+            (types::UNPACKED, true, reasons::UNPACK_SUCCEEDED),
+            (types::APPROVED, true, reasons::AUTOMATIC_APPROVAL),
+            (types::INSTALLED, true, reasons::INSTALL_SUCCEEDED),
+        ]);
+        summarize(&mut installed, Some(1));
+        let (type_, reason, _) = ready_transition(&installing, &installed).unwrap();
         assert_eq!(
             (type_, reason.as_str()),
-            (EventType::Normal, reasons::INSTALLING)
+            (EventType::Normal, reasons::INSTALL_SUCCEEDED)
         );
 
         let mut failing = status_with(&[(types::INSTALLED, false, reasons::CONFLICT)]);

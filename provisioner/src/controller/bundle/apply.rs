@@ -62,7 +62,15 @@ pub(super) async fn apply_and_prune(
     };
     let (name, identity) = (pass.name.clone(), applier.describe());
     let applying = async {
-        let checked = check(&applier.client, plan, &name, &identity, &settings).await?;
+        let checked = check(
+            &applier.client,
+            plan,
+            &name,
+            &identity,
+            &settings,
+            &ctx.access,
+        )
+        .await?;
         // Only objects the identity may write are recorded, so that nothing refused is ever
         // pruned or uninstalled. The same write shows `Installing`.
         record_before_applying(pass, &planned).await?;

@@ -121,6 +121,7 @@ fn context(client: Client, classes: &[ProvisionerClass]) -> Context {
         resolved: Default::default(),
         checked: Default::default(),
         written: Default::default(),
+        access: Default::default(),
         verified: Default::default(),
         registries: Default::default(),
         appliers: crate::controller::identity::Appliers::new(None, client.clone()),

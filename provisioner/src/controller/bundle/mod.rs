@@ -239,7 +239,20 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
     // whether the image may be used at all.
     let applier = Applier::of(pass.bundle, &class, &pass.ctx.settings, &pass.ctx.appliers)?;
     allowed_images::check(pass.bundle, &class)?;
-    let resolved = proceed!(resolve::resolve(pass, &class).await);
+    let resolved = match proceed!(resolve::resolve(pass, &class).await) {
+        resolve::Resolution::Resolved(resolved) => resolved,
+        // Nothing to install: only the health of what is installed is looked at again (at
+        // the end of its timeout, say), without reading the content or the objects' fields.
+        resolve::Resolution::Unhealthy => {
+            let policy =
+                EffectiveHealth::of(class.spec.health.as_ref(), pass.bundle.spec.health.as_ref());
+            let wake = health::check(pass, policy, &applier.client, &[]).await;
+            let visit = next_visit(pass.bundle, pass.ctx);
+            return Ok(Outcome::Done(Action::requeue(
+                wake.map_or(visit, |w| w.min(visit)),
+            )));
+        }
+    };
     let resolved = verify::verify(pass, &class, resolved).await?;
     let mut content = proceed!(unpack::unpack_and_store(pass, &class, resolved).await);
     let plan = proceed!(plan::plan(pass, &mut content, &applier).await);

@@ -20,13 +20,23 @@ pub(super) struct Resolved {
     pub registry: Option<RegistryClient>,
 }
 
+/// What resolving found.
+pub(super) enum Resolution {
+    /// Go on with the install.
+    Resolved(Resolved),
+    /// Installed as at its last full check, nothing moved since, but its objects were not all
+    /// healthy then: only their health is to be looked at again.
+    Unhealthy,
+}
+
 /// Resolves `spec.image`, asking the registry only when the last answer may be stale. Stops
 /// the pass when the bundle is installed as it was at its last full check and no managed
-/// object moved since: there is nothing to read or write until the next resync.
+/// object moved since: there is nothing to read or write until the next resync (but the health
+/// of objects that were not healthy).
 pub(super) async fn resolve(
     pass: &mut Pass<'_>,
     class: &ProvisionerClass,
-) -> Result<Flow<Resolved>> {
+) -> Result<Flow<Resolution>> {
     let (bundle, ctx) = (pass.bundle, pass.ctx);
     let image = bundle.spec.image.as_str();
     if class.spec.require_digest && !is_digest_reference(image) {
@@ -75,11 +85,14 @@ pub(super) async fn resolve(
             .is_fresh(&pass.name, &check, ctx.settings.resync_interval)
     {
         backfill_installed(&mut pass.status, &resolved.image);
+        if condition(&pass.status.conditions, types::HEALTHY).is_some_and(|c| c.status != "True") {
+            return Ok(Flow::Continue(Resolution::Unhealthy));
+        }
         return Ok(Flow::Stop(Outcome::Done(Action::requeue(next_visit(
             bundle, ctx,
         )))));
     }
-    Ok(Flow::Continue(resolved))
+    Ok(Flow::Continue(Resolution::Resolved(resolved)))
 }
 
 /// A bundle installed before `installedImage` and `history` existed gets them from what is

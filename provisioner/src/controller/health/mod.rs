@@ -89,10 +89,6 @@ pub(crate) async fn check(
         now,
         policy.timeout,
     );
-    if verdict.reason != reasons::HEALTHY {
-        // The deadline wake-up must look again, not take the shortcut for unchanged bundles.
-        ctx.checked.forget(&pass.name);
-    }
     set_condition(
         &mut pass.status.conditions,
         types::HEALTHY,

@@ -246,7 +246,10 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
         resolve::Resolution::Unhealthy => {
             let policy =
                 EffectiveHealth::of(class.spec.health.as_ref(), pass.bundle.spec.health.as_ref());
-            let wake = health::check(pass, policy, &applier.client, &[]).await;
+            // A deletion since would have woken a full pass (drift): objects of kinds without
+            // status are current, and only the others are read.
+            let being_deleted = vec![false; pass.status.inventory.len()];
+            let wake = health::check(pass, policy, &applier.client, &being_deleted).await;
             let visit = next_visit(pass.bundle, pass.ctx);
             return Ok(Outcome::Done(Action::requeue(
                 wake.map_or(visit, |w| w.min(visit)),

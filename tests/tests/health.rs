@@ -29,6 +29,28 @@ fn health(wait: bool, timeout: &str) -> Option<HealthPolicy> {
     })
 }
 
+/// Pushes `files`, creates a bundle of them installing into `ns` (named after it) whose `Ready`
+/// waits for health, and waits until it is healthy.
+async fn install_healthy(
+    client: &kube::Client,
+    ns: &str,
+    files: &[(&str, String)],
+) -> (String, gantry_api::Bundle) {
+    let image = push(&format!("{ns}/app:v1"), files).await;
+    let name = ns.to_string();
+    let mut bundle_spec = spec(&image, Some(ns));
+    bundle_spec.health = health(true, "5m");
+    create_bundle(client, &name, bundle_spec).await;
+    let bundle = wait_bundle(
+        client,
+        &name,
+        "Healthy",
+        at(types::HEALTHY, "True", reasons::HEALTHY),
+    )
+    .await;
+    (name, bundle)
+}
+
 /// Whether condition `type_` is at `status` with `reason`, at the bundle's generation.
 fn at(
     type_: &'static str,
@@ -53,20 +75,10 @@ async fn a_waiting_bundle_is_ready_once_its_crd_is_established_and_its_resource_
     let group = format!("{ns}.example.com");
     let widget =
         format!("apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: w\nspec:\n  size: 1\n");
-    let image = push(
-        &format!("{ns}/app:v1"),
-        &[("00-crd.yaml", crd(&group)), ("10-widget.yaml", widget)],
-    )
-    .await;
-    let name = unique_name("health-cr");
-    let mut bundle_spec = spec(&image, Some(&ns));
-    bundle_spec.health = health(true, "5m");
-    create_bundle(&client, &name, bundle_spec).await;
-    let bundle = wait_bundle(
+    let (name, bundle) = install_healthy(
         &client,
-        &name,
-        "Healthy",
-        at(types::HEALTHY, "True", reasons::HEALTHY),
+        &ns,
+        &[("00-crd.yaml", crd(&group)), ("10-widget.yaml", widget)],
     )
     .await;
     assert!(is_ready(&bundle), "{:?}", bundle.status);
@@ -205,23 +217,13 @@ async fn a_configmap_held_in_deletion_is_not_healthy_until_installed_again() {
     ensure_namespace(&client, &ns).await;
     let held = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers: [example.com/hold]\ndata:\n  key: value\n";
     let other = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other\ndata:\n  key: value\n";
-    let image = push(
-        &format!("{ns}/app:v1"),
+    let (name, bundle) = install_healthy(
+        &client,
+        &ns,
         &[
             ("10-held.yaml", held.to_string()),
             ("20-other.yaml", other.to_string()),
         ],
-    )
-    .await;
-    let name = unique_name("health-held");
-    let mut bundle_spec = spec(&image, Some(&ns));
-    bundle_spec.health = health(true, "5m");
-    create_bundle(&client, &name, bundle_spec).await;
-    let bundle = wait_bundle(
-        &client,
-        &name,
-        "Healthy",
-        at(types::HEALTHY, "True", reasons::HEALTHY),
     )
     .await;
     assert_eq!(

@@ -15,10 +15,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::output::{count, print_table};
 
-/// How to reach the registry of IMAGE.
+/// How to reach the registry.
 #[derive(Args, Debug)]
 pub struct RegistryArgs {
-    /// Reach the registry of IMAGE over plain HTTP instead of TLS.
+    /// Reach the registry over plain HTTP instead of TLS.
     #[arg(long)]
     pub plain_http: bool,
     /// Also trust the CA certificates (PEM) in this file for registry TLS.

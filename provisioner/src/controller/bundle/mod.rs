@@ -244,16 +244,10 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
         // Nothing to install: only the health of what is installed is looked at again (at
         // the end of its timeout, say), without reading the content or the objects' fields.
         resolve::Resolution::Unhealthy => {
-            let policy =
-                EffectiveHealth::of(class.spec.health.as_ref(), pass.bundle.spec.health.as_ref());
             // A deletion since would have woken a full pass (drift): objects of kinds without
             // status are current, and only the others are read.
             let being_deleted = vec![false; pass.status.inventory.len()];
-            let wake = health::check(pass, policy, &applier.client, &being_deleted).await;
-            let visit = next_visit(pass.bundle, pass.ctx);
-            return Ok(Outcome::Done(Action::requeue(
-                wake.map_or(visit, |w| w.min(visit)),
-            )));
+            return Ok(assess_health(pass, &class, &applier, &being_deleted).await);
         }
     };
     let resolved = verify::verify(pass, &class, resolved).await?;
@@ -262,12 +256,21 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome> {
     proceed!(approve::approve(pass, &class, &content).await);
     let being_deleted =
         proceed!(apply::apply_and_prune(pass, &class, &content, &plan, &applier).await);
+    Ok(assess_health(pass, &class, &applier, &being_deleted).await)
+}
+
+/// The last step: the health of what is installed, and when to come back (the next visit, or
+/// the end of the health timeout if sooner).
+async fn assess_health(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    applier: &Applier,
+    being_deleted: &[bool],
+) -> Outcome {
     let policy = EffectiveHealth::of(class.spec.health.as_ref(), pass.bundle.spec.health.as_ref());
-    let wake = health::check(pass, policy, &applier.client, &being_deleted).await;
+    let wake = health::check(pass, policy, &applier.client, being_deleted).await;
     let visit = next_visit(pass.bundle, pass.ctx);
-    Ok(Outcome::Done(Action::requeue(
-        wake.map_or(visit, |w| w.min(visit)),
-    )))
+    Outcome::Done(Action::requeue(wake.map_or(visit, |w| w.min(visit))))
 }
 
 /// Removes `entries` (in the order given) that are still managed by the bundle. A failure

@@ -17,6 +17,10 @@ pub mod types {
     /// Summary: true when the bundle is installed at its current generation (and healthy, when
     /// its health policy says `wait`).
     pub const READY: &str = "Ready";
+    /// True when the last pass failed in a way no retry can fix until something it depends on
+    /// changes (the bundle, its class, its image's digest, its ServiceAccount's RBAC); the
+    /// message says what. Absent otherwise.
+    pub const STALLED: &str = "Stalled";
     /// Condition type of a `ProvisionerClass`: the class's parameters are valid.
     pub const ACCEPTED: &str = "Accepted";
 }
@@ -152,6 +156,11 @@ pub mod reasons {
         /// An object failed (a Job), or objects were not healthy within the health timeout; the
         /// message names each with its status.
         HEALTH_CHECK_FAILED = "HealthCheckFailed" => Failure;
+
+        // Any step.
+        /// A request to the Kubernetes API failed; the message names the step and the API
+        /// server's error. Retried.
+        API_FAILED = "APIFailed" => Failure;
 
         // Deletion.
         /// The bundle's objects and stored content were removed (an Event).

@@ -10,6 +10,7 @@ pub mod health;
 mod identity;
 mod names;
 pub mod storage;
+pub mod unpack;
 
 pub use bundle::{
     Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, HISTORY_LIMIT,

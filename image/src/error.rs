@@ -183,6 +183,35 @@ fn line_suffix(line: Option<u64>) -> String {
 }
 
 impl ImageError {
+    /// Whether the image's content is at fault (the bundle format or a limit), rather than
+    /// reaching, reading or verifying the image. Every variant is listed, so a new one must say
+    /// which it is.
+    pub fn is_content_problem(&self) -> bool {
+        match self {
+            ImageError::LimitExceeded { .. }
+            | ImageError::InvalidEntry { .. }
+            | ImageError::InvalidYaml { .. }
+            | ImageError::InvalidObject { .. }
+            | ImageError::MissingManifests
+            | ImageError::EmptyManifests
+            | ImageError::UnsupportedMediaType { .. } => true,
+            ImageError::InvalidReference { .. }
+            | ImageError::NotFound { .. }
+            | ImageError::AuthRefused { .. }
+            | ImageError::PlatformNotFound { .. }
+            | ImageError::DigestMismatch { .. }
+            | ImageError::SizeMismatch { .. }
+            | ImageError::InvalidManifest { .. }
+            | ImageError::Registry { .. }
+            | ImageError::ProtocolMismatch { .. }
+            | ImageError::Config(_)
+            | ImageError::DockerConfig { .. }
+            | ImageError::VerificationFailed { .. }
+            | ImageError::InvalidPublicKey { .. }
+            | ImageError::Io { .. } => false,
+        }
+    }
+
     /// The image reference this error's message starts with, for the errors about one image:
     /// whoever adds the image to the message can leave it out instead of repeating it.
     pub fn reference(&self) -> Option<&str> {

@@ -9,9 +9,8 @@ use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use gantry_api::ServiceAccountReference;
 use gantry_image::Platform;
-use gantry_provisioner::controller::node_pull::NodePullSettings;
-use gantry_provisioner::controller::{Settings, Token};
 use gantry_provisioner::run::Options;
+use gantry_provisioner::{NodePullSettings, ServiceAccountDefaults, Settings, Token};
 
 /// jemalloc, configured in `.cargo/config.toml` to hand freed memory back to the system: with
 /// glibc's allocator the RSS stayed near its peak long after a large bundle was applied.
@@ -185,8 +184,10 @@ fn options(flags: Flags) -> anyhow::Result<Options> {
                 flags.unpack_timeout,
             )
         },
-        default_service_account: flags.default_service_account,
-        require_service_account: flags.require_service_account,
+        service_accounts: ServiceAccountDefaults {
+            default: flags.default_service_account,
+            required: flags.require_service_account,
+        },
     };
     let storage_token = match (flags.storage_token_file, flags.storage_token) {
         (Some(path), _) => Token::File(path),

@@ -9,9 +9,12 @@ use std::sync::Arc;
 use kube::runtime::events::Reporter;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
 
-use crate::controller::node_pull::driver::remove_left_behind;
-use crate::controller::server::{self, Readiness};
-use crate::controller::{self, Controllers, Metrics, Settings, StorageClient, Token};
+use crate::reconcile::controllers::{self, Controllers};
+use crate::server::{self, Readiness};
+use crate::source::node_pull::driver::remove_left_behind;
+use crate::source::storage::{StorageClient, Token};
+use crate::state::Settings;
+use crate::state::metrics::Metrics;
 
 /// Everything the process runs with.
 pub struct Options {
@@ -53,7 +56,7 @@ pub enum StartError {
         source: std::io::Error,
     },
     #[error("storage client: {0}")]
-    Storage(#[from] controller::Error),
+    Storage(#[from] crate::source::storage::ClientError),
     #[error("binding {address}: {source}")]
     Bind {
         address: SocketAddr,
@@ -115,7 +118,7 @@ pub async fn run(
         readiness.set(true);
         metrics.leader.set(1);
         remove_left_behind(&controllers.client, &options.settings.namespace).await;
-        controller::run(controllers, shutdown).await;
+        controllers::run(controllers, shutdown).await;
         return Ok(());
     };
 
@@ -162,7 +165,7 @@ pub async fn run(
     let stopped = async move {
         let _ = stop_rx.await;
     };
-    tokio::join!(watch_lease, controller::run(controllers, stopped));
+    tokio::join!(watch_lease, controllers::run(controllers, stopped));
     metrics.leader.set(0);
     // Give the Lease up so a standby takes over at once.
     if let Ok(Ok(manager)) = lease_task.await {

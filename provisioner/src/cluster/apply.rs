@@ -1,0 +1,430 @@
+//! Server-side apply of a plan: in waves that never run ahead of the Namespaces and CRDs before
+//! them, concurrently within a wave, writing only objects that differ from what is live.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt, stream};
+use gantry_api::{BUNDLE_LABEL, FIELD_MANAGER};
+use kube::Client;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+
+use crate::cluster::access::AccessReviews;
+use crate::cluster::crds::wait_served;
+use crate::cluster::discovery::KindCache;
+use crate::cluster::errors::{api_message, is_forbidden, is_not_found};
+use crate::cluster::live::live_matches;
+use crate::cluster::preflight::{
+    GroupKey, allowed_by_kind, forbidden, group_key, is_rbac, preflight,
+};
+use crate::error::{Error, Result};
+use crate::policy::plan::{Plan, PlannedObject};
+
+/// What an apply did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyOutcome {
+    /// Objects written (created or changed).
+    pub written: usize,
+    /// Objects already as desired: nothing was sent.
+    pub unchanged: usize,
+    /// Per object of the plan, in its order: whether the API server said it is being deleted
+    /// (in the answer to its apply, or in the read that found it unchanged).
+    pub being_deleted: Vec<bool>,
+}
+
+/// Settings of the applier.
+#[derive(Clone, Copy, Debug)]
+pub struct ApplySettings {
+    /// Objects applied at once within a wave.
+    pub concurrency: usize,
+    /// How long to wait for a CRD of the bundle to be established.
+    pub crd_timeout: Duration,
+    /// Write every object, even those live as desired (new content: server-side apply then
+    /// also removes fields the content no longer has).
+    pub write_all: bool,
+}
+
+/// What [`check`] found: per object of the plan, in its order, `None` when it is absent.
+pub struct Checked {
+    live: Vec<Option<Seen>>,
+}
+
+/// What the apply needs of a live object. The object itself is dropped as soon as it is
+/// read: a bundle's CRDs can weigh megabytes, and all of them would be held until the end.
+pub struct Seen {
+    /// The bundle its label names.
+    owner: Option<String>,
+    /// Whether it already holds every field the plan has for it.
+    matches: bool,
+    /// Whether it carries a deletion timestamp.
+    being_deleted: bool,
+}
+
+impl Seen {
+    fn of(live: &Value, desired: &Value) -> Self {
+        let label = format!("/metadata/labels/{}", BUNDLE_LABEL.replace('/', "~1"));
+        Self {
+            owner: live
+                .pointer(&label)
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            matches: live_matches(live, desired),
+            being_deleted: live.pointer("/metadata/deletionTimestamp").is_some(),
+        }
+    }
+}
+
+/// Everything an apply verifies before its first write: no object belongs to another bundle,
+/// and `identity` may write every object that will be written.
+///
+/// New content (`write_all`) needs only each object's owner, not its fields: the objects other
+/// bundles own are listed once per kind and namespace (usually none), not read one by one. Its
+/// permissions are asked once per kind and namespace too; objects are checked one by one only
+/// where that answer is no (RBAC may grant by name) and for RBAC objects, whose writes the API
+/// server also checks for escalation (see [`preflight`]). That keeps a new content's checks to
+/// a few requests per kind, whatever its number of objects.
+pub async fn check(
+    client: &Client,
+    plan: &Plan,
+    bundle: &str,
+    identity: &str,
+    settings: &ApplySettings,
+    access: &AccessReviews,
+) -> Result<Checked> {
+    let concurrency = settings.concurrency.max(1);
+    let to_write = |live: &[Option<Seen>]| -> Vec<&PlannedObject> {
+        plan.objects
+            .iter()
+            .zip(live)
+            .filter(|(_, live)| settings.write_all || !live.as_ref().is_some_and(|l| l.matches))
+            .map(|(object, _)| object)
+            .collect()
+    };
+    let (live, allowed) = if settings.write_all {
+        // Every object will be written: who owns them and what the identity may write are
+        // asked at once.
+        let all: Vec<&PlannedObject> = plan.objects.iter().collect();
+        futures::try_join!(
+            owners(client, plan, bundle, identity, concurrency),
+            allowed_by_kind(client, &all, identity, concurrency, access),
+        )?
+    } else {
+        // The futures are built before they are streamed: a stream holding a closure over
+        // borrowed items makes the whole reconcile future fail to be `Send` for all lifetimes.
+        let reads: Vec<_> = plan
+            .objects
+            .iter()
+            .map(|object| read_seen(client, object, identity))
+            .collect();
+        let live: Vec<Option<Seen>> = stream::iter(reads)
+            .buffered(concurrency)
+            .try_collect()
+            .await?;
+        let allowed =
+            allowed_by_kind(client, &to_write(&live), identity, concurrency, access).await?;
+        (live, allowed)
+    };
+    check_owners(plan, &live, bundle)?;
+    let to_write = to_write(&live);
+    let checks: Vec<_> = to_write
+        .into_iter()
+        .filter(|object| is_rbac(object) || !allowed.contains(&group_key(object)))
+        .map(|object| preflight(client, access, object, identity))
+        .collect();
+    stream::iter(checks)
+        .buffered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(Checked { live })
+}
+
+/// For new content: which objects of the plan exist with another bundle's label. One list of
+/// metadata per kind and namespace, selecting only objects other bundles own; a kind or
+/// namespace where `identity` may not list is read object by object instead.
+async fn owners(
+    client: &Client,
+    plan: &Plan,
+    bundle: &str,
+    identity: &str,
+    concurrency: usize,
+) -> Result<Vec<Option<Seen>>> {
+    let mut groups: Vec<(GroupKey, &PlannedObject)> = Vec::new();
+    for object in &plan.objects {
+        let key = group_key(object);
+        if !groups.iter().any(|(k, _)| *k == key) {
+            groups.push((key, object));
+        }
+    }
+    let selector = format!("{BUNDLE_LABEL},{BUNDLE_LABEL}!={bundle}");
+    let lists: Vec<_> = groups
+        .iter()
+        .map(|(key, object)| {
+            let selector = selector.as_str();
+            async move {
+                let params = ListParams::default().labels(selector);
+                let listed = match object.api(client).list_metadata(&params).await {
+                    Ok(list) => Some(
+                        list.items
+                            .into_iter()
+                            .filter_map(|item| {
+                                let owner = item.metadata.labels?.remove(BUNDLE_LABEL)?;
+                                Some((item.metadata.name?, owner))
+                            })
+                            .collect::<HashMap<String, String>>(),
+                    ),
+                    // Not served yet: a CRD of the bundle defines it, so nothing of it exists.
+                    Err(e) if is_not_found(&e) => Some(HashMap::new()),
+                    Err(_) => None,
+                };
+                (key, listed)
+            }
+        })
+        .collect();
+    let listed: HashMap<&GroupKey, Option<HashMap<String, String>>> =
+        stream::iter(lists).buffered(concurrency).collect().await;
+    let reads: Vec<_> = plan
+        .objects
+        .iter()
+        .map(|object| {
+            let owners = listed.get(&group_key(object)).and_then(Option::as_ref);
+            async move {
+                match owners {
+                    Some(owners) => Ok(owners.get(&object.name).map(|owner| Seen {
+                        owner: Some(owner.clone()),
+                        matches: false,
+                        // Written anyway (new content): the answer tells.
+                        being_deleted: false,
+                    })),
+                    None => read_seen(client, object, identity).await,
+                }
+            }
+        })
+        .collect();
+    stream::iter(reads)
+        .buffered(concurrency)
+        .try_collect()
+        .await
+}
+
+/// The writes of an apply, once [`check`] passed.
+pub async fn write(
+    client: &Client,
+    kinds: &KindCache,
+    plan: &Plan,
+    identity: &str,
+    settings: ApplySettings,
+    checked: Checked,
+) -> Result<ApplyOutcome> {
+    let concurrency = settings.concurrency.max(1);
+    let live = checked.live;
+    let mut outcome = ApplyOutcome::default();
+    let mut served: HashSet<GroupVersionKind> = HashSet::new();
+    let mut offset = 0;
+    for wave in waves(&plan.objects) {
+        let lives = &live[offset..offset + wave.len()];
+        offset += wave.len();
+        // Before custom resources go out, their CRDs must be established and serve the
+        // version they use (a CRD that just gained a version serves it a little later).
+        for object in wave {
+            if let Some(crd) = object.needs_crd.as_deref()
+                && served.insert(object.gvk.clone())
+            {
+                wait_served(client, kinds, crd, &object.gvk, settings.crd_timeout).await?;
+            }
+        }
+        let writes: Vec<_> = wave
+            .iter()
+            .zip(lives)
+            .map(|(object, live)| {
+                let unchanged = live
+                    .as_ref()
+                    .filter(|l| !settings.write_all && l.matches)
+                    .map(|l| l.being_deleted);
+                apply_one(client, kinds, object, unchanged, identity)
+            })
+            .collect();
+        let results: Vec<Applied> = stream::iter(writes)
+            .buffered(concurrency)
+            .try_collect()
+            .await?;
+        for applied in results {
+            if applied.written {
+                outcome.written += 1;
+            } else {
+                outcome.unchanged += 1;
+            }
+            outcome.being_deleted.push(applied.being_deleted);
+        }
+    }
+    Ok(outcome)
+}
+
+/// Fails with `Conflict` when a live object carries the label of another bundle.
+fn check_owners(plan: &Plan, live: &[Option<Seen>], bundle: &str) -> Result<()> {
+    for (object, live) in plan.objects.iter().zip(live) {
+        let owner = live.as_ref().and_then(|l| l.owner.as_deref());
+        if let Some(owner) = owner.filter(|owner| *owner != bundle) {
+            return Err(Error::Conflict {
+                object: object.to_string(),
+                owner: owner.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Splits objects into waves: each run of Namespaces/CRDs is one wave, each run of other
+/// objects another; a wave starts only when the one before it is done.
+pub fn waves(objects: &[PlannedObject]) -> Vec<&[PlannedObject]> {
+    let mut waves = Vec::new();
+    let mut start = 0;
+    for i in 1..=objects.len() {
+        if i == objects.len() || objects[i].is_barrier() != objects[start].is_barrier() {
+            if start < i {
+                waves.push(&objects[start..i]);
+            }
+            start = i;
+        }
+    }
+    waves
+}
+
+/// The live object, `None` when absent (or when its kind is not served yet: a CRD of the
+/// bundle that is not established).
+async fn read_live(
+    client: &Client,
+    object: &PlannedObject,
+    identity: &str,
+) -> Result<Option<Value>> {
+    match object.api(client).get(&object.name).await {
+        Ok(live) => Ok(Some(serde_json::to_value(live).unwrap_or(Value::Null))),
+        // A plain 404 (no Status body) means the kind is not served yet.
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) if is_forbidden(&e) => Err(forbidden(object, identity, &e)),
+        Err(e) => Err(Error::Apply {
+            object: object.to_string(),
+            message: api_message(&e),
+        }),
+    }
+}
+
+/// What the apply needs of the live object, read whole; `None` when it is absent.
+async fn read_seen(
+    client: &Client,
+    object: &PlannedObject,
+    identity: &str,
+) -> Result<Option<Seen>> {
+    let live = read_live(client, object, identity).await?;
+    Ok(live.map(|live| Seen::of(&live, &object.value())))
+}
+
+/// What became of one object.
+struct Applied {
+    written: bool,
+    being_deleted: bool,
+}
+
+/// Applies one object unless it is live as desired (`unchanged`: whether that live object is
+/// being deleted).
+async fn apply_one(
+    client: &Client,
+    kinds: &KindCache,
+    object: &PlannedObject,
+    unchanged: Option<bool>,
+    identity: &str,
+) -> Result<Applied> {
+    if let Some(being_deleted) = unchanged {
+        return Ok(Applied {
+            written: false,
+            being_deleted,
+        });
+    }
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    // Only the metadata of the answer: the whole object would be parsed only to be dropped,
+    // and a CRD of megabytes parses into tens of them.
+    let applied = object
+        .api(client)
+        .patch_metadata(&object.name, &params, &Patch::Apply(&object.object))
+        .await;
+    match applied {
+        Ok(answer) => Ok(Applied {
+            written: true,
+            being_deleted: answer.metadata.deletion_timestamp.is_some(),
+        }),
+        Err(error) => {
+            // A kind that is not served (any more) must be discovered again on the next attempt.
+            if is_not_found(&error) {
+                kinds.forget(&object.gvk);
+            }
+            if is_forbidden(&error) {
+                return Err(forbidden(object, identity, &error));
+            }
+            Err(Error::Apply {
+                object: object.to_string(),
+                message: api_message(&error),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::plan::plan_objects;
+    use crate::policy::plan::tests::{config_map, crd, namespace, object, served};
+    use serde_json::json;
+
+    #[test]
+    fn waves_never_run_ahead_of_namespaces_and_crds() {
+        let widget = object(
+            "w.yaml",
+            json!({ "apiVersion": "example.com/v1", "kind": "Widget", "metadata": { "name": "w" } }),
+        );
+        let objects = [
+            namespace("app"),
+            crd("example.com", "Widget", "widgets"),
+            config_map("a"),
+            config_map("b"),
+            namespace("other"),
+            widget,
+        ];
+        let plan = plan_objects(objects.to_vec(), "b", Some("app"), served).unwrap();
+        let names: Vec<Vec<&str>> = waves(&plan.objects)
+            .iter()
+            .map(|wave| wave.iter().map(|o| o.name.as_str()).collect())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                vec!["app", "widgets.example.com", "other"],
+                vec!["a", "b", "w"]
+            ]
+        );
+        assert!(waves(&[]).is_empty());
+    }
+
+    #[test]
+    fn an_object_of_another_bundle_is_a_conflict() {
+        let plan = plan_objects(
+            vec![config_map("a"), config_map("b")],
+            "mine",
+            Some("n"),
+            served,
+        )
+        .unwrap();
+        let seen = |live: Value| Some(Seen::of(&live, &json!({})));
+        let labelled =
+            |owner: &str| seen(json!({ "metadata": { "labels": { BUNDLE_LABEL: owner } } }));
+        assert!(check_owners(&plan, &[None, labelled("mine")], "mine").is_ok());
+        assert!(check_owners(&plan, &[seen(json!({ "metadata": {} })), None], "mine").is_ok());
+        match check_owners(&plan, &[None, labelled("theirs")], "mine") {
+            Err(Error::Conflict { object, owner }) => {
+                assert_eq!(owner, "theirs");
+                assert!(object.starts_with("ConfigMap n/b"), "{object}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Live objects: reads that keep only what their reader looks at, and whether a live object
+//! already holds what the bundle wants (so applying it would change nothing). Serde skips the
+//! fields a view does not name while it parses, so a CRD of megabytes never becomes a tree of
+//! tens of megabytes of `Value`s, and nobody's managedFields are kept.
+
+use crate::cluster::errors::is_not_found;
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::core::Request;
+use kube::core::params::GetParams;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The metadata health looks at.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Metadata {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deletion_timestamp: Option<String>,
+}
+
+/// An object as health assesses it: its kind, the metadata above, its spec and status.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WithSpec {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: Metadata,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    spec: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<Value>,
+}
+
+/// The same without the spec: for kinds whose spec no rule reads and which may be large (a
+/// CRD's schema).
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WithoutSpec {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: Metadata,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<Value>,
+}
+
+/// Whether health needs the spec of objects of `group`/`kind`: every kind but CRDs.
+pub fn spec_needed(group: &str, kind: &str) -> bool {
+    !(group == "apiextensions.k8s.io" && kind == "CustomResourceDefinition")
+}
+
+/// Reads `name` through `api` as health sees it (see [`WithSpec`]); `None` when it is absent.
+pub async fn for_health(
+    client: &Client,
+    api: &Api<DynamicObject>,
+    name: &str,
+    with_spec: bool,
+) -> kube::Result<Option<Value>> {
+    let object = if with_spec {
+        read::<WithSpec>(client, api, name)
+            .await?
+            .map(serde_json::to_value)
+    } else {
+        read::<WithoutSpec>(client, api, name)
+            .await?
+            .map(serde_json::to_value)
+    };
+    Ok(object.and_then(Result::ok))
+}
+
+async fn read<T: DeserializeOwned>(
+    client: &Client,
+    api: &Api<DynamicObject>,
+    name: &str,
+) -> kube::Result<Option<T>> {
+    let request = Request::new(api.resource_url())
+        .get(name, &GetParams::default())
+        .map_err(kube::Error::BuildRequest)?;
+    match client.request::<T>(request).await {
+        Ok(object) => Ok(Some(object)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// Whether `live` already holds every field of `desired` (so applying would change nothing).
+/// Only labels and annotations of metadata count; `status` never does; a Secret's `stringData`
+/// is compared against `data`.
+pub fn live_matches(live: &Value, desired: &Value) -> bool {
+    let Some(desired) = desired.as_object() else {
+        return false;
+    };
+    for (key, want) in desired {
+        match key.as_str() {
+            "status" => continue,
+            "metadata" => {
+                for field in ["labels", "annotations"] {
+                    let want = want.get(field).unwrap_or(&Value::Null);
+                    let have = live
+                        .pointer(&format!("/metadata/{field}"))
+                        .unwrap_or(&Value::Null);
+                    if !contains(have, want) {
+                        return false;
+                    }
+                }
+            }
+            "stringData" if is_secret(live) => {
+                let Some(want) = want.as_object() else {
+                    return false;
+                };
+                for (k, v) in want {
+                    let encoded = v.as_str().map(|s| {
+                        use base64::Engine;
+                        base64::engine::general_purpose::STANDARD.encode(s)
+                    });
+                    let have = live.pointer(&format!("/data/{}", escape_pointer(k)));
+                    if have.and_then(Value::as_str) != encoded.as_deref() {
+                        return false;
+                    }
+                }
+            }
+            _ => {
+                if !contains(live.get(key).unwrap_or(&Value::Null), want) {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+fn is_secret(live: &Value) -> bool {
+    live.get("kind").and_then(Value::as_str) == Some("Secret")
+        && live.get("apiVersion").and_then(Value::as_str) == Some("v1")
+}
+
+fn escape_pointer(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// `have` contains `want`: maps key by key, lists element by element, scalars equal (numbers
+/// by value). An empty or null `want` is satisfied by an absent field.
+fn contains(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (_, Value::Null) => true,
+        (Value::Null, Value::Object(w)) => w.values().all(|v| contains(&Value::Null, v)),
+        (Value::Null, Value::Array(w)) => w.is_empty(),
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, v)| contains(h.get(k).unwrap_or(&Value::Null), v)),
+        (Value::Array(h), Value::Array(w)) => {
+            h.len() == w.len() && h.iter().zip(w).all(|(h, w)| contains(h, w))
+        }
+        (Value::Number(h), Value::Number(w)) => h.as_f64() == w.as_f64(),
+        (h, w) => h == w,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn views_keep_what_health_reads_and_drop_the_rest() {
+        let live = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": { "name": "widgets.example.com", "generation": 2,
+                          "managedFields": [{ "manager": "gantry", "fieldsV1": { "f:spec": {} } }],
+                          "labels": { "a": "b" } },
+            "spec": { "versions": [{ "name": "v1", "schema": { "openAPIV3Schema": {} } }] },
+            "status": { "conditions": [{ "type": "Established", "status": "True" }] }
+        });
+        let without: WithoutSpec = serde_json::from_value(live.clone()).unwrap();
+        assert_eq!(
+            serde_json::to_value(without).unwrap(),
+            json!({
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": { "name": "widgets.example.com", "generation": 2 },
+                "status": { "conditions": [{ "type": "Established", "status": "True" }] }
+            })
+        );
+        let with: WithSpec = serde_json::from_value(live).unwrap();
+        let with = serde_json::to_value(with).unwrap();
+        assert!(with.pointer("/spec/versions/0/name").is_some());
+        assert!(with.pointer("/metadata/managedFields").is_none());
+        assert!(!spec_needed(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition"
+        ));
+        assert!(spec_needed("apps", "Deployment"));
+    }
+    #[test]
+    fn live_with_defaults_and_extra_metadata_matches() {
+        let desired = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "s", "namespace": "n", "labels": { "a": "1" } },
+            "spec": { "ports": [{ "port": 80 }] }
+        });
+        let live = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "s", "namespace": "n", "uid": "u", "resourceVersion": "7",
+                          "labels": { "a": "1", "b": "2" }, "managedFields": [] },
+            "spec": { "ports": [{ "port": 80, "protocol": "TCP", "targetPort": 80 }], "type": "ClusterIP" },
+            "status": { "loadBalancer": {} }
+        });
+        assert!(live_matches(&live, &desired));
+    }
+
+    #[test]
+    fn a_changed_or_missing_field_does_not_match() {
+        let desired =
+            json!({ "kind": "ConfigMap", "metadata": { "name": "c" }, "data": { "k": "v" } });
+        assert!(!live_matches(
+            &json!({ "kind": "ConfigMap", "metadata": {}, "data": { "k": "x" } }),
+            &desired
+        ));
+        assert!(!live_matches(
+            &json!({ "kind": "ConfigMap", "metadata": {} }),
+            &desired
+        ));
+        let labelled = json!({ "kind": "ConfigMap", "metadata": { "labels": { "l": "1" } } });
+        assert!(!live_matches(
+            &json!({ "kind": "ConfigMap", "metadata": {} }),
+            &labelled
+        ));
+    }
+
+    #[test]
+    fn secret_string_data_is_compared_as_data() {
+        let desired = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": {}, "stringData": { "p": "hi" } });
+        let live = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": {}, "data": { "p": "aGk=" } });
+        assert!(live_matches(&live, &desired));
+        let changed = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": {}, "data": { "p": "eA==" } });
+        assert!(!live_matches(&changed, &desired));
+    }
+
+    #[test]
+    fn numbers_compare_by_value_and_empty_wants_match_absence() {
+        assert!(contains(&json!(1.0), &json!(1)));
+        assert!(contains(&Value::Null, &json!({})));
+        assert!(contains(&Value::Null, &json!([])));
+        assert!(!contains(&Value::Null, &json!([1])));
+        assert!(!contains(&json!([1, 2]), &json!([1])));
+    }
+}

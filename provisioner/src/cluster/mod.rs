@@ -1,0 +1,14 @@
+//! Talking to the cluster about a bundle's objects: applying them in waves, waiting for their
+//! CRDs, reviewing access, reading live views, discovery, the inventory, drift watches, the
+//! identities objects are applied as, and the API server's errors.
+
+pub mod access;
+pub mod apply;
+pub mod crds;
+pub mod discovery;
+pub mod drift;
+pub mod errors;
+pub mod identity;
+pub mod inventory;
+pub mod live;
+pub mod preflight;

@@ -1,0 +1,482 @@
+//! One error type for the controller; a failure carries the [`Step`] it happened in. The
+//! variant and the step decide the condition, the reason and the metric label, and whether a
+//! retry can help ([`Stall`]).
+
+use gantry_api::conditions::{reasons, types};
+
+use gantry_image::{ImageError, RegistryProtocol};
+
+/// Why a reconcile did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("ProvisionerClass {0} does not exist")]
+    ClassNotFound(String),
+
+    #[error(
+        "the bundle names no class and no ProvisionerClass is annotated gantry.dev/is-default-class=\"true\""
+    )]
+    NoDefaultClass,
+
+    #[error("ProvisionerClass {class} is invalid: {message}")]
+    InvalidClass { class: String, message: String },
+
+    #[error("ProvisionerClass {class} requires images by digest, and {image} names a tag")]
+    DigestRequired { class: String, image: String },
+
+    #[error("pull secret {secret}: {message}")]
+    PullSecret { secret: String, message: String },
+
+    #[error("{}", pull_message(.image, .source))]
+    Pull {
+        image: String,
+        #[source]
+        source: ImageError,
+    },
+
+    #[error("invalid bundle {image}: {source}")]
+    InvalidBundle {
+        image: String,
+        #[source]
+        source: ImageError,
+    },
+
+    #[error("storage server: {0}")]
+    Storage(String),
+
+    /// `spec.verify`: the resolved digest carries no valid signature by the class's keys, or
+    /// the signatures could not be read.
+    #[error("{}", verification_message(.image, .source))]
+    Verification {
+        image: String,
+        #[source]
+        source: ImageError,
+    },
+
+    /// `spec.verify`: the Secret holding the public keys is missing or holds no usable key.
+    #[error("verification keys in secret {secret}: {message}")]
+    VerificationKeys { secret: String, message: String },
+
+    /// `pullMode: Node`: the kubelet could not pull the image (its reason and message).
+    #[error("pulling {image}: {message}")]
+    NodePull { image: String, message: String },
+
+    /// `pullMode: Node`: the unpack program refused the content, with the same text as a
+    /// direct pull's [`Error::InvalidBundle`].
+    #[error("invalid bundle {image}: {message}")]
+    InvalidBundleReported { image: String, message: String },
+
+    /// `pullMode: Node`: the unpack Pod was not scheduled, did not finish or failed otherwise.
+    #[error("unpacking {image} on a node: {message}")]
+    UnpackPod { image: String, message: String },
+
+    /// `pullMode: Node`: the unpack Pod stayed unschedulable (the scheduler's message).
+    #[error("unpacking {image} on a node: {message}")]
+    UnpackPodUnschedulable { image: String, message: String },
+
+    #[error("namespaced objects carry no namespace and spec.installNamespace is not set: {}", .0.join(", "))]
+    NamespaceRequired(Vec<String>),
+
+    #[error("install namespace {0} does not exist and the bundle does not create it")]
+    NamespaceNotFound(String),
+
+    #[error("{object} is managed by bundle {owner}")]
+    Conflict { object: String, owner: String },
+
+    #[error("CustomResourceDefinition {crd} was not established within {seconds}s")]
+    CrdNotEstablished { crd: String, seconds: u64 },
+
+    #[error("applying {object}: {message}")]
+    Apply { object: String, message: String },
+
+    #[error("pruning {object}: {message}")]
+    Prune { object: String, message: String },
+
+    #[error("uninstalling {object}: {message}")]
+    Uninstall { object: String, message: String },
+
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+
+    #[error("{image} is not allowed by ProvisionerClass {class}: its allowedImages are {}", .allowed.join(", "))]
+    ImageNotAllowed {
+        image: String,
+        class: String,
+        allowed: Vec<String>,
+    },
+
+    #[error(
+        "the provisioner requires a ServiceAccount (--require-service-account), and neither the bundle nor ProvisionerClass {class} names one"
+    )]
+    ServiceAccountRequired { class: String },
+
+    #[error("spec.serviceAccountName {name} is not allowed by ProvisionerClass {class}: {why}")]
+    ServiceAccountNotAllowed {
+        name: String,
+        class: String,
+        why: String,
+    },
+
+    /// The applying identity may not read or write an object (the API server's Forbidden).
+    #[error("{identity} may not apply {object}: {message}")]
+    Forbidden {
+        object: String,
+        identity: String,
+        message: String,
+    },
+
+    #[error("impersonation: {0}")]
+    Impersonation(String),
+}
+
+/// The steps of a pass, in order: where a failure happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Select,
+    Suspend,
+    Dependencies,
+    Identity,
+    AllowedImages,
+    Resolve,
+    Verify,
+    Unpack,
+    Plan,
+    Approve,
+    Apply,
+    Uninstall,
+}
+
+impl Step {
+    /// How messages name the step.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Select => "selecting the class",
+            Step::Suspend => "checking suspension",
+            Step::Dependencies => "reading dependencies",
+            Step::Identity => "choosing the identity",
+            Step::AllowedImages => "checking allowed images",
+            Step::Resolve => "resolving the image",
+            Step::Verify => "verifying the signature",
+            Step::Unpack => "unpacking",
+            Step::Plan => "planning",
+            Step::Approve => "checking the approval",
+            Step::Apply => "applying",
+            Step::Uninstall => "uninstalling",
+        }
+    }
+
+    /// The condition a failure of this step is reported on, when the error itself does not
+    /// say.
+    pub fn condition(self) -> &'static str {
+        match self {
+            Step::Select
+            | Step::Suspend
+            | Step::Dependencies
+            | Step::Identity
+            | Step::AllowedImages
+            | Step::Resolve
+            | Step::Verify
+            | Step::Unpack => types::UNPACKED,
+            Step::Approve => types::APPROVED,
+            Step::Plan | Step::Apply | Step::Uninstall => types::INSTALLED,
+        }
+    }
+}
+
+/// A failure and the step it happened in.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", message(.step, .error))]
+pub struct Failure {
+    pub step: Step,
+    pub error: Error,
+}
+
+fn message(step: &Step, error: &Error) -> String {
+    match error {
+        Error::Kube(_) => format!("{}: {error}", step.name()),
+        _ => error.to_string(),
+    }
+}
+
+impl Failure {
+    /// The condition the failure is reported on, and its reason: the error's own where it is
+    /// specific, else the step's with `APIFailed`.
+    pub fn condition(&self) -> (&'static str, &'static str) {
+        match &self.error {
+            Error::Kube(_) => (self.step.condition(), reasons::API_FAILED),
+            error => error.condition(),
+        }
+    }
+}
+
+/// `.map_err(at(Step::X))`: tags an error with its step.
+pub fn at(step: Step) -> impl Fn(Error) -> Failure {
+    move |error| Failure { step, error }
+}
+
+/// A failure no retry can fix until something it depends on changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stall {
+    /// The bundle or its class must change (both are watched).
+    UntilSpecChanges,
+    /// The bundle, its class, or the digest its tag resolves to must change.
+    UntilDigestChanges,
+    /// The RBAC of the identity the bundle is applied as, or the class, must change; RBAC is
+    /// not watched, so it is looked at again now and then.
+    UntilAccessChanges,
+}
+
+impl Stall {
+    /// What the `Stalled` message says will bring the bundle back.
+    pub fn until(self) -> &'static str {
+        match self {
+            Stall::UntilSpecChanges => "the bundle or its class changes",
+            Stall::UntilDigestChanges => {
+                "the bundle, its class or the digest its image resolves to changes"
+            }
+            Stall::UntilAccessChanges => {
+                "the RBAC of the identity it is applied as, the bundle or its class changes"
+            }
+        }
+    }
+}
+
+impl Error {
+    /// Whether a retry can help: `None` when it can (the registry, the API server, a
+    /// conflict another bundle may release), else what must change first. Every variant is
+    /// listed: a new one must say which it is.
+    pub fn stall(&self) -> Option<Stall> {
+        match self {
+            Error::InvalidClass { .. }
+            | Error::DigestRequired { .. }
+            | Error::NamespaceRequired(_)
+            | Error::ImageNotAllowed { .. }
+            | Error::ServiceAccountRequired { .. }
+            | Error::ServiceAccountNotAllowed { .. } => Some(Stall::UntilSpecChanges),
+            Error::InvalidBundle { .. } | Error::InvalidBundleReported { .. } => {
+                Some(Stall::UntilDigestChanges)
+            }
+            Error::Verification { source, .. }
+                if matches!(source, ImageError::VerificationFailed { .. }) =>
+            {
+                Some(Stall::UntilDigestChanges)
+            }
+            Error::Forbidden { .. } => Some(Stall::UntilAccessChanges),
+            Error::ClassNotFound(_)
+            | Error::NoDefaultClass
+            | Error::PullSecret { .. }
+            | Error::Pull { .. }
+            | Error::Storage(_)
+            | Error::Verification { .. }
+            | Error::VerificationKeys { .. }
+            | Error::NodePull { .. }
+            | Error::UnpackPod { .. }
+            | Error::UnpackPodUnschedulable { .. }
+            | Error::NamespaceNotFound(_)
+            | Error::Conflict { .. }
+            | Error::CrdNotEstablished { .. }
+            | Error::Apply { .. }
+            | Error::Prune { .. }
+            | Error::Uninstall { .. }
+            | Error::Kube(_)
+            | Error::Impersonation(_) => None,
+        }
+    }
+
+    /// The condition the failure is reported on, and its reason. Every variant is listed: a
+    /// new one must say where it belongs.
+    pub fn condition(&self) -> (&'static str, &'static str) {
+        use types::{INSTALLED, UNPACKED};
+        match self {
+            Error::ClassNotFound(_) | Error::NoDefaultClass => (UNPACKED, reasons::CLASS_NOT_FOUND),
+            Error::InvalidClass { .. } => (UNPACKED, reasons::INVALID_PARAMETERS),
+            Error::DigestRequired { .. } => (UNPACKED, reasons::DIGEST_REQUIRED),
+            Error::PullSecret { .. } | Error::Pull { .. } | Error::NodePull { .. } => {
+                (UNPACKED, reasons::PULL_FAILED)
+            }
+            Error::InvalidBundle { .. } | Error::InvalidBundleReported { .. } => {
+                (UNPACKED, reasons::INVALID_BUNDLE)
+            }
+            Error::UnpackPod { .. } => (UNPACKED, reasons::UNPACK_POD_FAILED),
+            Error::UnpackPodUnschedulable { .. } => (UNPACKED, reasons::UNPACK_POD_UNSCHEDULABLE),
+            Error::Storage(_) => (UNPACKED, reasons::STORAGE_FAILED),
+            Error::Verification { .. } | Error::VerificationKeys { .. } => {
+                (UNPACKED, reasons::VERIFICATION_FAILED)
+            }
+            Error::NamespaceRequired(_) => (INSTALLED, reasons::NAMESPACE_REQUIRED),
+            Error::NamespaceNotFound(_) => (INSTALLED, reasons::NAMESPACE_NOT_FOUND),
+            Error::Conflict { .. } => (INSTALLED, reasons::CONFLICT),
+            Error::CrdNotEstablished { .. } => (INSTALLED, reasons::CRD_NOT_ESTABLISHED),
+            Error::Apply { .. } | Error::Kube(_) => (INSTALLED, reasons::APPLY_FAILED),
+            Error::Prune { .. } => (INSTALLED, reasons::PRUNE_FAILED),
+            Error::Uninstall { .. } => (INSTALLED, reasons::UNINSTALL_FAILED),
+            Error::ImageNotAllowed { .. } => (UNPACKED, reasons::IMAGE_NOT_ALLOWED),
+            Error::ServiceAccountRequired { .. } => (INSTALLED, reasons::SERVICE_ACCOUNT_REQUIRED),
+            Error::ServiceAccountNotAllowed { .. } => {
+                (INSTALLED, reasons::SERVICE_ACCOUNT_NOT_ALLOWED)
+            }
+            Error::Forbidden { .. } => (INSTALLED, reasons::FORBIDDEN),
+            Error::Impersonation(_) => (INSTALLED, reasons::APPLY_FAILED),
+        }
+    }
+
+    /// The condition reason.
+    pub fn reason(&self) -> &'static str {
+        self.condition().1
+    }
+
+    /// Classifies an image error: content problems are `InvalidBundle`, the rest `PullFailed`.
+    pub fn from_image(image: &str, source: ImageError) -> Self {
+        let image = image.to_string();
+        if source.is_content_problem() {
+            Error::InvalidBundle { image, source }
+        } else {
+            Error::Pull { image, source }
+        }
+    }
+}
+
+/// A failed verification names the image itself; other errors (the registry's) get it added.
+fn verification_message(image: &str, source: &ImageError) -> String {
+    match source {
+        ImageError::VerificationFailed { .. } => source.to_string(),
+        other if other.reference().is_some() => {
+            format!("verifying the signature of {other}{}", registry_fix(other))
+        }
+        other => format!("verifying the signature of {image}: {other}"),
+    }
+}
+
+/// "pulling REFERENCE: what failed", the reference said once: the one the registry error
+/// names (the most precise, a digest once resolved), else the bundle's.
+fn pull_message(image: &str, source: &ImageError) -> String {
+    match source {
+        ImageError::InvalidReference { .. } => source.to_string(),
+        source if source.reference().is_some() => {
+            format!("pulling {source}{}", registry_fix(source))
+        }
+        source => format!("pulling {image}: {source}"),
+    }
+}
+
+/// What to change in the class when the registry speaks the other protocol.
+fn registry_fix(source: &ImageError) -> String {
+    match source {
+        ImageError::ProtocolMismatch {
+            registry, speaks, ..
+        } => match speaks {
+            RegistryProtocol::PlainHttp => {
+                format!(": add {registry} to the class's insecureRegistries")
+            }
+            RegistryProtocol::Tls => format!(
+                ": remove {registry} from the class's insecureRegistries (and name its CA in registryCASecret if a private one signed its certificate)"
+            ),
+        },
+        _ => String::new(),
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error() -> Error {
+        Error::Kube(kube::Error::Api(
+            kube::core::Status::failure("etcdserver: request timed out", "Timeout")
+                .with_code(504)
+                .boxed(),
+        ))
+    }
+
+    #[test]
+    fn an_api_failure_is_reported_on_the_condition_of_its_step() {
+        for (step, condition) in [
+            (Step::Select, types::UNPACKED),
+            (Step::Dependencies, types::UNPACKED),
+            (Step::Resolve, types::UNPACKED),
+            (Step::Approve, types::APPROVED),
+            (Step::Apply, types::INSTALLED),
+            (Step::Uninstall, types::INSTALLED),
+        ] {
+            let failure = at(step)(api_error());
+            assert_eq!(failure.condition(), (condition, reasons::API_FAILED));
+            assert!(
+                failure.to_string().starts_with(step.name()),
+                "the message names the step: {failure}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_specific_error_keeps_its_own_condition_whatever_the_step() {
+        let failure = at(Step::Apply)(Error::Conflict {
+            object: "ConfigMap a/b".into(),
+            owner: "other".into(),
+        });
+        assert_eq!(failure.condition(), (types::INSTALLED, reasons::CONFLICT));
+        assert_eq!(
+            failure.to_string(),
+            "ConfigMap a/b is managed by bundle other"
+        );
+    }
+
+    #[test]
+    fn hopeless_failures_stall_and_the_rest_are_retried() {
+        let stalled = [
+            (
+                Error::InvalidClass {
+                    class: "c".into(),
+                    message: "bad".into(),
+                },
+                Stall::UntilSpecChanges,
+            ),
+            (
+                Error::ImageNotAllowed {
+                    image: "r/x:1".into(),
+                    class: "c".into(),
+                    allowed: vec!["r/y".into()],
+                },
+                Stall::UntilSpecChanges,
+            ),
+            (
+                Error::NamespaceRequired(vec!["ConfigMap a".into()]),
+                Stall::UntilSpecChanges,
+            ),
+            (
+                Error::InvalidBundleReported {
+                    image: "r/x:1".into(),
+                    message: "no manifests/".into(),
+                },
+                Stall::UntilDigestChanges,
+            ),
+            (
+                Error::Forbidden {
+                    object: "ConfigMap a/b".into(),
+                    identity: "ServiceAccount t/d".into(),
+                    message: "no".into(),
+                },
+                Stall::UntilAccessChanges,
+            ),
+        ];
+        for (error, stall) in stalled {
+            assert_eq!(error.stall(), Some(stall), "{error}");
+        }
+        let retried = [
+            api_error(),
+            Error::Storage("PUT: 503".into()),
+            Error::Conflict {
+                object: "ConfigMap a/b".into(),
+                owner: "other".into(),
+            },
+            Error::ClassNotFound("c".into()),
+            Error::CrdNotEstablished {
+                crd: "widgets.example.com".into(),
+                seconds: 60,
+            },
+        ];
+        for error in retried {
+            assert_eq!(error.stall(), None, "{error}");
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! Decisions made from data alone, without a cluster: planning a bundle's objects, the
+//! permissions it requests, which class serves a bundle, allowed images, whose identity applies
+//! it, and the kstatus rules and health verdicts. Tested without a cluster.
+
+pub mod allowed_images;
+pub mod class_selection;
+pub mod health;
+pub mod identity;
+pub mod kstatus;
+pub mod permissions;
+pub mod plan;
+
+/// "1 object", "3 objects": counts in messages.
+pub fn objects(count: usize) -> String {
+    if count == 1 {
+        "1 object".to_string()
+    } else {
+        format!("{count} objects")
+    }
+}

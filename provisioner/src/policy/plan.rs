@@ -1,0 +1,466 @@
+//! From a bundle's objects to what will be applied: kinds resolved, namespaces defaulted,
+//! the bundle label added. Nothing is written here.
+
+use std::collections::HashMap;
+
+use gantry_api::{BUNDLE_LABEL, InventoryEntry};
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::error::{Error, Result};
+use gantry_image::BundleObject;
+
+const CRD_GROUP: &str = "apiextensions.k8s.io";
+
+/// One object, ready to apply.
+#[derive(Clone, Debug)]
+pub struct PlannedObject {
+    pub file: String,
+    pub document: usize,
+    pub gvk: GroupVersionKind,
+    pub resource: ApiResource,
+    pub namespaced: bool,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The object as it is applied (namespace set, bundle label added), as compact JSON text:
+    /// a plan is held for the whole apply, and a `Value` tree of large CRDs takes several times
+    /// the text's size.
+    pub object: Box<RawValue>,
+    /// When the object is a CRD of the bundle: its name.
+    pub defines_crd: Option<String>,
+    /// When the object's kind is defined by a CRD of the bundle: that CRD's name.
+    pub needs_crd: Option<String>,
+}
+
+impl PlannedObject {
+    /// The API of this object's kind, in its namespace.
+    pub fn api(&self, client: &Client) -> Api<DynamicObject> {
+        Kind {
+            resource: self.resource.clone(),
+            namespaced: self.namespaced,
+        }
+        .api(client, self.namespace.as_deref())
+    }
+
+    /// Namespaces and CRDs: later objects may depend on them, so they go out first.
+    pub fn is_barrier(&self) -> bool {
+        self.defines_crd.is_some() || (self.gvk.group.is_empty() && self.gvk.kind == "Namespace")
+    }
+
+    /// The object as a JSON value tree, for the readers that look inside it.
+    pub fn value(&self) -> Value {
+        // The text was written from a `Value` by `plan_objects`: it always parses back.
+        serde_json::from_str(self.object.get()).unwrap_or(Value::Null)
+    }
+
+    pub fn inventory_entry(&self) -> InventoryEntry {
+        InventoryEntry {
+            group: self.gvk.group.clone(),
+            version: self.gvk.version.clone(),
+            kind: self.gvk.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for PlannedObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({} document {})",
+            describe(&self.inventory_entry()),
+            self.file,
+            self.document
+        )
+    }
+}
+
+/// A served kind: how to reach it and whether it is namespaced.
+#[derive(Clone, Debug)]
+pub struct Kind {
+    pub resource: ApiResource,
+    pub namespaced: bool,
+}
+
+impl Kind {
+    /// The API of this kind's objects in `namespace` (ignored for cluster-scoped kinds).
+    pub fn api(&self, client: &Client, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace.filter(|_| self.namespaced) {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &self.resource),
+            None => Api::all_with(client.clone(), &self.resource),
+        }
+    }
+}
+
+/// `Kind namespace/name` or `Kind name`, with the group for non-core kinds.
+pub fn describe(entry: &InventoryEntry) -> String {
+    let kind = if entry.group.is_empty() {
+        entry.kind.clone()
+    } else {
+        format!("{}.{}", entry.kind, entry.group)
+    };
+    match &entry.namespace {
+        Some(ns) => format!("{kind} {ns}/{}", entry.name),
+        None => format!("{kind} {}", entry.name),
+    }
+}
+
+/// The plan for one bundle's content.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    pub objects: Vec<PlannedObject>,
+}
+
+impl Plan {
+    /// Namespaces the bundle itself creates.
+    pub fn created_namespaces(&self) -> impl Iterator<Item = &str> {
+        self.objects
+            .iter()
+            .filter(|o| o.gvk.group.is_empty() && o.gvk.kind == "Namespace")
+            .map(|o| o.name.as_str())
+    }
+}
+
+/// A CRD of the bundle: the kinds it serves.
+struct BundleCrd {
+    name: String,
+    kinds: Vec<(GroupVersionKind, Kind)>,
+}
+
+/// The fields of a CRD that planning reads; the rest (the schema, most of a CRD's size) is
+/// skipped while parsing, not built.
+#[derive(Deserialize)]
+struct CrdFields {
+    spec: CrdSpec,
+}
+
+#[derive(Deserialize)]
+struct CrdSpec {
+    group: String,
+    names: CrdNames,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    versions: Vec<CrdVersion>,
+}
+
+#[derive(Deserialize)]
+struct CrdNames {
+    kind: String,
+    plural: String,
+}
+
+#[derive(Deserialize)]
+struct CrdVersion {
+    name: String,
+}
+
+fn bundle_crd(object: &BundleObject) -> Option<BundleCrd> {
+    let CrdFields { spec } = serde_json::from_str(object.object.get()).ok()?;
+    let namespaced = spec.scope.as_deref() == Some("Namespaced");
+    let kinds = spec
+        .versions
+        .iter()
+        .map(|version| {
+            let gvk = GroupVersionKind::gvk(&spec.group, &version.name, &spec.names.kind);
+            let resource = ApiResource::from_gvk_with_plural(&gvk, &spec.names.plural);
+            (
+                gvk,
+                Kind {
+                    resource,
+                    namespaced,
+                },
+            )
+        })
+        .collect();
+    Some(BundleCrd {
+        name: object.summary.name.clone(),
+        kinds,
+    })
+}
+
+pub fn gvk_of(object: &BundleObject) -> GroupVersionKind {
+    let summary = &object.summary;
+    GroupVersionKind::gvk(summary.group(), summary.version(), &summary.kind)
+}
+
+/// The kinds the bundle's own CRDs define, with the name of the CRD defining each.
+pub fn bundle_crd_kinds(objects: &[BundleObject]) -> HashMap<GroupVersionKind, (Kind, String)> {
+    let mut crd_kinds = HashMap::new();
+    for object in objects {
+        let gvk = gvk_of(object);
+        let is_crd = gvk.group == CRD_GROUP && gvk.kind == "CustomResourceDefinition";
+        if is_crd && let Some(crd) = bundle_crd(object) {
+            for (gvk, kind) in crd.kinds {
+                crd_kinds.insert(gvk, (kind, crd.name.clone()));
+            }
+        }
+    }
+    crd_kinds
+}
+
+/// Plans `objects` for bundle `bundle` without asking anything: kinds come from the bundle's
+/// own CRDs first, then from `served` (what the API server serves; `None` when it does not);
+/// namespaced objects without a namespace get `install_namespace`; every object gets the
+/// bundle label. Namespaces and CRDs are planned first, everything else after them.
+///
+/// The objects are moved into the plan, not copied: a bundle of large CRDs would otherwise be
+/// held twice while it is planned.
+pub fn plan_objects(
+    objects: Vec<BundleObject>,
+    bundle: &str,
+    install_namespace: Option<&str>,
+    served: impl Fn(&GroupVersionKind) -> Option<Kind>,
+) -> Result<Plan> {
+    let crd_kinds = bundle_crd_kinds(&objects);
+
+    let mut planned = Vec::with_capacity(objects.len());
+    let mut without_namespace = Vec::new();
+    for source in objects {
+        let gvk = gvk_of(&source);
+        // One object's tree at a time: parsed here, changed, and written back as text.
+        let parsed = source.value();
+        let gantry_image::ObjectSummary {
+            file,
+            document,
+            name,
+            ..
+        } = source.summary;
+        let where_ = || format!("{file} document {document}");
+        let mut object = parsed.map_err(|e| Error::Apply {
+            object: where_(),
+            message: e.to_string(),
+        })?;
+        let (kind, needs_crd) = match crd_kinds.get(&gvk) {
+            Some((kind, crd)) => (kind.clone(), Some(crd.clone())),
+            None => match served(&gvk) {
+                Some(kind) => (kind, None),
+                None => {
+                    return Err(Error::Apply {
+                        object: format!("{} {name} ({})", gvk.kind, where_()),
+                        message: format!(
+                            "the API server serves no kind {} in {}",
+                            gvk.kind,
+                            if gvk.group.is_empty() {
+                                gvk.version.clone()
+                            } else {
+                                format!("{}/{}", gvk.group, gvk.version)
+                            }
+                        ),
+                    });
+                }
+            },
+        };
+        let defines_crd = (gvk.group == CRD_GROUP && gvk.kind == "CustomResourceDefinition")
+            .then(|| name.clone());
+
+        let metadata = object
+            .as_object_mut()
+            .and_then(|o| o.get_mut("metadata"))
+            .and_then(Value::as_object_mut);
+        let Some(metadata) = metadata else {
+            return Err(Error::Apply {
+                object: where_(),
+                message: "metadata must be a map".into(),
+            });
+        };
+        let namespace = if kind.namespaced {
+            let explicit = metadata
+                .get("namespace")
+                .and_then(Value::as_str)
+                .filter(|ns| !ns.is_empty())
+                .map(str::to_string);
+            match explicit.or_else(|| install_namespace.map(str::to_string)) {
+                Some(ns) => {
+                    metadata.insert("namespace".into(), Value::String(ns.clone()));
+                    Some(ns)
+                }
+                None => {
+                    without_namespace.push(format!("{} {name} ({})", gvk.kind, where_()));
+                    None
+                }
+            }
+        } else {
+            // As kubectl does: a namespace on a cluster-scoped object means nothing.
+            metadata.remove("namespace");
+            None
+        };
+        let labels = metadata
+            .entry("labels")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !labels.is_object() {
+            *labels = Value::Object(Default::default());
+        }
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert(BUNDLE_LABEL.into(), Value::String(bundle.to_string()));
+        }
+        let object = serde_json::value::to_raw_value(&object).map_err(|e| Error::Apply {
+            object: where_(),
+            message: e.to_string(),
+        })?;
+        planned.push(PlannedObject {
+            file,
+            document,
+            gvk,
+            resource: kind.resource,
+            namespaced: kind.namespaced,
+            namespace,
+            name,
+            object,
+            defines_crd,
+            needs_crd,
+        });
+    }
+    if !without_namespace.is_empty() {
+        return Err(Error::NamespaceRequired(without_namespace));
+    }
+    // Namespaces and CRDs go first (as Flux and kapp do), each group keeping filename and
+    // document order: a custom resource before the CRD that defines it, or an object before
+    // its Namespace, then installs as well. Uninstall removes in reverse, so they go last.
+    planned.sort_by_key(|object| !object.is_barrier());
+    Ok(Plan { objects: planned })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// An object of file `file`, document 0.
+    pub(crate) fn object(file: &str, value: Value) -> BundleObject {
+        // JSON is YAML: parsed as a bundle file is.
+        let mut parsed = gantry_image::parse_file(
+            file,
+            value.to_string().as_bytes(),
+            &gantry_image::EffectiveLimits::default(),
+        )
+        .expect("a valid object");
+        parsed.remove(0)
+    }
+
+    pub(crate) fn config_map(name: &str) -> BundleObject {
+        object(
+            &format!("{name}.yaml"),
+            json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": name } }),
+        )
+    }
+
+    pub(crate) fn namespace(name: &str) -> BundleObject {
+        object(
+            &format!("{name}.yaml"),
+            json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name, "namespace": "ignored" } }),
+        )
+    }
+
+    pub(crate) fn crd(group: &str, kind: &str, plural: &str) -> BundleObject {
+        object(
+            "crd.yaml",
+            json!({
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": { "name": format!("{plural}.{group}") },
+                "spec": { "group": group, "scope": "Namespaced",
+                          "names": { "kind": kind, "plural": plural },
+                          "versions": [{ "name": "v1" }, { "name": "v2" }] }
+            }),
+        )
+    }
+
+    /// What a small API server serves: ConfigMaps (namespaced), Namespaces and CRDs.
+    pub(crate) fn served(gvk: &GroupVersionKind) -> Option<Kind> {
+        let (plural, namespaced) = match (gvk.group.as_str(), gvk.kind.as_str()) {
+            ("", "ConfigMap") => ("configmaps", true),
+            ("", "Namespace") => ("namespaces", false),
+            (CRD_GROUP, "CustomResourceDefinition") => ("customresourcedefinitions", false),
+            _ => return None,
+        };
+        Some(Kind {
+            resource: ApiResource::from_gvk_with_plural(gvk, plural),
+            namespaced,
+        })
+    }
+
+    #[test]
+    fn namespaces_are_defaulted_or_dropped_and_the_label_added() {
+        let plan = plan_objects(
+            vec![namespace("app"), config_map("settings")],
+            "b",
+            Some("app"),
+            served,
+        )
+        .unwrap();
+        let [ns, cm] = &plan.objects[..] else {
+            panic!("two objects")
+        };
+        assert_eq!(ns.namespace, None);
+        assert_eq!(ns.value()["metadata"].get("namespace"), None);
+        assert_eq!(cm.namespace.as_deref(), Some("app"));
+        assert_eq!(cm.value()["metadata"]["namespace"], "app");
+        assert_eq!(cm.value()["metadata"]["labels"][BUNDLE_LABEL], "b");
+        assert_eq!(plan.created_namespaces().collect::<Vec<_>>(), ["app"]);
+    }
+
+    #[test]
+    fn objects_without_a_namespace_are_all_named() {
+        let error =
+            plan_objects(vec![config_map("a"), config_map("b")], "b", None, served).unwrap_err();
+        match error {
+            Error::NamespaceRequired(objects) => assert_eq!(objects.len(), 2, "{objects:?}"),
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn kinds_of_the_bundles_crds_need_them_and_unknown_kinds_fail() {
+        let widget = object(
+            "w.yaml",
+            json!({ "apiVersion": "example.com/v2", "kind": "Widget", "metadata": { "name": "w" } }),
+        );
+        let plan = plan_objects(
+            vec![crd("example.com", "Widget", "widgets"), widget.clone()],
+            "b",
+            Some("app"),
+            served,
+        )
+        .unwrap();
+        assert_eq!(
+            plan.objects[0].defines_crd.as_deref(),
+            Some("widgets.example.com")
+        );
+        assert_eq!(
+            plan.objects[1].needs_crd.as_deref(),
+            Some("widgets.example.com")
+        );
+        assert_eq!(plan.objects[1].resource.plural, "widgets");
+
+        let reversed = plan_objects(
+            vec![
+                widget.clone(),
+                config_map("c"),
+                crd("example.com", "Widget", "widgets"),
+            ],
+            "b",
+            Some("app"),
+            served,
+        )
+        .unwrap();
+        let order: Vec<&str> = reversed.objects.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(
+            order,
+            ["widgets.example.com", "w", "c"],
+            "the CRD goes first, the rest keeps its order"
+        );
+
+        let error = plan_objects(vec![widget], "b", Some("app"), served).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("serves no kind Widget in example.com/v2"),
+            "{error}"
+        );
+    }
+}

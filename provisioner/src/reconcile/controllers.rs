@@ -1,0 +1,246 @@
+//! The provisioner's controllers, as kube-runtime runs them: Bundles (the driver in
+//! [`super`]) and ProvisionerClasses ([`super::class`]), the watches that wake them, and what
+//! they share.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use gantry_api::{Bundle, ProvisionerClass};
+use kube::api::Api;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+
+use crate::cluster::drift::DriftWatches;
+use crate::error::Error;
+use crate::reconcile::{class, dependents_of};
+use crate::source::storage::StorageClient;
+use crate::state::metrics::Metrics;
+use crate::state::{Context, Settings};
+
+/// What the controllers run with.
+pub struct Controllers {
+    pub client: Client,
+    /// The configuration `client` was built from: impersonating clients start from it.
+    pub config: Option<kube::Config>,
+    pub settings: Settings,
+    pub storage: StorageClient,
+    pub metrics: Arc<Metrics>,
+    pub reporter: Reporter,
+    /// Bundles reconciled at once.
+    pub concurrency: u16,
+}
+
+/// Runs both controllers until `shutdown` completes.
+pub async fn run(
+    controllers: Controllers,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let Controllers {
+        client,
+        config,
+        settings,
+        storage,
+        metrics,
+        reporter,
+        concurrency,
+    } = controllers;
+    let classes_api: Api<ProvisionerClass> = Api::all(client.clone());
+    let bundles_api: Api<Bundle> = Api::all(client.clone());
+    let class_controller = Controller::new(classes_api.clone(), watcher::Config::default());
+    let class_store = class_controller.store();
+    // The Bundles are kept in memory, one copy each, for as long as the provisioner runs:
+    // nothing reads their managedFields, which with thousands of bundles add up, so the
+    // store keeps them without.
+    let (bundle_store, bundle_writer) = reflector::store::<Bundle>();
+    let bundle_events = watcher::watcher(bundles_api.clone(), watcher::Config::default())
+        .default_backoff()
+        .modify(|bundle| bundle.managed_fields_mut().clear())
+        .reflect(bundle_writer)
+        .applied_objects()
+        .predicate_filter(reconcile_trigger, Default::default());
+    let bundle_controller = Controller::for_stream(bundle_events, bundle_store.clone());
+
+    let (drift, drift_events) = DriftWatches::new();
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        config,
+        settings,
+        storage,
+        class_store.clone(),
+        metrics,
+        reporter,
+        drift,
+    ));
+
+    let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let signal = {
+        let tx = shutdown_tx.clone();
+        async move {
+            shutdown.await;
+            let _ = tx.send(());
+        }
+    };
+    let on_shutdown = |tx: &tokio::sync::broadcast::Sender<()>| {
+        let mut rx = tx.subscribe();
+        async move {
+            let _ = rx.recv().await;
+        }
+    };
+
+    let classes = class_controller
+        .graceful_shutdown_on(on_shutdown(&shutdown_tx))
+        .run(class::reconcile, class_error_policy, ctx.clone())
+        .for_each(|_| async {});
+
+    // Bundles wait for the class cache: a bundle must never be told its class is missing
+    // only because the classes were not listed yet.
+    let drift_stream = futures::stream::unfold(drift_events, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
+    let bundles = {
+        let ctx = ctx.clone();
+        let shutdown = on_shutdown(&shutdown_tx);
+        async move {
+            if class_store.wait_until_ready().await.is_err() {
+                return;
+            }
+            let store = bundle_store.clone();
+            let dependents = bundle_store.clone();
+            bundle_controller
+                .watches(classes_api, watcher::Config::default(), move |class| {
+                    bundles_of_class(&store.state(), &class)
+                })
+                // A bundle that changes (becomes Ready, appears, goes) wakes those depending on it.
+                .watches(bundles_api.clone(), watcher::Config::default(), move |b| {
+                    dependents_of(&dependents.state(), &b)
+                })
+                .reconcile_on(drift_stream)
+                .with_config(
+                    controller::Config::default()
+                        .concurrency(concurrency)
+                        .debounce(Duration::from_millis(100)),
+                )
+                .graceful_shutdown_on(shutdown)
+                .run(super::reconcile, bundle_error_policy, ctx)
+                .for_each(|_| async {})
+                .await;
+        }
+    };
+    tokio::join!(signal, classes, bundles);
+}
+
+/// What, when it changes, makes a bundle reconcile: all of it but the status the provisioner
+/// writes itself (`status.approval`, written by approvers, counts). Its own status writes would
+/// otherwise wake every bundle again after each pass, and such a pass can start from the
+/// store's copy of the bundle before that copy has the last write: a stale `Installed`, and
+/// the whole install done again.
+fn reconcile_trigger(bundle: &Bundle) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let meta = &bundle.metadata;
+    meta.generation.hash(&mut hasher);
+    meta.deletion_timestamp.is_some().hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    bundle
+        .status
+        .as_ref()
+        .and_then(|status| status.approval.as_ref())
+        .map(|approval| serde_json::to_string(approval).unwrap_or_default())
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// Bundles that a change of `class` may concern: those naming it, and those naming none.
+fn bundles_of_class(bundles: &[Arc<Bundle>], class: &ProvisionerClass) -> Vec<ObjectRef<Bundle>> {
+    let name = class.name_any();
+    bundles
+        .iter()
+        .filter(|b| {
+            b.spec
+                .provisioner_class_name
+                .as_deref()
+                .is_none_or(|n| n == name)
+        })
+        .map(|b| ObjectRef::from_obj(b.as_ref()))
+        .collect()
+}
+
+fn bundle_error_policy(bundle: Arc<Bundle>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(bundle = %bundle.name_any(), %error, "writing the bundle's status failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+fn class_error_policy(class: Arc<ProvisionerClass>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(class = %class.name_any(), %error, "reconciling the class failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_api::conditions::{reasons, types};
+    use gantry_api::{Approval, ApprovalDecision, BundleSpec};
+
+    #[test]
+    fn the_provisioners_own_status_writes_trigger_no_reconcile() {
+        let mut bundle = Bundle::new(
+            "b",
+            BundleSpec {
+                image: "r.test/app:1".into(),
+                ..Default::default()
+            },
+        );
+        bundle.metadata.generation = Some(1);
+        let base = reconcile_trigger(&bundle);
+
+        let mut written = bundle.clone();
+        let status = written.status.get_or_insert_default();
+        crate::status::set_condition(
+            &mut status.conditions,
+            types::INSTALLED,
+            true,
+            reasons::INSTALL_SUCCEEDED,
+            "installed",
+            Some(1),
+        );
+        status.content_digest = Some("sha256:00".into());
+        assert_eq!(reconcile_trigger(&written), base);
+
+        let changes: [&dyn Fn(&mut Bundle); 5] = [
+            &|b| b.metadata.generation = Some(2),
+            &|b| {
+                b.annotations_mut().insert(
+                    gantry_api::RECONCILE_REQUESTED_ANNOTATION.into(),
+                    "now".into(),
+                );
+            },
+            &|b| b.finalizers_mut().push("gantry.dev/uninstall".into()),
+            &|b| {
+                b.metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::now(),
+                    ))
+            },
+            &|b| {
+                b.status.get_or_insert_default().approval = Some(Approval {
+                    decision: ApprovalDecision::Approved,
+                    digest: "sha256:00".into(),
+                    reason: None,
+                    time: None,
+                })
+            },
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut changed = written.clone();
+            change(&mut changed);
+            assert_ne!(reconcile_trigger(&changed), base, "change {i}");
+        }
+    }
+}

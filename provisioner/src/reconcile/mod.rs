@@ -1,0 +1,423 @@
+//! The Bundle reconcile, as ordered steps: select the class, resolve, verify the signature,
+//! unpack and store, plan, approve, apply and prune; and uninstall on deletion.
+//!
+//! Each step is a function of its own that returns a [`Flow`]: `Continue` with what the next
+//! step needs, or `Stop` with the [`Outcome`] of the pass (as Flux's sub-reconcilers do). Steps
+//! set conditions on the status being built; the driver here records the outcome, writes the
+//! status once (through [`crate::status`]) and decides when to come back.
+
+pub mod class;
+pub mod controllers;
+mod steps;
+mod timing;
+
+pub(crate) use steps::dependencies::dependents_of;
+use steps::{
+    apply, approve, dependencies, health, plan, resolve, select, suspend, uninstall, unpack, verify,
+};
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gantry_api::{Bundle, BundleStatus, EffectiveHealth, InventoryEntry, ProvisionerClass};
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use crate::cluster::identity::Applier;
+use crate::cluster::inventory::{Removal, remove};
+use crate::error::{Failure, Result, Stall, Step, at};
+use crate::policy::allowed_images;
+use crate::source::registry::is_digest_reference;
+use crate::state::Context;
+use crate::state::metrics::{ReasonLabels, ResultLabels};
+use crate::status::{self, Facts, Hold, condition, remove_condition, set_condition, summarize};
+use gantry_api::conditions::types;
+
+/// How soon a pass that found the bundle store behind the provisioner's last write looks again.
+const STORE_CATCH_UP: Duration = Duration::from_millis(100);
+
+/// What a step tells the driver.
+pub(crate) enum Flow<T> {
+    /// Go on with the next step, which needs this.
+    Continue(T),
+    /// The pass ends here.
+    Stop(Outcome),
+}
+
+/// How a pass ended (failures are `Err`).
+pub(crate) enum Outcome {
+    /// Not ours: nothing was read or written.
+    Untouched,
+    /// Uninstalled; the finalizer is gone.
+    Gone,
+    /// Finished, or waiting for a person; come back as the action says.
+    Done(Action),
+}
+
+/// Unwraps a step's [`Flow`]: its value, or the end of the pass; a failure is tagged with
+/// the step.
+macro_rules! proceed {
+    ($step:expr, $result:expr) => {
+        match $result.map_err(at($step))? {
+            Flow::Continue(value) => value,
+            Flow::Stop(outcome) => return Ok(outcome),
+        }
+    };
+}
+
+/// One pass over one bundle: what the steps read, and the status they build.
+pub(crate) struct Pass<'a> {
+    pub bundle: &'a Bundle,
+    pub ctx: &'a Context,
+    pub name: String,
+    pub generation: Option<i64>,
+    /// The status being built.
+    pub status: BundleStatus,
+    /// What the API server holds: progress writes update it.
+    pub written: BundleStatus,
+    /// What held the bundle back (suspended, waiting for dependencies): reported on `Ready`.
+    pub hold: Option<Hold>,
+    /// The health policy of the bundle and its class (the bundle's alone until the class is
+    /// selected): whether `Ready` waits for `Healthy`.
+    pub health: EffectiveHealth,
+}
+
+impl Pass<'_> {
+    /// Sets a condition of the status being built, at the bundle's generation.
+    fn set_condition(&mut self, type_: &str, ok: bool, reason: &str, message: impl Into<String>) {
+        set_condition(
+            &mut self.status.conditions,
+            type_,
+            ok,
+            reason,
+            message,
+            self.generation,
+        );
+    }
+
+    /// Shows work in progress (`Unpacking`, `Installing`) before a long step.
+    async fn show_progress(&mut self) -> Result<()> {
+        let mut written = std::mem::take(&mut self.written);
+        let shown = status::show_progress(
+            self.bundle,
+            self.ctx,
+            &self.status,
+            &self.facts(),
+            &mut written,
+        )
+        .await;
+        self.written = written;
+        shown
+    }
+
+    /// What the summary needs besides the conditions.
+    fn facts(&self) -> Facts<'_> {
+        Facts {
+            generation: self.generation,
+            deleting: self.bundle.metadata.deletion_timestamp.is_some(),
+            hold: self.hold.as_ref(),
+            health: self.health,
+        }
+    }
+}
+
+/// Entry point for kube-runtime: runs the steps, records the outcome in status, and decides
+/// when to come back. Failures are handled here (backoff per bundle), so this returns `Err`
+/// only when the status itself cannot be written. The duration is recorded on every path.
+#[tracing::instrument(
+    name = "reconcile_bundle",
+    skip_all,
+    fields(bundle = %bundle.name_any(), digest = tracing::field::Empty)
+)]
+pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let result = reconcile_pass(&bundle, &ctx).await;
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
+    let name = bundle.name_any();
+    let deleting = bundle.metadata.deletion_timestamp.is_some();
+    let fingerprint = fingerprint(bundle, ctx);
+    if let Some(wait) = ctx.backoff.pending(&name, fingerprint) {
+        return Ok(Action::requeue(wait));
+    }
+    // A copy older than the provisioner's own last write would redo what that write recorded
+    // as done. The watch delivers the write within moments; it wakes nothing (the provisioner's
+    // own writes do not trigger passes), so look again shortly.
+    if ctx
+        .written
+        .is_behind(&name, bundle.metadata.resource_version.as_deref())
+    {
+        return Ok(Action::requeue(STORE_CATCH_UP));
+    }
+    let current = bundle.status.clone().unwrap_or_default();
+    let mut pass = Pass {
+        bundle,
+        ctx,
+        name: name.clone(),
+        generation: bundle.metadata.generation,
+        status: current.clone(),
+        written: current,
+        hold: None,
+        health: EffectiveHealth::of(None, bundle.spec.health.as_ref()),
+    };
+
+    let outcome = if deleting {
+        uninstall::uninstall(&mut pass)
+            .await
+            .map_err(at(Step::Uninstall))
+    } else {
+        install(&mut pass).await
+    };
+    let count = |result: &'static str| {
+        ctx.metrics
+            .reconciles
+            .get_or_create(&ResultLabels { result })
+            .inc()
+    };
+    let action = match outcome {
+        Ok(Outcome::Untouched) => {
+            count("untouched");
+            return Ok(Action::await_change());
+        }
+        Ok(Outcome::Gone) => {
+            ctx.backoff.success(&name);
+            count("deleted");
+            return Ok(Action::await_change());
+        }
+        Ok(Outcome::Done(action)) => {
+            ctx.backoff.success(&name);
+            count("success");
+            remove_condition(&mut pass.status.conditions, types::STALLED);
+            action
+        }
+        Err(failure) => {
+            count("failure");
+            record_failure(&mut pass, fingerprint, &failure)
+        }
+    };
+
+    let mut status = std::mem::take(&mut pass.status);
+    if !deleting {
+        status.observed_generation = pass.generation;
+        status.last_handled_reconcile_at = reconcile_requested(bundle).map(str::to_string);
+    }
+    summarize(&mut status, &pass.facts());
+    status::write_bundle_status(bundle, ctx, &pass.written, &status).await?;
+    Ok(action)
+}
+
+/// Reports a failure on the condition of its step, and schedules the retry: with backoff
+/// when a retry can help; otherwise the bundle is `Stalled` and waits for what must change.
+fn record_failure(pass: &mut Pass<'_>, fingerprint: u64, failure: &Failure) -> Action {
+    let ctx = pass.ctx;
+    let (type_, reason) = failure.condition();
+    ctx.metrics
+        .failures
+        .get_or_create(&ReasonLabels { reason })
+        .inc();
+    let Some(stall) = failure.error.stall() else {
+        let ceiling = timing::retry_ceiling(pass.bundle);
+        let (attempt, delay) = ctx.backoff.failure(&pass.name, fingerprint, ceiling);
+        tracing::warn!(reason, attempt, retry_in = ?delay, "{failure}");
+        pass.set_condition(
+            type_,
+            false,
+            reason,
+            format!(
+                "{failure} (attempt {attempt}, next retry in {:.1}s)",
+                delay.as_secs_f64()
+            ),
+        );
+        remove_condition(&mut pass.status.conditions, types::STALLED);
+        return Action::requeue(delay);
+    };
+    // A change of the bundle or its class wakes it at once (the watches, and the backoff's
+    // fingerprint); the visit below is for what is not watched.
+    let retry_in = match stall {
+        Stall::UntilSpecChanges => ctx.settings.resync_interval,
+        Stall::UntilDigestChanges => next_visit(pass.bundle, ctx),
+        Stall::UntilAccessChanges => ctx.settings.backoff_cap,
+    };
+    ctx.backoff.stall(&pass.name, fingerprint, retry_in);
+    tracing::warn!(reason, stalled = stall.until(), "{failure}");
+    pass.set_condition(type_, false, reason, failure.to_string());
+    pass.set_condition(
+        types::STALLED,
+        true,
+        reason,
+        format!("{failure}; no retry can fix this until {}", stall.until()),
+    );
+    Action::requeue(retry_in)
+}
+
+/// The steps of an install, in order.
+async fn install(pass: &mut Pass<'_>) -> Result<Outcome, Failure> {
+    let class = proceed!(Step::Select, select::class(pass).await);
+    proceed!(Step::Suspend, suspend::check(pass));
+    proceed!(Step::Dependencies, dependencies::check(pass).await);
+    // Before anything is fetched: whose permissions the objects will be applied with, and
+    // whether the image may be used at all.
+    let applier = Applier::of(
+        pass.bundle,
+        &class,
+        &pass.ctx.settings.service_accounts,
+        &pass.ctx.appliers,
+    )
+    .map_err(at(Step::Identity))?;
+    allowed_images::check(pass.bundle, &class).map_err(at(Step::AllowedImages))?;
+    let resolved = match proceed!(Step::Resolve, resolve::resolve(pass, &class).await) {
+        resolve::Resolution::Resolved(resolved) => resolved,
+        // Nothing to install: only the health of what is installed is looked at again (at
+        // the end of its timeout, say), without reading the content or the objects' fields.
+        resolve::Resolution::Unhealthy => {
+            // A deletion since would have woken a full pass (drift): objects of kinds without
+            // status are current, and only the others are read.
+            let being_deleted = vec![false; pass.status.inventory.len()];
+            return Ok(assess_health(pass, &applier, &being_deleted).await);
+        }
+    };
+    let resolved = verify::verify(pass, &class, resolved)
+        .await
+        .map_err(at(Step::Verify))?;
+    let mut content = proceed!(
+        Step::Unpack,
+        unpack::unpack_and_store(pass, &class, resolved).await
+    );
+    let plan = proceed!(Step::Plan, plan::plan(pass, &mut content, &applier).await);
+    proceed!(
+        Step::Approve,
+        approve::approve(pass, &class, &content).await
+    );
+    let being_deleted = proceed!(
+        Step::Apply,
+        apply::apply_and_prune(pass, &class, &content, &plan, &applier).await
+    );
+    Ok(assess_health(pass, &applier, &being_deleted).await)
+}
+
+/// The last step: the health of what is installed, and when to come back (the next visit, or
+/// the end of the health timeout if sooner).
+async fn assess_health(pass: &mut Pass<'_>, applier: &Applier, being_deleted: &[bool]) -> Outcome {
+    let wake = health::check(pass, &applier.client, being_deleted).await;
+    let visit = next_visit(pass.bundle, pass.ctx);
+    Outcome::Done(Action::requeue(wake.map_or(visit, |w| w.min(visit))))
+}
+
+/// Removes `entries` (in the order given) that are still managed by the bundle. A failure
+/// names the object and the API server's message.
+async fn remove_objects<'e>(
+    pass: &Pass<'_>,
+    applier: &Applier,
+    entries: impl IntoIterator<Item = &'e InventoryEntry>,
+) -> Result<(), (String, String)> {
+    let ctx = pass.ctx;
+    for entry in entries {
+        let removed = remove(&applier.client, &ctx.kinds, entry, &pass.name)
+            .await
+            .map_err(|(object, message)| {
+                (object, format!("{message} (as {})", applier.describe()))
+            })?;
+        if removed == Removal::Deleted {
+            ctx.metrics.objects_deleted.inc();
+        }
+    }
+    Ok(())
+}
+
+/// The value of the annotation `gantry.dev/reconcile-requested-at`, if any.
+fn reconcile_requested(bundle: &Bundle) -> Option<&str> {
+    bundle
+        .annotations()
+        .get(gantry_api::RECONCILE_REQUESTED_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// Whether the bundle carries a request to reconcile that no pass handled yet.
+fn reconcile_pending(pass: &Pass<'_>) -> bool {
+    reconcile_requested(pass.bundle).is_some_and(|requested| {
+        pass.status.last_handled_reconcile_at.as_deref() != Some(requested)
+    })
+}
+
+/// What, when it changes, must let a bundle through its backoff: its spec, its approval, its
+/// deletion, a request to reconcile, and its class (the named one, or the default classes).
+fn fingerprint(bundle: &Bundle, ctx: &Context) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bundle.metadata.generation.hash(&mut hasher);
+    reconcile_requested(bundle).hash(&mut hasher);
+    bundle
+        .metadata
+        .deletion_timestamp
+        .is_some()
+        .hash(&mut hasher);
+    if let Some(approval) = bundle.status.as_ref().and_then(|s| s.approval.as_ref()) {
+        serde_json::to_string(approval)
+            .unwrap_or_default()
+            .hash(&mut hasher);
+    }
+    let relevant = |class: &ProvisionerClass| match &bundle.spec.provisioner_class_name {
+        Some(name) => class.name_any() == *name,
+        None => class
+            .annotations()
+            .get(gantry_api::DEFAULT_CLASS_ANNOTATION)
+            .is_some_and(|v| v == "true"),
+    };
+    let mut classes: Vec<(String, Option<i64>)> = ctx
+        .classes
+        .state()
+        .iter()
+        .filter(|c| relevant(c))
+        .map(|c| (c.name_any(), c.metadata.generation))
+        .collect();
+    classes.sort();
+    classes.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// When to come back without a trigger: for tags, to resolve again (the bundle's
+/// `spec.interval`, else `--resolve-interval`); for all, to check drift.
+fn next_visit(bundle: &Bundle, ctx: &Context) -> Duration {
+    let interval = if is_digest_reference(&bundle.spec.image) {
+        ctx.settings.resync_interval
+    } else {
+        timing::resolve_interval(bundle, &ctx.settings).min(ctx.settings.resync_interval)
+    };
+    interval.mul_f64(rand::random_range(0.9..1.1))
+}
+
+/// What an installed bundle looked like: `None` unless it is installed at its generation with
+/// `resolved_image`. Equal fingerprints mean a new reconcile would find nothing to change.
+fn installed_fingerprint(
+    bundle: &Bundle,
+    class: &ProvisionerClass,
+    resolved_image: &str,
+    status: &BundleStatus,
+) -> Option<u64> {
+    let generation = bundle.metadata.generation;
+    let installed = condition(&status.conditions, types::INSTALLED)
+        .is_some_and(|c| c.status == "True" && c.observed_generation == generation);
+    let approved =
+        condition(&status.conditions, types::APPROVED).is_some_and(|c| c.status == "True");
+    if !installed || !approved || status.resolved_image.as_deref() != Some(resolved_image) {
+        return None;
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    generation.hash(&mut hasher);
+    resolved_image.hash(&mut hasher);
+    status.content_digest.hash(&mut hasher);
+    class.name_any().hash(&mut hasher);
+    class.metadata.generation.hash(&mut hasher);
+    serde_json::to_string(&status.approval)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,327 @@
+//! Steps 6 and 7: apply the plan, then prune what the new content no longer has, and record
+//! the inventory.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use gantry_api::conditions::{reasons, types};
+use gantry_api::{
+    ApprovalDecision, BundleStatus, HISTORY_LIMIT, HistoryApproval, HistoryEntry, InventoryEntry,
+    ProvisionerClass,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+
+use super::unpack::Content;
+use crate::cluster::apply::{ApplySettings, check, write};
+use crate::cluster::identity::Applier;
+use crate::error::{Error, Result};
+use crate::policy::plan::Plan;
+use crate::reconcile::{Flow, Pass, installed_fingerprint, remove_objects, timing};
+use crate::source::registry::digest_of;
+use crate::state::Context;
+use crate::status::{condition, objects};
+
+/// Applies, prunes, records the inventory and sets `Installed`. Continues with, per object of
+/// the inventory, whether the API server said it is being deleted.
+pub(crate) async fn apply_and_prune(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    content: &Content,
+    plan: &Plan,
+    applier: &Applier,
+) -> Result<Flow<Vec<bool>>> {
+    let ctx = pass.ctx;
+    // Objects live as desired are skipped only when this exact content (and spec) was
+    // installed before: a new content or spec is written in full, so fields it dropped go away.
+    let installed_before = condition(&pass.status.conditions, types::INSTALLED)
+        .is_some_and(|c| c.status == "True" && c.observed_generation == pass.generation);
+    // Compared with what is installed, not with what this pass found: content unpacked by an
+    // earlier pass (approved since, or interrupted by a restart) is new content too.
+    let write_all = !installed_before
+        || content.content_before != pass.status.content_digest
+        || pass.status.installed_image.as_deref() != Some(content.resolved_image.as_str());
+    check_install_namespace(pass, plan).await?;
+    let planned: Vec<InventoryEntry> = plan.objects.iter().map(|o| o.inventory_entry()).collect();
+    if write_all {
+        // Shown with the first status write below, once the checks passed.
+        pass.set_condition(
+            types::INSTALLED,
+            false,
+            reasons::INSTALLING,
+            format!("applying {}", objects(plan.objects.len())),
+        );
+    }
+    let timeout = timing::apply_timeout(pass.bundle, &ctx.settings);
+    let settings = ApplySettings {
+        concurrency: ctx.settings.apply_concurrency,
+        crd_timeout: ctx.settings.crd_timeout,
+        write_all,
+    };
+    let (name, identity) = (pass.name.clone(), applier.describe());
+    let applying = async {
+        let checked = check(
+            &applier.client,
+            plan,
+            &name,
+            &identity,
+            &settings,
+            &ctx.access,
+        )
+        .await?;
+        // Only objects the identity may write are recorded, so that nothing refused is ever
+        // pruned or uninstalled. The same write shows `Installing`.
+        record_before_applying(pass, &planned).await?;
+        write(
+            &applier.client,
+            &ctx.kinds,
+            plan,
+            &identity,
+            settings,
+            checked,
+        )
+        .await
+    };
+    let outcome = tokio::time::timeout(timeout, applying)
+        .await
+        .map_err(|_| Error::Apply {
+            object: objects(plan.objects.len()),
+            message: format!(
+                "not done within {} (the bundle's spec.timeout, else --apply-timeout)",
+                humantime(timeout)
+            ),
+        })??;
+    ctx.metrics.objects_applied.inc_by(outcome.written as u64);
+    ctx.metrics
+        .objects_unchanged
+        .inc_by(outcome.unchanged as u64);
+    for object in &plan.objects {
+        ctx.drift
+            .ensure(
+                &ctx.access,
+                applier,
+                &object.resource,
+                object.namespace.as_deref(),
+            )
+            .await;
+    }
+
+    prune(pass, applier, &planned).await?;
+    pass.status.inventory = planned;
+    let installed = content.resolved_image.clone();
+    pass.set_condition(
+        types::INSTALLED,
+        true,
+        reasons::INSTALL_SUCCEEDED,
+        format!("{} of {installed} installed", objects(plan.objects.len())),
+    );
+    if pass.status.installed_image.as_deref() != Some(installed.as_str()) {
+        record_history(&mut pass.status, &installed, Time(Timestamp::now()));
+    }
+    pass.status.installed_image = Some(installed);
+    // On every full pass, not only when this pass unpacked new content: content unpacked by an
+    // earlier pass (awaiting approval, or interrupted by a restart) and removals that failed
+    // are cleaned up too. Until the cleanup succeeds, the install is not recorded as checked,
+    // so the next visit tries again.
+    let cleaned =
+        remove_older_content(ctx, &pass.name, pass.status.content_digest.as_deref()).await;
+    if cleaned
+        && let Some(check) =
+            installed_fingerprint(pass.bundle, class, &content.resolved_image, &pass.status)
+    {
+        ctx.checked.record(&pass.name, check);
+    }
+    Ok(Flow::Continue(outcome.being_deleted))
+}
+
+/// Adds the objects this content has and the inventory lacks to the recorded inventory before
+/// any is applied, and shows the progress so far. An apply cut short after writing them (a crash, a lost status write) would
+/// otherwise leave objects no inventory names, which no later prune or uninstall would remove.
+async fn record_before_applying(pass: &mut Pass<'_>, planned: &[InventoryEntry]) -> Result<()> {
+    let recorded: HashSet<ObjectKey> = pass.status.inventory.iter().map(object_key).collect();
+    let unrecorded: Vec<InventoryEntry> = planned
+        .iter()
+        .filter(|entry| !recorded.contains(&object_key(entry)))
+        .cloned()
+        .collect();
+    pass.status.inventory.extend(unrecorded);
+    // Written only when something changed: new entries, or `Installing`.
+    pass.show_progress().await
+}
+
+/// A duration as a user wrote it: `90s`, `5m`, `1h30m`.
+fn humantime(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    let mut text = String::new();
+    if h > 0 {
+        text.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        text.push_str(&format!("{m}m"));
+    }
+    if s > 0 || text.is_empty() {
+        text.push_str(&format!("{s}s"));
+    }
+    text
+}
+
+/// Puts `image`, just installed, first in `status.history` (how it was approved comes from
+/// `Approved` and the approver's decision), dropping an older entry of the same digest and
+/// the oldest beyond [`HISTORY_LIMIT`].
+pub(crate) fn record_history(status: &mut BundleStatus, image: &str, installed_at: Time) {
+    let Some(digest) = digest_of(image) else {
+        return;
+    };
+    let automatic = condition(&status.conditions, types::APPROVED)
+        .is_some_and(|c| c.reason == reasons::AUTOMATIC_APPROVAL);
+    let decision = status
+        .approval
+        .as_ref()
+        .filter(|a| !automatic && a.digest == digest && a.decision == ApprovalDecision::Approved);
+    let entry = HistoryEntry {
+        image: image.to_string(),
+        digest: digest.to_string(),
+        installed_at,
+        approval: if automatic {
+            HistoryApproval::Automatic
+        } else {
+            HistoryApproval::Manual
+        },
+        approved_at: decision.and_then(|a| a.time.clone()),
+        approval_reason: decision.and_then(|a| a.reason.clone()),
+    };
+    status.history.retain(|e| e.digest != digest);
+    status.history.insert(0, entry);
+    status.history.truncate(HISTORY_LIMIT);
+}
+
+/// Removes, in reverse order, the objects of the recorded inventory that `keep` no longer has.
+/// An object is the same whatever version names it: one that moved to another version of its
+/// kind is kept.
+async fn prune(pass: &Pass<'_>, applier: &Applier, keep: &[InventoryEntry]) -> Result<()> {
+    let keep: HashSet<ObjectKey> = keep.iter().map(object_key).collect();
+    let gone = pass
+        .status
+        .inventory
+        .iter()
+        .rev()
+        .filter(|entry| !keep.contains(&object_key(entry)))
+        .collect::<Vec<_>>();
+    // Collected first: a filtering iterator held across the removals' awaits would make the
+    // reconcile future not `Send` for all lifetimes.
+    remove_objects(pass, applier, gone)
+        .await
+        .map_err(|(object, message)| Error::Prune { object, message })
+}
+
+/// What identifies an object on the API server: group, kind, namespace and name.
+type ObjectKey<'a> = (&'a str, &'a str, Option<&'a str>, &'a str);
+
+fn object_key(entry: &InventoryEntry) -> ObjectKey<'_> {
+    (
+        &entry.group,
+        &entry.kind,
+        entry.namespace.as_deref(),
+        &entry.name,
+    )
+}
+
+/// An install namespace that objects use must exist, unless the bundle creates it.
+async fn check_install_namespace(pass: &Pass<'_>, plan: &Plan) -> Result<()> {
+    let Some(namespace) = pass.bundle.spec.install_namespace.as_deref() else {
+        return Ok(());
+    };
+    let used = plan
+        .objects
+        .iter()
+        .any(|o| o.namespace.as_deref() == Some(namespace));
+    if !used || plan.created_namespaces().any(|n| n == namespace) {
+        return Ok(());
+    }
+    let namespaces: Api<Namespace> = Api::all(pass.ctx.client.clone());
+    match namespaces.get_opt(namespace).await? {
+        Some(_) => Ok(()),
+        None => Err(Error::NamespaceNotFound(namespace.to_string())),
+    }
+}
+
+/// Once content is installed, the tarballs of any other content are of no use: remove them.
+/// A failure here only costs space, so it is logged, not reported on the bundle; returns
+/// whether nothing but the current content is left.
+async fn remove_older_content(ctx: &Context, bundle: &str, current: Option<&str>) -> bool {
+    let current = current.map(|d| d.trim_start_matches("sha256:"));
+    let stored = match ctx.storage.list(bundle).await {
+        Ok(stored) => stored,
+        Err(error) => {
+            tracing::warn!(%bundle, %error, "listing stored content failed; older tarballs stay");
+            return false;
+        }
+    };
+    let mut cleaned = true;
+    for hex in stored.iter().filter(|hex| Some(hex.as_str()) != current) {
+        if let Err(error) = ctx.storage.delete(bundle, hex).await {
+            tracing::warn!(%bundle, digest = %hex, %error, "removing older content failed");
+            cleaned = false;
+        }
+    }
+    cleaned
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_api::Approval;
+
+    fn digest(c: char) -> String {
+        format!("sha256:{}", c.to_string().repeat(64))
+    }
+
+    #[test]
+    fn history_is_newest_first_bounded_and_without_repeats() {
+        let mut status = BundleStatus::default();
+        crate::status::set_condition(
+            &mut status.conditions,
+            types::APPROVED,
+            true,
+            reasons::APPROVED,
+            "",
+            Some(1),
+        );
+        status.approval = Some(Approval {
+            decision: ApprovalDecision::Approved,
+            digest: digest('a'),
+            reason: Some("reviewed".into()),
+            time: Some(Time(Timestamp::UNIX_EPOCH)),
+        });
+        let image = |c| format!("r.test/app@{}", digest(c));
+        record_history(&mut status, &image('a'), Time(Timestamp::now()));
+        let first = &status.history[0];
+        assert_eq!(first.approval, HistoryApproval::Manual);
+        assert_eq!(first.approval_reason.as_deref(), Some("reviewed"));
+        for c in "bcdefghijklm".chars() {
+            record_history(&mut status, &image(c), Time(Timestamp::now()));
+        }
+        assert_eq!(status.history.len(), HISTORY_LIMIT);
+        assert_eq!(status.history[0].digest, digest('m'));
+        record_history(&mut status, &image('f'), Time(Timestamp::now()));
+        assert_eq!(status.history[0].digest, digest('f'));
+        assert_eq!(
+            status
+                .history
+                .iter()
+                .filter(|e| e.digest == digest('f'))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn durations_read_as_written() {
+        assert_eq!(humantime(Duration::from_secs(90)), "1m30s");
+        assert_eq!(humantime(Duration::from_secs(2)), "2s");
+        assert_eq!(humantime(Duration::from_secs(3600)), "1h");
+    }
+}

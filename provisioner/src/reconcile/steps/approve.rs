@@ -1,0 +1,177 @@
+//! Step 5: approval, bound to the resolved digest.
+
+use gantry_api::conditions::{reasons, types};
+use gantry_api::{Approval, ApprovalDecision, ApprovalPolicy, ProvisionerClass};
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+
+use super::unpack::Content;
+use crate::error::Result;
+use crate::reconcile::{Flow, Outcome, Pass, next_visit};
+use crate::source::registry::digest_of;
+use crate::status::{condition, publish};
+
+/// Sets `Approved`. Content that is not approved (yet) stops the pass; a tag may still move
+/// while a person decides, so the bundle comes back to resolve it again.
+pub(crate) async fn approve(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    content: &Content,
+) -> Result<Flow<()>> {
+    let digest = digest_of(&content.resolved_image).unwrap_or_default();
+    let verdict = verdict(
+        class.spec.approval,
+        &class.name_any(),
+        &pass.name,
+        digest,
+        pass.status.approval.as_ref(),
+    );
+    // A denial is announced once, not on every visit.
+    let announce = verdict.reason == reasons::DENIED
+        && !condition(&pass.status.conditions, types::APPROVED)
+            .is_some_and(|c| c.reason == reasons::DENIED && c.message == verdict.message);
+    pass.set_condition(
+        types::APPROVED,
+        verdict.approved,
+        verdict.reason,
+        verdict.message.clone(),
+    );
+    if announce {
+        publish(
+            pass.ctx,
+            pass.bundle,
+            EventType::Warning,
+            reasons::DENIED,
+            &verdict.message,
+        )
+        .await;
+    }
+    if verdict.approved {
+        Ok(Flow::Continue(()))
+    } else {
+        let visit = next_visit(pass.bundle, pass.ctx);
+        Ok(Flow::Stop(Outcome::Done(Action::requeue(visit))))
+    }
+}
+
+/// What the class's policy and an approver's decision say about `digest`.
+#[derive(Debug, PartialEq, Eq)]
+struct Verdict {
+    approved: bool,
+    reason: &'static str,
+    message: String,
+}
+
+/// Decides approval. Only a decision about `digest` itself counts: an approval of another
+/// digest does not carry over, and the message says so for as long as the bundle waits.
+fn verdict(
+    policy: ApprovalPolicy,
+    class: &str,
+    bundle: &str,
+    digest: &str,
+    approval: Option<&Approval>,
+) -> Verdict {
+    if policy == ApprovalPolicy::Automatic {
+        return Verdict {
+            approved: true,
+            reason: reasons::AUTOMATIC_APPROVAL,
+            message: format!("ProvisionerClass {class} approves every digest"),
+        };
+    }
+    let with_reason = |what: &str, reason: Option<&str>| match reason.filter(|r| !r.is_empty()) {
+        Some(reason) => format!("{digest} {what}: {reason}"),
+        None => format!("{digest} {what}"),
+    };
+    match approval.filter(|a| a.digest == digest) {
+        Some(a) if a.decision == ApprovalDecision::Approved => Verdict {
+            approved: true,
+            reason: reasons::APPROVED,
+            message: with_reason("approved", a.reason.as_deref()),
+        },
+        Some(a) => Verdict {
+            approved: false,
+            reason: reasons::DENIED,
+            message: with_reason("denied", a.reason.as_deref()),
+        },
+        None => Verdict {
+            approved: false,
+            reason: reasons::AWAITING_APPROVAL,
+            message: if approval.is_some() {
+                format!(
+                    "{digest} is new: the approval of another digest does not carry over; waiting for an approver"
+                )
+            } else {
+                format!(
+                    "waiting for an approver to approve {digest} (kubectl bundle approve {bundle})"
+                )
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(decision: ApprovalDecision, digest: &str, reason: Option<&str>) -> Approval {
+        Approval {
+            decision,
+            digest: digest.into(),
+            reason: reason.map(Into::into),
+            time: None,
+        }
+    }
+
+    fn manual(approval: Option<&Approval>) -> Verdict {
+        verdict(
+            ApprovalPolicy::Manual,
+            "reviewed",
+            "b",
+            "sha256:new",
+            approval,
+        )
+    }
+
+    #[test]
+    fn automatic_approves_every_digest() {
+        let v = verdict(ApprovalPolicy::Automatic, "plain", "b", "sha256:x", None);
+        assert!(v.approved);
+        assert_eq!(v.reason, reasons::AUTOMATIC_APPROVAL);
+    }
+
+    #[test]
+    fn a_decision_counts_for_its_own_digest_only() {
+        let approved = decision(ApprovalDecision::Approved, "sha256:new", Some("looks fine"));
+        let v = manual(Some(&approved));
+        assert_eq!(
+            (v.approved, v.reason, v.message.as_str()),
+            (true, reasons::APPROVED, "sha256:new approved: looks fine")
+        );
+
+        let old = decision(ApprovalDecision::Approved, "sha256:old", None);
+        let v = manual(Some(&old));
+        assert_eq!((v.approved, v.reason), (false, reasons::AWAITING_APPROVAL));
+        assert!(v.message.contains("does not carry over"), "{}", v.message);
+
+        let v = manual(None);
+        assert!(
+            v.message.contains("kubectl bundle approve b"),
+            "{}",
+            v.message
+        );
+    }
+
+    #[test]
+    fn a_denial_stops_with_its_reason() {
+        let denied = decision(ApprovalDecision::Denied, "sha256:new", None);
+        assert_eq!(
+            manual(Some(&denied)),
+            Verdict {
+                approved: false,
+                reason: reasons::DENIED,
+                message: "sha256:new denied".into()
+            }
+        );
+    }
+}

@@ -1,0 +1,50 @@
+//! Step 1: the class that serves the bundle, its parameters, and the finalizer.
+
+use std::sync::Arc;
+
+use gantry_api::{Bundle, ProvisionerClass, UNINSTALL_FINALIZER};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use gantry_api::EffectiveHealth;
+
+use crate::error::{Error, Result};
+use crate::policy::class_selection::{Selection, select, validate};
+use crate::reconcile::{Flow, Outcome, Pass};
+
+/// Picks the class; a class of another provisioner stops the pass before anything is written.
+/// Records the class in `status.className`, the default one included.
+pub(crate) async fn class(pass: &mut Pass<'_>) -> Result<Flow<Arc<ProvisionerClass>>> {
+    let class = match select(pass.bundle, &pass.ctx.classes.state()) {
+        Selection::NotOurs => return Ok(Flow::Stop(Outcome::Untouched)),
+        Selection::Missing(error) => return Err(error),
+        Selection::Serve(class) => class,
+    };
+    pass.status.class_name = Some(class.name_any());
+    pass.health = EffectiveHealth::of(class.spec.health.as_ref(), pass.bundle.spec.health.as_ref());
+    validate(&class).map_err(|message| Error::InvalidClass {
+        class: class.name_any(),
+        message,
+    })?;
+    ensure_finalizer(pass).await?;
+    Ok(Flow::Continue(class))
+}
+
+async fn ensure_finalizer(pass: &Pass<'_>) -> Result<()> {
+    let bundle = pass.bundle;
+    if bundle.finalizers().iter().any(|f| f == UNINSTALL_FINALIZER) {
+        return Ok(());
+    }
+    let mut finalizers = bundle.finalizers().to_vec();
+    finalizers.push(UNINSTALL_FINALIZER.to_string());
+    let patch = json!({ "metadata": { "finalizers": finalizers, "resourceVersion": bundle.resource_version() } });
+    let bundles: Api<Bundle> = Api::all(pass.ctx.client.clone());
+    let patched = bundles
+        .patch(&pass.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    pass.ctx
+        .written
+        .record(&pass.name, patched.metadata.resource_version.as_deref());
+    Ok(())
+}

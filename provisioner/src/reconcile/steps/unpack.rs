@@ -1,0 +1,322 @@
+//! Step 3: the content of the resolved digest, read back from storage when it is stored there,
+//! pulled, validated and stored otherwise.
+
+use std::time::Duration;
+
+use gantry_api::conditions::{ReasonKind, reasons, types};
+use gantry_api::{ProvisionerClass, PullMode};
+use gantry_image::{
+    BundleObject, EffectiveLimits, Platform, PullRequest, RegistryClient, read_canonical,
+};
+use kube::ResourceExt;
+
+use super::resolve::Resolved;
+use crate::error::{Error, Result};
+use crate::reconcile::{Flow, Pass};
+use crate::source::node_pull::driver::{NodeUnpacked, unpack_on_node};
+use crate::source::registry::{digest_of, is_digest_reference};
+use crate::status::condition;
+
+/// The content to install.
+pub(crate) struct Content {
+    /// `repo@sha256:…` it came from.
+    pub resolved_image: String,
+    pub objects: Vec<BundleObject>,
+    /// `status.contentDigest` before this pass.
+    pub content_before: Option<String>,
+}
+
+/// Sets `Unpacked`, and the content fields of status when the content is new.
+pub(crate) async fn unpack_and_store(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    resolved: Resolved,
+) -> Result<Flow<Content>> {
+    let Resolved {
+        image: resolved_image,
+        registry,
+    } = resolved;
+    let limits = EffectiveLimits::from_api(class.spec.limits.as_ref());
+    let content_before = pass.status.content_digest.clone();
+    let mut resolved_image = resolved_image;
+    let objects = match stored_content(pass, &resolved_image).await? {
+        Some(content_digest) => read_stored(pass, &content_digest, &limits).await?,
+        None if class.spec.pull_mode == PullMode::Node => {
+            // A verified digest is what the Pod runs: the node pulls exactly what was verified.
+            let image = match class.spec.verify {
+                Some(_) => resolved_image.clone(),
+                None => pass.bundle.spec.image.clone(),
+            };
+            let pulled = unpack_with_node(pass, class, &image, limits).await?;
+            resolved_image = pulled.0;
+            pulled.1
+        }
+        None => pull_and_store(pass, class, &resolved_image, registry, limits).await?,
+    };
+    pass.status.resolved_image = Some(resolved_image.clone());
+    pass.set_condition(
+        types::UNPACKED,
+        true,
+        reasons::UNPACK_SUCCEEDED,
+        format!(
+            "{} from {resolved_image}",
+            crate::status::objects(objects.len())
+        ),
+    );
+    Ok(Flow::Continue(Content {
+        resolved_image,
+        objects,
+        content_before,
+    }))
+}
+
+/// The content digest of `resolved_image` when the storage server holds it.
+async fn stored_content(pass: &Pass<'_>, resolved_image: &str) -> Result<Option<String>> {
+    let status = &pass.status;
+    match (&status.resolved_image, &status.content_digest) {
+        (Some(previous), Some(content)) if previous == resolved_image => {
+            let hex = content.trim_start_matches("sha256:");
+            Ok(pass
+                .ctx
+                .storage
+                .exists(&pass.name, hex)
+                .await?
+                .then(|| content.clone()))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Reads stored content back, checking its digest and the limits again. Decompressing and
+/// parsing run on a blocking thread, off the async runtime.
+async fn read_stored(
+    pass: &Pass<'_>,
+    content_digest: &str,
+    limits: &EffectiveLimits,
+) -> Result<Vec<BundleObject>> {
+    let name = &pass.name;
+    let hex = content_digest.trim_start_matches("sha256:");
+    let body = pass
+        .ctx
+        .storage
+        .download(name, hex, limits.max_compressed_bytes)
+        .await?;
+    let (digest, limits) = (content_digest.to_string(), *limits);
+    let read =
+        tokio::task::spawn_blocking(move || read_canonical(&body[..], Some(&digest), &limits))
+            .await
+            .map_err(|e| Error::Storage(format!("reading stored content: {e}")))?;
+    read.map_err(|e| {
+        Error::Storage(format!(
+            "stored content {content_digest} of bundle {name}: {e}"
+        ))
+    })
+}
+
+/// How long a pull runs before `Unpacking` is written to the bundle's status.
+const PROGRESS_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Pulls the platform image, uploads its canonical tarball, and records where it is stored.
+async fn pull_and_store(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    resolved_image: &str,
+    registry: Option<RegistryClient>,
+    limits: EffectiveLimits,
+) -> Result<Vec<BundleObject>> {
+    let (bundle, ctx) = (pass.bundle, pass.ctx);
+    let image = attempted(&bundle.spec.image, resolved_image);
+    let image = image.as_str();
+    // A retry of a digest that failed keeps showing the failure: the phase does not flap
+    // between `Unpacking` and the failure on every attempt.
+    let retrying = pass.written.resolved_image.as_deref() == Some(resolved_image)
+        && condition(&pass.status.conditions, types::UNPACKED).is_some_and(|c| {
+            c.status == "False" && ReasonKind::of(&c.reason) == ReasonKind::Failure
+        });
+    if !retrying {
+        pass.set_condition(
+            types::UNPACKED,
+            false,
+            reasons::UNPACKING,
+            format!("pulling {resolved_image}"),
+        );
+    }
+    let mut request = PullRequest::new(resolved_image);
+    request.platform = Some(match &class.spec.platform {
+        Some(platform) => platform.parse().map_err(|e| Error::InvalidClass {
+            class: class.name_any(),
+            message: format!("spec.platform: {e}"),
+        })?,
+        None => ctx.settings.platform.clone(),
+    });
+    request.limits = limits;
+    request.scratch_parent = ctx.settings.scratch_dir.clone();
+    let name = pass.name.clone();
+    let unpacking = async {
+        let registry = match registry {
+            Some(client) => client,
+            None => ctx.registry_client(class, bundle).await?,
+        };
+        let pulled = registry
+            .pull(&request)
+            .await
+            .map_err(|e| Error::from_image(image, e))?;
+        ctx.metrics.bytes_pulled.inc_by(pulled.compressed_bytes);
+        // The tarball is written once; its objects come with it, not from reading it back.
+        let canonical = pulled
+            .write_canonical_tarball()
+            .await
+            .map_err(|e| Error::from_image(image, e))?;
+        ctx.storage
+            .upload(&name, canonical.digest.hex(), &canonical.path)
+            .await?;
+        Ok::<_, Error>((pulled, canonical))
+    };
+    tokio::pin!(unpacking);
+    // `Unpacking` is shown only for a pull that takes a while: most take a fraction of a
+    // second, and a status write (and its Event) each would be most of their cost to the API
+    // server.
+    let finished = tokio::select! {
+        result = &mut unpacking => Some(result),
+        () = tokio::time::sleep(PROGRESS_DELAY) => None,
+    };
+    let (pulled, canonical) = match finished {
+        Some(result) => result?,
+        None => {
+            if !retrying {
+                pass.show_progress().await?;
+            }
+            unpacking.await?
+        }
+    };
+    let status = &mut pass.status;
+    status.manifest_digest = Some(pulled.image.manifest_digest.clone());
+    status.platform = Some(pulled.image.platform.to_string());
+    status.content_url = Some(ctx.storage.content_url(&pass.name, canonical.digest.hex()));
+    status.content_digest = Some(canonical.digest.digest.clone());
+    Ok(canonical.objects)
+}
+
+/// How a failure names the image: the reference with the digest it resolved to
+/// (`repo:tag@sha256:...`), so that a rejected new digest is told apart from the installed one.
+fn attempted(image: &str, resolved_image: &str) -> String {
+    match digest_of(resolved_image) {
+        Some(digest) if !is_digest_reference(image) => format!("{image}@{digest}"),
+        _ => image.to_string(),
+    }
+}
+
+/// `pullMode: Node`: an unpack Pod pulls, validates and stores; the stored content is read
+/// back (digest and limits checked again). Returns the resolved image and the objects.
+async fn unpack_with_node(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    image: &str,
+    limits: EffectiveLimits,
+) -> Result<(String, Vec<BundleObject>)> {
+    let (bundle, ctx) = (pass.bundle, pass.ctx);
+    pass.set_condition(
+        types::UNPACKED,
+        false,
+        reasons::UNPACKING,
+        format!("pulling {image} on a node"),
+    );
+    pass.show_progress().await?;
+    // The Pod's progress (the scheduler's message while it waits for a node) is shown as it
+    // comes, not only once the Pod is done.
+    let (progress, mut messages) = tokio::sync::mpsc::unbounded_channel();
+    let unpacking = unpack_on_node(
+        &ctx.client,
+        &ctx.settings.namespace,
+        &ctx.settings.node_pull,
+        class,
+        bundle,
+        image,
+        limits,
+        &progress,
+    );
+    let mut unpacking = std::pin::pin!(unpacking);
+    let unpacked = loop {
+        tokio::select! {
+            unpacked = &mut unpacking => break unpacked?,
+            Some(message) = messages.recv() => {
+                pass.set_condition(types::UNPACKED, false, reasons::UNPACKING, message);
+                // Not given up for this: the Pod is still to be waited for and removed.
+                if let Err(e) = pass.show_progress().await {
+                    tracing::debug!("showing the unpack Pod's progress: {e}");
+                }
+            }
+        }
+    };
+    ctx.resolved.record(&pass.name, bundle.spec.image.clone());
+    let objects = read_stored(pass, &unpacked.content_digest, &limits).await?;
+    let manifest_digest = node_manifest_digest(pass, class, &unpacked).await;
+    let hex = unpacked.content_digest.trim_start_matches("sha256:");
+    let status = &mut pass.status;
+    status.manifest_digest = manifest_digest;
+    status.platform = Some(unpacked.platform);
+    status.content_url = Some(ctx.storage.content_url(&pass.name, hex));
+    status.content_digest = Some(unpacked.content_digest.clone());
+    Ok((unpacked.resolved_image, objects))
+}
+
+/// How long the provisioner tries the registry for the platform manifest of a node's pull.
+const MANIFEST_LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The platform manifest a node unpacked. The runtime reports only the top-level digest (an
+/// index's, for a multi-platform image), so the top-level manifest is read from the registry
+/// by that digest when the provisioner can reach it; `None` (the field left empty) when it
+/// cannot, which `pullMode: Node` allows.
+async fn node_manifest_digest(
+    pass: &Pass<'_>,
+    class: &ProvisionerClass,
+    unpacked: &NodeUnpacked,
+) -> Option<String> {
+    let (bundle, ctx) = (pass.bundle, pass.ctx);
+    let image = &unpacked.resolved_image;
+    let lookup = async {
+        let platform: Platform = unpacked
+            .platform
+            .parse()
+            .map_err(|e| format!("platform {:?}: {e}", unpacked.platform))?;
+        let client = ctx
+            .registry_client(class, bundle)
+            .await
+            .map_err(|e| e.to_string())?;
+        client
+            .platform_manifest(image, &platform)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(MANIFEST_LOOKUP_TIMEOUT, lookup).await {
+        Ok(Ok(digest)) => Some(digest),
+        Ok(Err(why)) => {
+            tracing::info!(%image, "platform manifest of a node pull unknown: {why}");
+            None
+        }
+        Err(_) => {
+            tracing::info!(
+                %image,
+                "platform manifest of a node pull unknown: the registry did not answer within {}s",
+                MANIFEST_LOOKUP_TIMEOUT.as_secs()
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attempted;
+
+    #[test]
+    fn a_failure_names_the_digest_a_tag_resolved_to() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(
+            attempted("r.test/app:v1", &format!("r.test/app@{digest}")),
+            format!("r.test/app:v1@{digest}")
+        );
+        let pinned = format!("r.test/app@{digest}");
+        assert_eq!(attempted(&pinned, &pinned), pinned);
+    }
+}

@@ -1,0 +1,152 @@
+//! What every pass shares: the [`Context`] (clients, settings, caches, backoff, metrics), built
+//! once by the controllers and by the tests alike.
+
+pub mod backoff;
+pub mod caches;
+pub mod metrics;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gantry_api::{Bundle, ProvisionerClass};
+use gantry_image::{Platform, RegistryClient};
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::Store;
+
+use self::backoff::Backoff;
+use self::caches::{InstalledChecks, ResolvedTags, VerifiedImages, WrittenVersions};
+use self::metrics::Metrics;
+use crate::cluster::access::AccessReviews;
+use crate::cluster::discovery::KindCache;
+use crate::cluster::drift::DriftWatches;
+use crate::cluster::identity::Appliers;
+use crate::error::Result;
+use crate::policy::identity::ServiceAccountDefaults;
+use crate::source::node_pull::NodePullSettings;
+use crate::source::registry::{RegistryClients, registry_client};
+use crate::source::storage::StorageClient;
+
+/// Settings of the controller (from flags).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Namespace holding pull secrets and the registry CA secret.
+    pub namespace: String,
+    /// Platform selected from image indexes when the class names none.
+    pub platform: Platform,
+    /// Objects applied at once.
+    pub apply_concurrency: usize,
+    /// How long to wait for a bundle's CRD to be established.
+    pub crd_timeout: Duration,
+    /// How long applying a bundle's objects may take (a bundle's `spec.timeout` overrides it).
+    pub apply_timeout: Duration,
+    /// How often a tag is resolved again (with jitter).
+    pub resolve_interval: Duration,
+    /// How often an installed bundle is checked for drift without a trigger (with jitter).
+    pub resync_interval: Duration,
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+    /// Where pulls unpack (default: the system's temporary directory).
+    pub scratch_dir: Option<PathBuf>,
+    /// Unpack Pods of classes with `pullMode: Node`.
+    pub node_pull: NodePullSettings,
+    /// Whose identity bundles are applied with when their class names no ServiceAccount.
+    pub service_accounts: ServiceAccountDefaults,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            namespace: "gantry-system".into(),
+            platform: Platform::current(),
+            apply_concurrency: 16,
+            crd_timeout: Duration::from_secs(60),
+            apply_timeout: Duration::from_secs(600),
+            resolve_interval: Duration::from_secs(300),
+            resync_interval: Duration::from_secs(600),
+            backoff_base: Duration::from_secs(2),
+            backoff_cap: Duration::from_secs(300),
+            scratch_dir: None,
+            node_pull: NodePullSettings::default(),
+            service_accounts: ServiceAccountDefaults::default(),
+        }
+    }
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    pub storage: StorageClient,
+    pub classes: Store<ProvisionerClass>,
+    pub kinds: KindCache,
+    pub backoff: Backoff,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub drift: DriftWatches,
+    /// When each bundle's tag was last resolved, and for which image.
+    pub resolved: ResolvedTags,
+    /// When each bundle was last installed or checked in full, and what it looked like then.
+    pub checked: InstalledChecks,
+    /// Access reviews, with recent answers of cluster-wide ones.
+    pub access: AccessReviews,
+    /// Each bundle's last write by the provisioner, until the bundle store has it.
+    pub written: WrittenVersions,
+    /// Images whose signature verified, and against which keys.
+    pub verified: VerifiedImages,
+    /// Clients acting as the ServiceAccounts bundles are applied as.
+    pub appliers: Appliers,
+    /// Registry clients, one per set of credentials and TLS settings.
+    pub registries: RegistryClients,
+}
+
+impl Context {
+    /// A context with empty caches: what the controllers start with, and what tests build.
+    pub fn new(
+        client: Client,
+        config: Option<kube::Config>,
+        settings: Settings,
+        storage: StorageClient,
+        classes: Store<ProvisionerClass>,
+        metrics: Arc<Metrics>,
+        reporter: Reporter,
+        drift: DriftWatches,
+    ) -> Self {
+        Context {
+            backoff: Backoff::new(settings.backoff_base, settings.backoff_cap),
+            recorder: Recorder::new(client.clone(), reporter),
+            appliers: Appliers::new(config, client.clone()),
+            client,
+            settings,
+            storage,
+            classes,
+            kinds: KindCache::default(),
+            metrics,
+            drift,
+            resolved: Default::default(),
+            checked: Default::default(),
+            written: Default::default(),
+            access: Default::default(),
+            verified: Default::default(),
+            registries: Default::default(),
+        }
+    }
+
+    /// A registry client with the credentials of `class` and `bundle` (secrets in the
+    /// provisioner's namespace), shared by bundles with the same ones.
+    pub async fn registry_client(
+        &self,
+        class: &ProvisionerClass,
+        bundle: &Bundle,
+    ) -> Result<RegistryClient> {
+        registry_client(
+            &self.client,
+            &self.settings.namespace,
+            &self.registries,
+            class,
+            bundle,
+        )
+        .await
+    }
+}

@@ -213,27 +213,25 @@ pub fn at(step: Step) -> impl Fn(Error) -> Failure {
     move |error| Failure { step, error }
 }
 
-/// A failure no retry can fix until something it depends on changes.
+/// A failure no retry can fix until something it depends on changes: on what it waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stall {
     /// The bundle or its class must change (both are watched).
-    UntilSpecChanges,
+    Spec,
     /// The bundle, its class, or the digest its tag resolves to must change.
-    UntilDigestChanges,
+    Digest,
     /// The RBAC of the identity the bundle is applied as, or the class, must change; RBAC is
     /// not watched, so it is looked at again now and then.
-    UntilAccessChanges,
+    Access,
 }
 
 impl Stall {
     /// What the `Stalled` message says will bring the bundle back.
     pub fn until(self) -> &'static str {
         match self {
-            Stall::UntilSpecChanges => "the bundle or its class changes",
-            Stall::UntilDigestChanges => {
-                "the bundle, its class or the digest its image resolves to changes"
-            }
-            Stall::UntilAccessChanges => {
+            Stall::Spec => "the bundle or its class changes",
+            Stall::Digest => "the bundle, its class or the digest its image resolves to changes",
+            Stall::Access => {
                 "the RBAC of the identity it is applied as, the bundle or its class changes"
             }
         }
@@ -251,16 +249,15 @@ impl Error {
             | Error::NamespaceRequired(_)
             | Error::ImageNotAllowed { .. }
             | Error::ServiceAccountRequired { .. }
-            | Error::ServiceAccountNotAllowed { .. } => Some(Stall::UntilSpecChanges),
+            | Error::ServiceAccountNotAllowed { .. } => Some(Stall::Spec),
             Error::InvalidBundle { .. } | Error::InvalidBundleReported { .. } => {
-                Some(Stall::UntilDigestChanges)
+                Some(Stall::Digest)
             }
-            Error::Verification { source, .. }
-                if matches!(source, ImageError::VerificationFailed { .. }) =>
-            {
-                Some(Stall::UntilDigestChanges)
-            }
-            Error::Forbidden { .. } => Some(Stall::UntilAccessChanges),
+            Error::Verification {
+                source: ImageError::VerificationFailed { .. },
+                ..
+            } => Some(Stall::Digest),
+            Error::Forbidden { .. } => Some(Stall::Access),
             Error::ClassNotFound(_)
             | Error::NoDefaultClass
             | Error::PullSecret { .. }
@@ -429,7 +426,7 @@ mod tests {
                     class: "c".into(),
                     message: "bad".into(),
                 },
-                Stall::UntilSpecChanges,
+                Stall::Spec,
             ),
             (
                 Error::ImageNotAllowed {
@@ -437,18 +434,18 @@ mod tests {
                     class: "c".into(),
                     allowed: vec!["r/y".into()],
                 },
-                Stall::UntilSpecChanges,
+                Stall::Spec,
             ),
             (
                 Error::NamespaceRequired(vec!["ConfigMap a".into()]),
-                Stall::UntilSpecChanges,
+                Stall::Spec,
             ),
             (
                 Error::InvalidBundleReported {
                     image: "r/x:1".into(),
                     message: "no manifests/".into(),
                 },
-                Stall::UntilDigestChanges,
+                Stall::Digest,
             ),
             (
                 Error::Forbidden {
@@ -456,7 +453,7 @@ mod tests {
                     identity: "ServiceAccount t/d".into(),
                     message: "no".into(),
                 },
-                Stall::UntilAccessChanges,
+                Stall::Access,
             ),
         ];
         for (error, stall) in stalled {

@@ -15,7 +15,6 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::cluster::drift::DriftWatches;
 use crate::error::Error;
 use crate::reconcile::{class, dependents_of};
 use crate::source::storage::StorageClient;
@@ -65,8 +64,7 @@ pub async fn run(
         .predicate_filter(reconcile_trigger, Default::default());
     let bundle_controller = Controller::for_stream(bundle_events, bundle_store.clone());
 
-    let (drift, drift_events) = DriftWatches::new();
-    let ctx = Arc::new(Context::new(
+    let (ctx, drift_events) = Context::new(
         client.clone(),
         config,
         settings,
@@ -74,8 +72,8 @@ pub async fn run(
         class_store.clone(),
         metrics,
         reporter,
-        drift,
-    ));
+    );
+    let ctx = Arc::new(ctx);
 
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let signal = {

@@ -240,9 +240,9 @@ fn record_failure(pass: &mut Pass<'_>, fingerprint: u64, failure: &Failure) -> A
     // A change of the bundle or its class wakes it at once (the watches, and the backoff's
     // fingerprint); the visit below is for what is not watched.
     let retry_in = match stall {
-        Stall::UntilSpecChanges => ctx.settings.resync_interval,
-        Stall::UntilDigestChanges => next_visit(pass.bundle, ctx),
-        Stall::UntilAccessChanges => ctx.settings.backoff_cap,
+        Stall::Spec => ctx.settings.resync_interval,
+        Stall::Digest => next_visit(pass.bundle, ctx),
+        Stall::Access => ctx.settings.backoff_cap,
     };
     ctx.backoff.stall(&pass.name, fingerprint, retry_in);
     tracing::warn!(reason, stalled = stall.until(), "{failure}");

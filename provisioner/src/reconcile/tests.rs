@@ -18,7 +18,6 @@ use kube::runtime::{reflector, watcher};
 use serde_json::Value;
 
 use super::*;
-use crate::cluster::drift::DriftWatches;
 use crate::source::storage::{StorageClient, Token};
 use crate::state::Settings;
 use crate::state::metrics::Metrics;
@@ -110,8 +109,8 @@ fn context(client: Client, classes: &[ProvisionerClass]) -> Context {
             controller: "gantry-provisioner".into(),
             instance: None,
         },
-        DriftWatches::new().0,
     )
+    .0
 }
 
 /// Reconciles `bundle` once; returns the action, the requests made, and the metrics text.

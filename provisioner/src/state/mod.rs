@@ -13,7 +13,8 @@ use gantry_api::{Bundle, ProvisionerClass};
 use gantry_image::{Platform, RegistryClient};
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use self::backoff::Backoff;
 use self::caches::{InstalledChecks, ResolvedTags, VerifiedImages, WrittenVersions};
@@ -102,7 +103,8 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context with empty caches: what the controllers start with, and what tests build.
+    /// A context with empty caches: what the controllers start with, and what tests build;
+    /// with the stream of bundles its drift watches wake.
     pub fn new(
         client: Client,
         config: Option<kube::Config>,
@@ -111,9 +113,9 @@ impl Context {
         classes: Store<ProvisionerClass>,
         metrics: Arc<Metrics>,
         reporter: Reporter,
-        drift: DriftWatches,
-    ) -> Self {
-        Context {
+    ) -> (Self, UnboundedReceiver<ObjectRef<Bundle>>) {
+        let (drift, drift_events) = DriftWatches::new();
+        let context = Context {
             backoff: Backoff::new(settings.backoff_base, settings.backoff_cap),
             recorder: Recorder::new(client.clone(), reporter),
             appliers: Appliers::new(config, client.clone()),
@@ -130,7 +132,8 @@ impl Context {
             access: Default::default(),
             verified: Default::default(),
             registries: Default::default(),
-        }
+        };
+        (context, drift_events)
     }
 
     /// A registry client with the credentials of `class` and `bundle` (secrets in the

@@ -1,8 +1,10 @@
 //! Conditions, the summary (`Ready`, `phase`) derived from them ([`summary`], the only place
 //! that decides `Ready`), and the status writes and Events that report them.
 
+pub mod history;
 pub mod summary;
 
+pub use history::record_history;
 pub use summary::{Facts, Hold, summarize};
 
 use gantry_api::conditions::{ReasonKind, reasons, types};

@@ -5,10 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{
-    ApprovalDecision, BundleStatus, HISTORY_LIMIT, HistoryApproval, HistoryEntry, InventoryEntry,
-    ProvisionerClass,
-};
+use gantry_api::{InventoryEntry, ProvisionerClass};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -20,9 +17,8 @@ use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
 use crate::policy::plan::Plan;
 use crate::reconcile::{Flow, Pass, installed_fingerprint, remove_objects, timing};
-use crate::source::registry::digest_of;
 use crate::state::Context;
-use crate::status::{condition, objects};
+use crate::status::{condition, objects, record_history};
 
 /// Applies, prunes, records the inventory and sets `Installed`. Continues with, per object of
 /// the inventory, whether the API server said it is being deleted.
@@ -168,36 +164,6 @@ fn humantime(duration: Duration) -> String {
     text
 }
 
-/// Puts `image`, just installed, first in `status.history` (how it was approved comes from
-/// `Approved` and the approver's decision), dropping an older entry of the same digest and
-/// the oldest beyond [`HISTORY_LIMIT`].
-pub(crate) fn record_history(status: &mut BundleStatus, image: &str, installed_at: Time) {
-    let Some(digest) = digest_of(image) else {
-        return;
-    };
-    let automatic = condition(&status.conditions, types::APPROVED)
-        .is_some_and(|c| c.reason == reasons::AUTOMATIC_APPROVAL);
-    let decision = status
-        .approval
-        .as_ref()
-        .filter(|a| !automatic && a.digest == digest && a.decision == ApprovalDecision::Approved);
-    let entry = HistoryEntry {
-        image: image.to_string(),
-        digest: digest.to_string(),
-        installed_at,
-        approval: if automatic {
-            HistoryApproval::Automatic
-        } else {
-            HistoryApproval::Manual
-        },
-        approved_at: decision.and_then(|a| a.time.clone()),
-        approval_reason: decision.and_then(|a| a.reason.clone()),
-    };
-    status.history.retain(|e| e.digest != digest);
-    status.history.insert(0, entry);
-    status.history.truncate(HISTORY_LIMIT);
-}
-
 /// Removes, in reverse order, the objects of the recorded inventory that `keep` no longer has.
 /// An object is the same whatever version names it: one that moved to another version of its
 /// kind is kept.
@@ -273,50 +239,6 @@ async fn remove_older_content(ctx: &Context, bundle: &str, current: Option<&str>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gantry_api::Approval;
-
-    fn digest(c: char) -> String {
-        format!("sha256:{}", c.to_string().repeat(64))
-    }
-
-    #[test]
-    fn history_is_newest_first_bounded_and_without_repeats() {
-        let mut status = BundleStatus::default();
-        crate::status::set_condition(
-            &mut status.conditions,
-            types::APPROVED,
-            true,
-            reasons::APPROVED,
-            "",
-            Some(1),
-        );
-        status.approval = Some(Approval {
-            decision: ApprovalDecision::Approved,
-            digest: digest('a'),
-            reason: Some("reviewed".into()),
-            time: Some(Time(Timestamp::UNIX_EPOCH)),
-        });
-        let image = |c| format!("r.test/app@{}", digest(c));
-        record_history(&mut status, &image('a'), Time(Timestamp::now()));
-        let first = &status.history[0];
-        assert_eq!(first.approval, HistoryApproval::Manual);
-        assert_eq!(first.approval_reason.as_deref(), Some("reviewed"));
-        for c in "bcdefghijklm".chars() {
-            record_history(&mut status, &image(c), Time(Timestamp::now()));
-        }
-        assert_eq!(status.history.len(), HISTORY_LIMIT);
-        assert_eq!(status.history[0].digest, digest('m'));
-        record_history(&mut status, &image('f'), Time(Timestamp::now()));
-        assert_eq!(status.history[0].digest, digest('f'));
-        assert_eq!(
-            status
-                .history
-                .iter()
-                .filter(|e| e.digest == digest('f'))
-                .count(),
-            1
-        );
-    }
 
     #[test]
     fn durations_read_as_written() {

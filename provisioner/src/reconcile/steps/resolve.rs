@@ -5,13 +5,13 @@ use gantry_image::RegistryClient;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use super::apply::record_history;
 use crate::error::{Error, Result};
 use crate::reconcile::{
     Flow, Outcome, Pass, installed_fingerprint, next_visit, reconcile_pending, timing,
 };
 use crate::source::registry::{digest_of, is_digest_reference};
 use crate::status::condition;
+use crate::status::record_history;
 use gantry_api::conditions::types;
 
 /// A resolved reference.

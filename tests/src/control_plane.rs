@@ -1,8 +1,9 @@
-//! A real kube-apiserver and etcd on loopback, one per test binary.
+//! A real kube-apiserver and etcd on loopback: one shared by the tests of a test binary, and
+//! private ones for tests that need a cluster to themselves.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,9 @@ pub struct ControlPlane {
     kubeconfig: PathBuf,
     server: String,
     pki: Pki,
+    /// kube-apiserver and etcd of a private control plane, stopped when it is dropped; empty
+    /// for one that lives as long as its [`Lifetime`] says.
+    processes: Vec<Child>,
 }
 
 /// The control plane shared by every test of this test binary; started on first use.
@@ -89,6 +93,23 @@ impl ControlPlane {
         options: &ControlPlaneOptions,
         lifetime: &Lifetime,
     ) -> Result<Self, HarnessError> {
+        Self::start_inner(options, lifetime, false).await
+    }
+
+    /// Starts a private control plane, for tests that need a cluster to themselves (a
+    /// provisioner that must be the only one, one with flags of its own, or none at all):
+    /// kube-apiserver and etcd stop and its state is removed when it is dropped, or when the
+    /// test binary exits, whichever comes first. Most tests share [`control_plane`] instead.
+    pub async fn start_private() -> Result<Self, HarnessError> {
+        Self::start_inner(&ControlPlaneOptions::default(), &Lifetime::TestBinary, true).await
+    }
+
+    /// Starts a control plane; `own` keeps its processes, to stop them when it is dropped.
+    async fn start_inner(
+        options: &ControlPlaneOptions,
+        lifetime: &Lifetime,
+        own: bool,
+    ) -> Result<Self, HarnessError> {
         let binaries = binaries()?;
         let dir = state_dir(lifetime, "control-plane")?;
         let pki = Pki::new("gantry-tests-ca")?;
@@ -114,8 +135,11 @@ impl ControlPlane {
             .arg("--unsafe-no-fsync=true")
             .arg("--log-level=warn");
         let mut etcd = spawn_daemon(lifetime, etcd, &etcd_log)?;
-        wait_for_port("etcd", etcd_port, &mut etcd, &etcd_log, START_TIMEOUT)?;
-        std::mem::forget(etcd);
+        // Owned from here on: an error below stops it.
+        let mut processes = Owned(Vec::new());
+        let waited = wait_for_port("etcd", etcd_port, &mut etcd, &etcd_log, START_TIMEOUT);
+        processes.0.push(etcd);
+        waited?;
 
         // kube-apiserver with our own serving certificate, client CA and ServiceAccount keys.
         let pki_dir = dir.join("pki");
@@ -206,7 +230,8 @@ impl ControlPlane {
             ))
             .arg("--profiling=false")
             .arg("--v=1");
-        let mut apiserver = spawn_daemon(lifetime, apiserver, &apiserver_log)?;
+        let apiserver = spawn_daemon(lifetime, apiserver, &apiserver_log)?;
+        processes.0.push(apiserver);
 
         let admin = pki.client("gantry-tests-admin", Some("system:masters"))?;
         let kubeconfig = dir.join("kubeconfig");
@@ -218,11 +243,12 @@ impl ControlPlane {
             &admin.key_pem,
         )?;
 
-        let plane = Self {
+        let mut plane = Self {
             dir,
             kubeconfig,
             server,
             pki,
+            processes: Vec::new(),
         };
         let client = plane.try_client().await?;
         let deadline = Instant::now() + START_TIMEOUT;
@@ -234,7 +260,7 @@ impl ControlPlane {
                 Ok(body) if body.trim() == "ok" => break,
                 _ => {}
             }
-            if let Ok(Some(status)) = apiserver.try_wait() {
+            if let Ok(Some(status)) = processes.0[1].try_wait() {
                 return Err(HarnessError::Other(format!(
                     "kube-apiserver exited with {status}; last lines of {}:\n{}",
                     apiserver_log.display(),
@@ -251,10 +277,16 @@ impl ControlPlane {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        std::mem::forget(apiserver);
 
         let crd_dir = crate::workspace_root().join("manifests/crds");
         install_crds(&client, &crd_dir).await?;
+        let processes = std::mem::take(&mut processes.0);
+        if own {
+            plane.processes = processes;
+        } else {
+            // They live as long as `lifetime` says: the watchdog or `stop_detached` ends them.
+            processes.into_iter().for_each(std::mem::forget);
+        }
         Ok(plane)
     }
 
@@ -403,6 +435,34 @@ impl ControlPlane {
         client_from_kubeconfig(&path)
             .await
             .unwrap_or_else(|e| panic!("building a client from {}: {e}", path.display()))
+    }
+}
+
+impl Drop for ControlPlane {
+    /// Stops a private control plane (a shared or detached one has no processes here) and
+    /// removes its state.
+    fn drop(&mut self) {
+        if self.processes.is_empty() {
+            return;
+        }
+        // The API server first: it would only complain about etcd going.
+        for process in self.processes.iter_mut().rev() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Processes of a control plane being started: stopped if it fails to start.
+struct Owned(Vec<Child>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        for process in self.0.iter_mut().rev() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
     }
 }
 

@@ -4,11 +4,13 @@
 //!
 //! Everything started here belongs to one process group led by a small watchdog that ends the
 //! group and removes the temporary state once the test binary exits, however it exits.
+//! [`e2e`] holds what the end-to-end tests of both tiers share.
 #![forbid(unsafe_code)]
 
 mod bundles;
 mod control_plane;
 mod cosign;
+pub mod e2e;
 mod error;
 mod gantry;
 mod gantry_images;

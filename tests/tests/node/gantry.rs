@@ -7,9 +7,10 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use gantry_api::conditions::types;
-use gantry_api::{Bundle, BundleSpec, PLAIN_PROVISIONER, ProvisionerClass, ProvisionerClassSpec};
-use gantry_image::{EffectiveLimits, Platform, PushedImage, RegistryClient, RegistryOptions};
+use gantry_api::{ApprovalPolicy, Bundle};
+use gantry_tests::e2e::{
+    apply_class, class_spec_for, create_bundle, is_ready, namespace_yaml, push_to, spec_of_class,
+};
 use gantry_tests::{NodeCluster, gantry_images, node_cluster, unique_name};
 use k8s_openapi::Resource;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -18,7 +19,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Service,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -45,29 +46,24 @@ async fn gantry_runs_as_pods_from_the_manifests() {
 
     // A class of the test's own: the node's registry speaks plain HTTP.
     let class = unique_name("node");
-    apply(
-        &Api::all(client.clone()),
-        &ProvisionerClass::new(
-            &class,
-            ProvisionerClassSpec {
-                provisioner: PLAIN_PROVISIONER.into(),
-                insecure_registries: vec![cluster.registry().to_string()],
-                ..Default::default()
-            },
-        ),
+    apply_class(
+        &client,
+        &class,
+        class_spec_for(cluster.registry(), ApprovalPolicy::Automatic),
+        false,
     )
     .await;
 
     // A real workload: busybox httpd behind a Service, answering another Pod by DNS name.
     let web = unique_name("web");
     let message = format!("served-by-{web}");
-    let image = push_bundle(
-        cluster,
+    let image = push_to(
+        cluster.registry(),
         &format!("{web}/bundle:v1"),
         &web_bundle(cluster, &web, &message),
     )
     .await;
-    create_bundle(&client, &web, &image, &class).await;
+    create_bundle(&client, &web, spec_of_class(&image, None, &class)).await;
     wait_ready(cluster, &client, &web, &[&web]).await;
     wait_available(cluster, &client, &web, "web", 1, START).await;
     let probe = probe_pod(cluster, &client).await;
@@ -166,8 +162,8 @@ async fn gantry_runs_as_pods_from_the_manifests() {
         "{web} stays Ready across the storage server's restart"
     );
     let config = unique_name("config");
-    let image = push_bundle(
-        cluster,
+    let image = push_to(
+        cluster.registry(),
         &format!("{config}/bundle:v1"),
         &[
             ("00-namespace.yaml", namespace_yaml(&config)),
@@ -175,7 +171,7 @@ async fn gantry_runs_as_pods_from_the_manifests() {
         ],
     )
     .await;
-    create_bundle(&client, &config, &image, &class).await;
+    create_bundle(&client, &config, spec_of_class(&image, None, &class)).await;
     wait_ready(cluster, &client, &config, &[&config]).await;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &config);
     assert!(
@@ -307,56 +303,6 @@ async fn storage_volume(client: &Client) -> tempfile::TempDir {
 
 // --- bundles ------------------------------------------------------------------------------
 
-/// Pushes `files` (under `manifests/`) to the node's registry; returns the pinned reference.
-pub(super) async fn push_bundle(
-    cluster: &NodeCluster,
-    repository: &str,
-    files: &[(&str, String)],
-) -> String {
-    let client = RegistryClient::new(RegistryOptions {
-        insecure_registries: vec![cluster.registry().to_string()],
-        ..Default::default()
-    })
-    .unwrap();
-    push_bundle_with(
-        &client,
-        &format!("{}/{repository}", cluster.registry()),
-        &Platform::current(),
-        files,
-    )
-    .await
-    .pinned
-}
-
-/// Pushes `files` (under `manifests/`) with `client` as a `platform` image to `reference`
-/// (`host:port/repository:tag`).
-pub(super) async fn push_bundle_with(
-    client: &RegistryClient,
-    reference: &str,
-    platform: &Platform,
-    files: &[(&str, String)],
-) -> PushedImage {
-    let dir = tempfile::tempdir().unwrap();
-    let manifests = dir.path().join("manifests");
-    std::fs::create_dir(&manifests).unwrap();
-    for (name, content) in files {
-        std::fs::write(manifests.join(name), content).unwrap();
-    }
-    client
-        .push_dir(
-            dir.path(),
-            reference,
-            std::slice::from_ref(platform),
-            &EffectiveLimits::default(),
-        )
-        .await
-        .expect("pushing a bundle image")
-}
-
-pub(super) fn namespace_yaml(name: &str) -> String {
-    format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n")
-}
-
 pub(super) fn config_map_yaml(namespace: &str, value: &str) -> String {
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: installed\n  namespace: {namespace}\ndata:\n  value: {value}\n"
@@ -416,29 +362,6 @@ spec:
         ("00-namespace.yaml", namespace_yaml(namespace)),
         ("10-web.yaml", workload),
     ]
-}
-
-pub(super) async fn create_bundle(client: &Client, name: &str, image: &str, class: &str) {
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    let spec = BundleSpec {
-        image: image.into(),
-        provisioner_class_name: Some(class.into()),
-        ..Default::default()
-    };
-    bundles
-        .create(&PostParams::default(), &Bundle::new(name, spec))
-        .await
-        .expect("creating a Bundle");
-}
-
-pub(super) fn is_ready(bundle: &Bundle) -> bool {
-    bundle.status.as_ref().is_some_and(|status| {
-        status.conditions.iter().any(|c| {
-            c.type_ == types::READY
-                && c.status == "True"
-                && c.observed_generation == bundle.metadata.generation
-        })
-    })
 }
 
 pub(super) async fn bundle(client: &Client, name: &str) -> Bundle {

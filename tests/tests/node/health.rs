@@ -7,10 +7,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{
-    ApprovalPolicy, Bundle, BundleSpec, HealthPolicy, PLAIN_PROVISIONER, ProvisionerClass,
-    ProvisionerClassSpec,
-};
+use gantry_api::{ApprovalPolicy, Bundle, BundleSpec, HealthPolicy, ProvisionerClassSpec};
+use gantry_tests::e2e::{apply_class, class_spec_for, push_to, spec_of_class};
 use gantry_tests::{
     NodeCluster, Provisioner, ProvisionerOptions, StorageOptions, StorageServer, node_cluster,
     unique_name, wait_until,
@@ -20,7 +18,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::gantry::{HOST_PROVISIONER, push_bundle};
+use super::gantry::HOST_PROVISIONER;
 
 /// Pulls, sandbox and container starts on a busy machine.
 const START: Duration = Duration::from_secs(180);
@@ -58,22 +56,13 @@ async fn host_gantry(cluster: &'static NodeCluster) -> HostGantry {
                         .unwrap();
                     let _ = namespaces.create(&PostParams::default(), &namespace).await;
                     let spec = ProvisionerClassSpec {
-                        provisioner: PLAIN_PROVISIONER.into(),
-                        approval: ApprovalPolicy::Automatic,
-                        insecure_registries: vec![cluster.registry().to_string()],
                         health: Some(HealthPolicy {
                             wait: Some(true),
                             timeout: Some("10m".into()),
                         }),
-                        ..Default::default()
+                        ..class_spec_for(cluster.registry(), ApprovalPolicy::Automatic)
                     };
-                    Api::<ProvisionerClass>::all(client)
-                        .create(
-                            &PostParams::default(),
-                            &ProvisionerClass::new(&class_name, spec),
-                        )
-                        .await
-                        .expect("creating the class");
+                    apply_class(&client, &class_name, spec, false).await;
                 })
         })
         .join()
@@ -140,19 +129,13 @@ async fn create_bundle(
     timeout: &str,
 ) {
     let spec = BundleSpec {
-        image: image.into(),
-        provisioner_class_name: Some(class.into()),
-        install_namespace: Some(namespace.into()),
         health: Some(HealthPolicy {
             wait: None,
             timeout: Some(timeout.into()),
         }),
-        ..Default::default()
+        ..spec_of_class(image, Some(namespace), class)
     };
-    Api::<Bundle>::all(client.clone())
-        .create(&PostParams::default(), &Bundle::new(name, spec))
-        .await
-        .expect("creating a Bundle");
+    gantry_tests::e2e::create_bundle(client, name, spec).await;
 }
 
 /// `(status, reason, message)` of condition `type_`.
@@ -198,8 +181,8 @@ async fn an_image_that_cannot_be_pulled_is_unhealthy_until_the_content_is_fixed(
     cluster.create_namespace(&namespace).await;
     // On the cluster's own registry, never pushed.
     let missing = format!("{}/{namespace}/missing:1", cluster.registry());
-    let broken = push_bundle(
-        cluster,
+    let broken = push_to(
+        cluster.registry(),
         &format!("{namespace}/bundle:broken"),
         &[("web.yaml", deployment_yaml(&missing))],
     )
@@ -245,8 +228,8 @@ async fn an_image_that_cannot_be_pulled_is_unhealthy_until_the_content_is_fixed(
     );
 
     // Fixed: the content now names the cluster's busybox image.
-    let fixed = push_bundle(
-        cluster,
+    let fixed = push_to(
+        cluster.registry(),
         &format!("{namespace}/bundle:fixed"),
         &[("web.yaml", deployment_yaml(cluster.busybox_image()))],
     )
@@ -298,8 +281,8 @@ spec:
 "#,
         cluster.busybox_image()
     );
-    let image = push_bundle(
-        cluster,
+    let image = push_to(
+        cluster.registry(),
         &format!("{namespace}/bundle:v1"),
         &[("job.yaml", job)],
     )

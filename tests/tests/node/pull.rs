@@ -10,11 +10,14 @@ use std::os::unix::fs::PermissionsExt;
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
-    Bundle, BundleSpec, PLAIN_PROVISIONER, ProvisionerClass, ProvisionerClassSpec, PullMode,
+    ApprovalPolicy, Bundle, BundleSpec, ProvisionerClassSpec, PullMode,
     RECONCILE_REQUESTED_ANNOTATION,
 };
 use gantry_image::{
     Credential, DockerConfig, Platform, RegistryClient, RegistryOptions as ClientOptions,
+};
+use gantry_tests::e2e::{
+    apply_class, class_spec_for, condition, is_ready, push_to, push_with, spec_of_class,
 };
 use gantry_tests::{
     ImageConfig, NodeCluster, Registry, RegistryOptions, node_cluster, unique_name,
@@ -27,8 +30,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::gantry::{
-    DISRUPTION, HOST_PROVISIONER, NAMESPACE, WAIT, apply, bundle, config_map_yaml, installed,
-    is_ready, push_bundle, push_bundle_with, stored_content, wait_dumping, wait_ready,
+    DISRUPTION, HOST_PROVISIONER, NAMESPACE, WAIT, bundle, config_map_yaml, installed,
+    stored_content, wait_dumping, wait_ready,
 };
 
 #[tokio::test]
@@ -38,8 +41,8 @@ async fn direct_and_node_pulls_store_the_same_tarball() {
     let _undisturbed = DISRUPTION.read().await;
     let [direct, node] = classes(&client, "same").await;
     let name = unique_name("same");
-    let image = push_bundle(
-        cluster,
+    let image = push_to(
+        cluster.registry(),
         &format!("{name}/bundle:v1"),
         &[("10-config.yaml", config_map_yaml_unplaced("same"))],
     )
@@ -88,8 +91,8 @@ async fn a_missing_tag_fails_with_the_kubelets_reason_and_recovers() {
     let name = unique_name("tag");
     let repository = format!("{name}/bundle:v1");
     // A repository that exists, without the tag.
-    push_bundle(
-        cluster,
+    push_to(
+        cluster.registry(),
         &format!("{name}/bundle:other"),
         &[("10-config.yaml", config_map_yaml_unplaced("other"))],
     )
@@ -107,8 +110,8 @@ async fn a_missing_tag_fails_with_the_kubelets_reason_and_recovers() {
     );
     no_unpack_pods(cluster, &client, &failed).await;
 
-    push_bundle(
-        cluster,
+    push_to(
+        cluster.registry(),
         &repository,
         &[("10-config.yaml", config_map_yaml_unplaced("tagged"))],
     )
@@ -204,7 +207,7 @@ async fn a_two_platform_index_unpacks_the_nodes_platform() {
     let mut manifests = Vec::new();
     for platform in [node_platform.as_str(), other] {
         let arch = platform.rsplit('/').next().unwrap();
-        let pushed = push_bundle_with(
+        let pushed = push_with(
             &registry,
             &format!("{repository}:{arch}"),
             &platform.parse().unwrap(),
@@ -291,7 +294,7 @@ async fn a_private_registry_through_pull_secrets_on_the_node() {
     })
     .unwrap();
     let image = format!("{}/{name}/bundle:v1", private.host());
-    let pushed = push_bundle_with(
+    let pushed = push_with(
         &pusher,
         &image,
         &Platform::current(),
@@ -352,16 +355,10 @@ async fn a_private_registry_through_pull_secrets_on_the_node() {
     ] {
         cluster.create_namespace(bundle_name).await;
         let spec = BundleSpec {
-            image: image.clone(),
-            provisioner_class_name: Some(class.clone()),
-            install_namespace: Some(bundle_name.clone()),
             pull_secret,
-            ..Default::default()
+            ..spec_of_class(&image, Some(bundle_name), class)
         };
-        Api::<Bundle>::all(client.clone())
-            .create(&PostParams::default(), &Bundle::new(bundle_name, spec))
-            .await
-            .expect("creating a Bundle");
+        gantry_tests::e2e::create_bundle(&client, bundle_name, spec).await;
         wait_ready(cluster, &client, bundle_name, &[bundle_name]).await;
         let ready = bundle(&client, bundle_name).await;
         no_unpack_pods(cluster, &client, &ready).await;
@@ -402,8 +399,8 @@ async fn benchmark_ready_through_node_versus_direct() {
         for mode in order {
             let class = [&direct, &node][mode];
             let bundle_name = format!("{name}-{round}-{}", ["direct", "node"][mode]);
-            let image = push_bundle(
-                cluster,
+            let image = push_to(
+                cluster.registry(),
                 &format!("{bundle_name}/bundle:v1"),
                 &[("10-config.yaml", config_map_yaml_unplaced(&bundle_name))],
             )
@@ -459,18 +456,12 @@ async fn node_class(
 ) -> String {
     let name = unique_name(prefix);
     let spec = ProvisionerClassSpec {
-        provisioner: PLAIN_PROVISIONER.into(),
-        insecure_registries: vec![node_cluster().registry().to_string()],
         pull_mode: PullMode::Node,
         platform: platform.map(str::to_string),
         pull_secrets: pull_secrets.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
+        ..class_spec_for(node_cluster().registry(), ApprovalPolicy::Automatic)
     };
-    apply(
-        &Api::all(client.clone()),
-        &ProvisionerClass::new(&name, spec),
-    )
-    .await;
+    apply_class(client, &name, spec, false).await;
     name
 }
 
@@ -544,16 +535,10 @@ async fn classes(client: &Client, prefix: &str) -> [String; 2] {
     for mode in [PullMode::Direct, PullMode::Node] {
         let name = unique_name(prefix);
         let spec = ProvisionerClassSpec {
-            provisioner: PLAIN_PROVISIONER.into(),
-            insecure_registries: vec![node_cluster().registry().to_string()],
             pull_mode: mode,
-            ..Default::default()
+            ..class_spec_for(node_cluster().registry(), ApprovalPolicy::Automatic)
         };
-        apply(
-            &Api::all(client.clone()),
-            &ProvisionerClass::new(&name, spec),
-        )
-        .await;
+        apply_class(client, &name, spec, false).await;
         names.push(name);
     }
     names.try_into().unwrap()
@@ -566,26 +551,11 @@ fn config_map_yaml_unplaced(value: &str) -> String {
 
 /// A Bundle installing into the namespace of its own name.
 async fn create_bundle(client: &Client, name: &str, image: &str, class: &str) {
-    let spec = BundleSpec {
-        image: image.into(),
-        provisioner_class_name: Some(class.into()),
-        install_namespace: Some(name.into()),
-        ..Default::default()
-    };
-    Api::<Bundle>::all(client.clone())
-        .create(&PostParams::default(), &Bundle::new(name, spec))
-        .await
-        .expect("creating a Bundle");
+    gantry_tests::e2e::create_bundle(client, name, spec_of_class(image, Some(name), class)).await;
 }
 
 fn unpacked(bundle: &Bundle) -> Option<Condition> {
-    bundle
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == types::UNPACKED)
-        .cloned()
+    condition(bundle, types::UNPACKED).cloned()
 }
 
 async fn wait_unpacked_false(

@@ -5,18 +5,16 @@
 //! its question; the tag moves and the controller records B; only then is the question
 //! answered.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use common::kubectl::*;
-use common::*;
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{ApprovalDecision, Bundle};
 use gantry_tests::control_plane;
+use gantry_tests::e2e::kubectl::*;
+use gantry_tests::e2e::*;
 use kube::api::Api;
 
 /// Quotes a word for `sh -c`.
@@ -138,10 +136,6 @@ impl Drop for OnTerminal {
     }
 }
 
-fn digest(pinned: &str) -> String {
-    pinned.rsplit_once('@').unwrap().1.to_string()
-}
-
 #[tokio::test]
 async fn approving_while_the_tag_moves_never_approves_the_new_digest() {
     gantry();
@@ -157,7 +151,7 @@ async fn approving_while_the_tag_moves_never_approves_the_new_digest() {
         vec![("a.yaml", config_map("cm", None, "v1"))]
     })
     .await;
-    let (a, kc) = (digest(&first), kubeconfig());
+    let (a, kc) = (digest_of(&first).to_string(), kubeconfig());
 
     // The approver runs approve: the plugin reads the bundle, shows A and asks.
     let mut approver = OnTerminal::start(&["approve", &name, "--kubeconfig", &kc]);
@@ -165,7 +159,7 @@ async fn approving_while_the_tag_moves_never_approves_the_new_digest() {
 
     // Meanwhile the tag moves to B and the controller records it.
     let second = push(&repo, &[("a.yaml", config_map("cm", None, "v2"))]).await;
-    let b = digest(&second);
+    let b = digest_of(&second).to_string();
     wait_bundle(
         &client,
         &name,

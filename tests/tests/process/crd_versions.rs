@@ -1,14 +1,11 @@
 //! A CRD that a bundle ships changes: the provisioner learns of the new version without a
 //! restart, and the custom resource moving to it is applied, not pruned.
 
+use gantry_tests::e2e::*;
 use gantry_tests::{control_plane, registry, unique_name};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
-
-mod common;
-
-use common::*;
 
 /// A namespaced CRD `gadgets.<group>` serving `versions` (the first one stored).
 fn crd(group: &str, versions: &[&str]) -> String {

@@ -7,14 +7,11 @@
 
 use gantry_api::HealthPolicy;
 use gantry_api::conditions::{reasons, types};
+use gantry_tests::e2e::*;
 use gantry_tests::unique_name;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
-
-mod common;
-
-use common::*;
 
 fn crd(group: &str) -> String {
     format!(

@@ -1,10 +1,11 @@
 //! Two provisioner replicas against one cluster: one leads, the standby takes over when the
-//! leader dies. A binary of its own: these provisioners must be the only ones.
+//! leader dies. A control plane of its own: these provisioners must be the only ones.
 
-mod common;
-
-use common::*;
+use gantry_tests::e2e::*;
 use gantry_tests::{Provisioner, StorageOptions, StorageServer, registry, unique_name, wait_until};
+
+/// This module's cluster, without a Gantry: the test starts two provisioners.
+static CLUSTER: Isolated = Isolated::new();
 
 async fn is_leader(provisioner: &Provisioner) -> Option<bool> {
     let text = reqwest::get(format!("{}/metrics", provisioner.metrics_url()))
@@ -21,10 +22,11 @@ async fn is_leader(provisioner: &Provisioner) -> Option<bool> {
 
 #[tokio::test]
 async fn replicas_elect_one_leader_and_fail_over() {
-    let client = setup().await;
+    let cluster = CLUSTER.get();
+    let client = setup(&cluster).await;
     let storage = StorageServer::start(StorageOptions::default());
-    let mut first = start_provisioner(&storage, &[]);
-    let mut second = start_provisioner(&storage, &[]);
+    let mut first = start_provisioner(&cluster, &storage, &[]);
+    let mut second = start_provisioner(&cluster, &storage, &[]);
 
     let (leader_is_first, _) = wait_until("exactly one leader", WAIT, || async {
         match (is_leader(&first).await?, is_leader(&second).await?) {

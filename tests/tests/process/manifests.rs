@@ -1,17 +1,16 @@
 //! The install manifests work: they pass server-side validation and Pod Security admission,
 //! and with them applied, the storage server and the provisioner, running with the tokens of
 //! the ServiceAccounts the manifests create (not as admin), install a bundle end to end.
-//! A binary of its own: its provisioner must be the only one.
-
-mod common;
+//! A control plane of its own: its provisioner must be the only one, and the manifests install
+//! their own namespace, RBAC and classes (the default class `plain` among them).
 
 use std::process::Output;
 
-use common::*;
 use gantry_api::Bundle;
+use gantry_tests::e2e::*;
 use gantry_tests::{
-    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, registry,
-    unique_name, workspace_root,
+    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, registry, unique_name,
+    workspace_root,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
@@ -19,8 +18,13 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+/// This module's cluster, without a Gantry: the test runs the provisioner as the manifests say.
+static CLUSTER: Isolated = Isolated::new();
+
+/// `kubectl ARGS` as admin of this module's cluster (held by the calling test).
 fn kubectl(args: &[&str]) -> Output {
-    control_plane()
+    CLUSTER
+        .get()
         .kubectl()
         .args(args)
         .output()
@@ -74,7 +78,7 @@ async fn may(client: &kube::Client, verb: &str, group: &str, resource: &str) -> 
 
 #[tokio::test]
 async fn the_manifests_install_a_working_gantry() {
-    let plane = control_plane();
+    let plane = CLUSTER.get();
     let client = plane.client().await;
     let manifests = workspace_root().join("manifests");
     let manifests = manifests.to_str().unwrap();
@@ -293,7 +297,7 @@ async fn the_manifests_install_a_working_gantry() {
 
 #[tokio::test]
 async fn editors_cannot_approve_and_approvers_can() {
-    let plane = control_plane();
+    let plane = CLUSTER.get();
     let client = plane.client().await;
     let manifests = workspace_root().join("manifests");
     let roles = kubectl(&[

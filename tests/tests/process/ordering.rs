@@ -1,40 +1,28 @@
 //! Ordering and control: bundles that depend on others, suspend and resume, reconcile on
 //! request (skipping the backoff), custom resources before or after their CRD in one bundle,
 //! and an uninstall that waits for finalizers. The provisioner here backs off for long (30 s),
-//! so that a reconcile on request is visibly faster than the backoff.
+//! so that a reconcile on request is visibly faster than the backoff. A control plane of its
+//! own: its provisioner's flags are not the shared one's.
 
-mod common;
-
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::kubectl::*;
-use common::*;
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{ApprovalPolicy, Bundle, BundlePhase, RECONCILE_REQUESTED_ANNOTATION};
-use gantry_tests::{control_plane, registry, unique_name, wait_until};
+use gantry_api::{ApprovalPolicy, Bundle, BundlePhase};
+use gantry_tests::e2e::kubectl::*;
+use gantry_tests::e2e::*;
+use gantry_tests::{registry, unique_name, wait_until};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
-/// One storage server and one provisioner, backing off from 30 s, for this binary.
-fn slow_gantry() -> &'static Gantry {
-    static GANTRY: OnceLock<Gantry> = OnceLock::new();
-    GANTRY.get_or_init(|| {
-        start_gantry(&[
-            "--resolve-interval=1s",
-            "--resync-interval=60s",
-            "--backoff-base=30s",
-            "--backoff-cap=30s",
-        ])
-    })
-}
-
-async fn client() -> Client {
-    slow_gantry();
-    control_plane().client().await
-}
+/// This module's cluster, with one storage server and one provisioner, backing off from 30 s.
+static CLUSTER: Isolated = Isolated::with_gantry(&[
+    "--resolve-interval=1s",
+    "--resync-interval=60s",
+    "--backoff-base=30s",
+    "--backoff-cap=30s",
+]);
 
 fn ready_reason(bundle: &Bundle) -> Option<(String, String)> {
     condition(bundle, types::READY).map(|c| (c.status.clone(), c.reason.clone()))
@@ -91,7 +79,8 @@ async fn exists(client: &Client, ns: &str, name: &str) -> bool {
 
 #[tokio::test]
 async fn a_chain_installs_in_order() {
-    let client = client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("chain");
     let pinned = images(&client, &ns, &["a", "b", "c"]).await;
     let class = unique_name("chain-manual");
@@ -124,7 +113,7 @@ async fn a_chain_installs_in_order() {
         "C is not applied before B is Ready"
     );
 
-    ok(&["approve", &a, "--yes"]);
+    ok_on(&cluster, &["approve", &a, "--yes"]);
     // Until C is Ready, each object present means the bundle before it is Ready.
     let bundles: Api<Bundle> = Api::all(client.clone());
     let ready = |name: String| {
@@ -154,7 +143,8 @@ async fn a_chain_installs_in_order() {
 /// A client, a namespace, images of ConfigMaps `first` and `second` (pinned), and two bundle
 /// names, for `prefix`.
 async fn two_images(prefix: &str) -> (Client, String, Vec<String>, [String; 2]) {
-    let client = client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name(prefix);
     let pinned = images(&client, &ns, &["first", "second"]).await;
     let names = ["first", "second"].map(|n| unique_name(&format!("{prefix}-{n}")));
@@ -215,38 +205,17 @@ async fn a_cycle_is_reported_and_broken() {
     wait_bundle(&client, &x, "Ready", is_ready).await;
 }
 
-/// Requests a reconcile through the annotation and waits until a pass handled it.
-async fn reconcile_handled(client: &Client, name: &str) {
-    let value = format!("{:?}", Instant::now());
-    Api::<Bundle>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({ "metadata": { "annotations": { RECONCILE_REQUESTED_ANNOTATION: value } } }),
-            ),
-        )
-        .await
-        .unwrap();
-    wait_bundle(client, name, "the request handled", |b| {
-        b.status
-            .as_ref()
-            .and_then(|s| s.last_handled_reconcile_at.as_deref())
-            == Some(value.as_str())
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn suspend_stops_repairs_until_resume() {
-    let client = client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("suspend");
     let pinned = images(&client, &ns, &["kept"]).await;
     let name = unique_name("suspend");
     create_bundle(&client, &name, spec(&pinned[0], Some(&ns))).await;
     wait_bundle(&client, &name, "Ready", is_ready).await;
 
-    ok(&["suspend", &name]);
+    ok_on(&cluster, &["suspend", &name]);
     let suspended =
         wait_ready_reason(&client, &name, "True", reasons::SUSPENDED, &["suspend"]).await;
     assert!(suspended.spec.suspend);
@@ -267,10 +236,10 @@ async fn suspend_stops_repairs_until_resume() {
         Some("drifted"),
         "a suspended bundle repairs nothing"
     );
-    let output = fails(&["reconcile", &name, "--timeout", "5s"]);
+    let output = fails_on(&cluster, &["reconcile", &name, "--timeout", "5s"]);
     assert!(output.contains("suspended"), "{output}");
 
-    ok(&["resume", &name]);
+    ok_on(&cluster, &["resume", &name]);
     wait_config_map(
         &client,
         &ns,
@@ -284,7 +253,8 @@ async fn suspend_stops_repairs_until_resume() {
 
 #[tokio::test]
 async fn reconcile_skips_the_backoff_and_resolves_the_tag_again() {
-    let client = client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("retry");
     ensure_namespace(&client, &ns).await;
     let name = unique_name("retry");
@@ -305,7 +275,7 @@ async fn reconcile_skips_the_backoff_and_resolves_the_tag_again() {
 
     push(&tag, &[("cm.yaml", config_map("late", None, "1"))]).await;
     let started = Instant::now();
-    let out = ok(&["reconcile", &name, "--timeout", "15s"]);
+    let out = ok_on(&cluster, &["reconcile", &name, "--timeout", "15s"]);
     let took = started.elapsed();
     assert!(out.contains("Ready"), "{out}");
     assert!(
@@ -364,19 +334,22 @@ async fn crd_bundle_installs(client: &Client, widget_first: bool) {
 
 #[tokio::test]
 async fn a_custom_resource_before_its_crd_installs() {
-    let client = client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     crd_bundle_installs(&client, true).await;
 }
 
 #[tokio::test]
 async fn a_custom_resource_after_its_crd_installs() {
-    let client = client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     crd_bundle_installs(&client, false).await;
 }
 
 #[tokio::test]
 async fn deletion_waits_for_objects_with_finalizers() {
-    let client = client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("held");
     ensure_namespace(&client, &ns).await;
     let held = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers:\n  - gantry.dev/test-hold\ndata:\n  value: \"1\"\n";

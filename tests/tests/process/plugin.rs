@@ -2,17 +2,15 @@
 //! approve and deny bound to the digest, list and status, kubectl's flags and output formats,
 //! watching, events, tree, version, check, validate, completion, push and pull errors.
 
-mod common;
-
 use std::io::BufRead;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use common::kubectl::*;
-use common::*;
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{ApprovalPolicy, Bundle, BundlePhase};
+use gantry_tests::e2e::kubectl::*;
+use gantry_tests::e2e::*;
 use gantry_tests::{
     Registry, RegistryOptions, bundle_dir, control_plane, registry, unique_name, wait_until,
 };
@@ -1100,10 +1098,6 @@ async fn one_object_class(client: &Client) -> String {
     class
 }
 
-fn digest(pinned: &str) -> &str {
-    pinned.rsplit_once('@').unwrap().1
-}
-
 #[tokio::test]
 async fn a_rejected_new_digest_is_named_and_the_installed_one_stays() {
     gantry();
@@ -1147,7 +1141,7 @@ async fn a_rejected_new_digest_is_named_and_the_installed_one_stays() {
         ("False", reasons::INVALID_BUNDLE)
     );
     assert!(
-        ready.message.contains(digest(&bad))
+        ready.message.contains(digest_of(&bad))
             && ready.message.contains(&format!("{good} stays installed")),
         "{}",
         ready.message
@@ -1173,9 +1167,9 @@ async fn a_rejected_new_digest_is_named_and_the_installed_one_stays() {
     }
 
     // Only an installed digest can be rolled back to.
-    let refused = fails(&["rollback", &name, "--to", digest(&bad)]);
+    let refused = fails(&["rollback", &name, "--to", digest_of(&bad)]);
     assert!(
-        refused.contains("not in the bundle's history") && refused.contains(digest(&good)),
+        refused.contains("not in the bundle's history") && refused.contains(digest_of(&good)),
         "{refused}"
     );
 }
@@ -1215,19 +1209,19 @@ async fn history_and_rollback_through_kubectl() {
     let rows: Vec<&str> = shown.lines().skip(1).collect();
     assert_eq!(rows.len(), 2, "{shown}");
     assert!(
-        rows[0].starts_with(&format!("{} (installed)", digest(&second))),
+        rows[0].starts_with(&format!("{} (installed)", digest_of(&second))),
         "{shown}"
     );
-    assert!(rows[1].starts_with(digest(&first)), "{shown}");
+    assert!(rows[1].starts_with(digest_of(&first)), "{shown}");
     assert!(rows.iter().all(|r| r.contains("Automatic")), "{shown}");
     let structured = ok(&["history", &name, "-o", "jsonpath={[*].digest}"]);
     assert_eq!(
         structured.trim(),
-        format!("{} {}", digest(&second), digest(&first))
+        format!("{} {}", digest_of(&second), digest_of(&first))
     );
 
     // Back to the first digest by a prefix of it: the spec is pinned and v1 comes back.
-    let prefix = &digest(&first)["sha256:".len()..][..12];
+    let prefix = &digest_of(&first)["sha256:".len()..][..12];
     let rolled = ok(&["rollback", &name, "--to", prefix]);
     assert!(rolled.contains(&first), "{rolled}");
     let bundles: Api<Bundle> = Api::all(client.clone());
@@ -1246,10 +1240,10 @@ async fn history_and_rollback_through_kubectl() {
             .iter()
             .map(|e| e.digest.as_str())
             .collect::<Vec<_>>(),
-        [digest(&first), digest(&second)],
+        [digest_of(&first), digest_of(&second)],
         "a digest installed again moves to the front"
     );
-    let again = fails(&["rollback", &name, "--to", digest(&first)]);
+    let again = fails(&["rollback", &name, "--to", digest_of(&first)]);
     assert!(again.contains("already pinned"), "{again}");
 }
 

@@ -10,15 +10,12 @@ use gantry_api::{
     ProvisionerClassSpec, UNINSTALL_FINALIZER,
 };
 use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
+use gantry_tests::e2e::*;
 use gantry_tests::{control_plane, registry, unique_name, wait_until};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-
-mod common;
-
-use common::*;
 
 #[tokio::test]
 async fn a_bundle_installs_and_reports_its_digest() {
@@ -175,7 +172,7 @@ async fn slow_proxy(upstream: String, delay: Duration) -> String {
 #[tokio::test]
 async fn a_slow_pull_shows_unpacking_while_it_lasts() {
     gantry();
-    let client = setup().await;
+    let client = setup(control_plane()).await;
     let ns = unique_name("slow-pull");
     push(
         &format!("{ns}/app:v1"),
@@ -967,10 +964,6 @@ async fn decide(client: &Client, bundle: &str, decision: &str, digest: &str, rea
         .expect("writing the approval");
 }
 
-fn digest_of(pinned: &str) -> &str {
-    pinned.rsplit_once('@').unwrap().1
-}
-
 /// The content digests (hex) the storage server holds for bundle `name`.
 async fn stored_content(name: &str) -> Vec<String> {
     let listing: serde_json::Value =
@@ -1180,7 +1173,7 @@ async fn the_controller_never_rewrites_the_approval() {
     wait_bundle(&client, &name, "Ready", is_ready).await;
 
     // Make the controller write status many times: new generations and drift corrections.
-    let writes_before = status_writes().await;
+    let writes_before = gantry().status_writes().await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let bundles: Api<Bundle> = Api::all(client.clone());
     for round in 0..5 {
@@ -1207,7 +1200,7 @@ async fn the_controller_never_rewrites_the_approval() {
     }
     let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
     assert!(
-        status_writes().await >= writes_before + 5,
+        gantry().status_writes().await >= writes_before + 5,
         "the controller wrote status at every generation"
     );
     let approval = bundle

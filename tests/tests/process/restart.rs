@@ -1,13 +1,14 @@
-//! A provisioner killed in the middle of a large apply converges when restarted. A binary of
-//! its own: this provisioner must be the only one.
+//! A provisioner killed in the middle of a large apply converges when restarted. A control
+//! plane of its own: this provisioner must be the only one.
 
-mod common;
-
-use common::*;
 use gantry_api::Bundle;
+use gantry_tests::e2e::*;
 use gantry_tests::{StorageOptions, StorageServer, registry, unique_name, wait_until};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
+
+/// This module's cluster, without a Gantry: each test starts its own provisioner.
+static CLUSTER: Isolated = Isolated::new();
 
 /// Each test runs its own provisioner, which must be the only one: they take turns.
 static ONE_PROVISIONER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -15,7 +16,8 @@ static ONE_PROVISIONER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new((
 #[tokio::test]
 async fn a_restart_in_the_middle_of_a_large_apply_converges() {
     let _only = ONE_PROVISIONER.lock().await;
-    let client = setup().await;
+    let cluster = CLUSTER.get();
+    let client = setup(&cluster).await;
     let storage = StorageServer::start(StorageOptions::default());
     let ns = unique_name("restart");
     ensure_namespace(&client, &ns).await;
@@ -27,6 +29,7 @@ async fn a_restart_in_the_middle_of_a_large_apply_converges() {
 
     // One object at a time, so the kill lands in the middle of the apply.
     let mut provisioner = start_provisioner(
+        &cluster,
         &storage,
         &["--apply-concurrency=1", "--leader-election=false"],
     );
@@ -51,7 +54,7 @@ async fn a_restart_in_the_middle_of_a_large_apply_converges() {
         "killed mid-apply ({partial} then {after_kill} of {OBJECTS})"
     );
 
-    let _restarted = start_provisioner(&storage, &["--leader-election=false"]);
+    let _restarted = start_provisioner(&cluster, &storage, &["--leader-election=false"]);
     let bundle = wait_bundle(&client, &name, "Ready after the restart", is_ready).await;
     let inventory = bundle.status.unwrap().inventory;
     assert_eq!(inventory.len(), OBJECTS);
@@ -75,13 +78,15 @@ async fn a_restart_in_the_middle_of_a_large_apply_converges() {
 #[tokio::test]
 async fn objects_of_an_interrupted_apply_are_pruned_when_the_content_moves_on() {
     let _only = ONE_PROVISIONER.lock().await;
-    let client = setup().await;
+    let cluster = CLUSTER.get();
+    let client = setup(&cluster).await;
     let storage = StorageServer::start(StorageOptions::default());
     let ns = unique_name("interrupted");
     ensure_namespace(&client, &ns).await;
     let repository = format!("{ns}/app:live");
     push(&repository, &[("a.yaml", config_map("first", None, "v1"))]).await;
     let mut provisioner = start_provisioner(
+        &cluster,
         &storage,
         &[
             "--apply-concurrency=1",
@@ -111,6 +116,7 @@ async fn objects_of_an_interrupted_apply_are_pruned_when_the_content_moves_on() 
     // Before v2 is applied again, the tag moves on to v3, which has none of v2's objects.
     let third = push(&repository, &[("a.yaml", config_map("third", None, "v3"))]).await;
     let _restarted = start_provisioner(
+        &cluster,
         &storage,
         &["--leader-election=false", "--resolve-interval=1s"],
     );

@@ -1,13 +1,18 @@
 //! Smoke tests proving the harness runs the real thing: the API server enforces the CRD schema,
-//! RBAC and the status subresource; kubectl and skopeo talk to what the harness started.
+//! RBAC and the status subresource; kubectl and skopeo talk to what the harness started. A
+//! control plane of its own: no provisioner may write the status these tests write and read.
 
 use gantry_api::{Bundle, BundleSpec, BundleStatus, ProvisionerClass};
-use gantry_tests::{control_plane, unique_name};
+use gantry_tests::e2e::Isolated;
+use gantry_tests::unique_name;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
+
+/// This module's cluster, without a Gantry.
+static CLUSTER: Isolated = Isolated::new();
 
 fn bundle(name: &str, image: &str) -> Bundle {
     Bundle::new(
@@ -22,7 +27,8 @@ fn bundle(name: &str, image: &str) -> Bundle {
 
 #[tokio::test]
 async fn bundle_round_trips_through_the_api_server() {
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let bundles: Api<Bundle> = Api::all(client);
     let name = unique_name("roundtrip");
     let created = bundles
@@ -42,7 +48,7 @@ async fn bundle_round_trips_through_the_api_server() {
     assert_eq!(read.spec.install_namespace.as_deref(), Some("default"));
 
     // The short name and the category are registered for discovery.
-    let resources = control_plane()
+    let resources = cluster
         .client()
         .await
         .list_api_group_resources("gantry.dev/v1alpha1")
@@ -62,7 +68,8 @@ async fn bundle_round_trips_through_the_api_server() {
 
 #[tokio::test]
 async fn schema_violations_are_rejected() {
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let gvk = GroupVersionKind::gvk("gantry.dev", "v1alpha1", "ProvisionerClass");
     let classes: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
     let name = unique_name("sometimes");
@@ -114,7 +121,8 @@ async fn schema_violations_are_rejected() {
 
 #[tokio::test]
 async fn status_is_written_only_through_the_status_subresource() {
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let bundles: Api<Bundle> = Api::all(client);
     let name = unique_name("status");
     let mut with_status = bundle(&name, "127.0.0.1:5000/app:v1");
@@ -160,7 +168,7 @@ async fn status_is_written_only_through_the_status_subresource() {
 
 #[tokio::test]
 async fn kubectl_prints_the_printer_columns() {
-    let plane = control_plane();
+    let plane = CLUSTER.get();
     let client = plane.client().await;
     let bundles: Api<Bundle> = Api::all(client);
     let name = unique_name("columns");
@@ -246,7 +254,7 @@ async fn kubectl_prints_the_printer_columns() {
 
 #[tokio::test]
 async fn service_account_tokens_authenticate_and_rbac_is_enforced() {
-    let plane = control_plane();
+    let plane = CLUSTER.get();
     let namespace = unique_name("sa");
     let token = plane.service_account_token(&namespace, "robot").await;
     let client = plane.token_client(&namespace, &token).await;

@@ -1,55 +1,36 @@
 //! Least privilege: bundles applied as a ServiceAccount (the provisioner impersonates it), the
 //! refusal of bundles without one (`--require-service-account`), images limited per class
 //! (`allowedImages`), and `kubectl bundle diff` before an approval. The provisioner of this
-//! binary runs with `--require-service-account`: the default class `plain`, which names no
-//! ServiceAccount, serves to show the refusal.
-
-mod common;
+//! module runs with `--require-service-account`, on a control plane of its own: the default
+//! class `plain`, which names no ServiceAccount, serves to show the refusal.
 
 use base64::Engine as _;
-use common::kubectl::{kubeconfig, kubectl_bundle, text};
-use common::*;
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
     ApprovalPolicy, Bundle, BundlePhase, ProvisionerClassSpec, ServiceAccountReference,
 };
 use gantry_image::{EffectiveLimits, Platform, RegistryClient};
-use gantry_tests::{
-    Provisioner, Registry, RegistryOptions, StorageOptions, StorageServer, control_plane,
-    unique_name,
-};
+use gantry_tests::e2e::kubectl::{kubectl_bundle, text};
+use gantry_tests::e2e::*;
+use gantry_tests::{Registry, RegistryOptions, unique_name};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use std::sync::OnceLock;
 
-/// This binary's Gantry: the provisioner refuses bundles without a ServiceAccount.
-fn gantry_requiring_service_accounts() -> &'static (StorageServer, Provisioner) {
-    static GANTRY: OnceLock<(StorageServer, Provisioner)> = OnceLock::new();
-    GANTRY.get_or_init(|| {
-        std::thread::spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(setup())
-        })
-        .join()
-        .unwrap();
-        let storage = StorageServer::start(StorageOptions::default());
-        let provisioner = start_provisioner(
-            &storage,
-            &[
-                "--require-service-account",
-                "--resolve-interval=1s",
-                "--backoff-base=200ms",
-                "--backoff-cap=2s",
-            ],
-        );
-        (storage, provisioner)
-    })
+/// This module's cluster and Gantry: the provisioner refuses bundles without a ServiceAccount.
+/// Each test holds it while it runs; the helpers here reach it through [`Isolated::get`].
+static CLUSTER: Isolated = Isolated::with_gantry(&[
+    "--require-service-account",
+    "--resolve-interval=1s",
+    "--backoff-base=200ms",
+    "--backoff-cap=2s",
+]);
+
+/// This module's cluster's admin kubeconfig, as an argument.
+fn kubeconfig() -> String {
+    CLUSTER.get().kubeconfig().display().to_string()
 }
 
 /// Applies an RBAC object (or any object) given as JSON, as the test's admin.
@@ -89,7 +70,7 @@ async fn service_account(
     rules: Value,
     cluster_rules: Option<Value>,
 ) -> ServiceAccountReference {
-    control_plane().service_account_token(namespace, name).await;
+    CLUSTER.get().service_account_token(namespace, name).await;
     let subject = json!([{ "kind": "ServiceAccount", "name": name, "namespace": namespace }]);
     apply_json(
         client,
@@ -139,9 +120,7 @@ async fn service_account(
 /// A ServiceAccount that may do anything (bound to cluster-admin).
 async fn broad_service_account(client: &Client) -> ServiceAccountReference {
     let name = unique_name("broad");
-    control_plane()
-        .service_account_token(NAMESPACE, &name)
-        .await;
+    CLUSTER.get().service_account_token(NAMESPACE, &name).await;
     apply_json(
         client,
         json!({
@@ -177,13 +156,6 @@ async fn class_applying_as(
     class
 }
 
-fn bundle_of_class(image: &str, namespace: &str, class: &str) -> gantry_api::BundleSpec {
-    gantry_api::BundleSpec {
-        provisioner_class_name: Some(class.into()),
-        ..spec(image, Some(namespace))
-    }
-}
-
 fn applied_as(bundle: &Bundle) -> Option<ServiceAccountReference> {
     bundle
         .status
@@ -202,8 +174,8 @@ fn binding_to_cluster_admin(name: &str, namespace: &str, account: &str) -> Strin
 
 #[tokio::test]
 async fn a_limited_service_account_cannot_bind_cluster_admin_and_nothing_is_applied() {
-    gantry_requiring_service_accounts();
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("limited");
     ensure_namespace(&client, &ns).await;
     // May manage ConfigMaps in its namespace and create ClusterRoleBindings, but holds nothing
@@ -232,7 +204,7 @@ async fn a_limited_service_account_cannot_bind_cluster_admin_and_nothing_is_appl
     )
     .await;
     let name = unique_name("escalation");
-    create_bundle(&client, &name, bundle_of_class(&image, &ns, &class)).await;
+    create_bundle(&client, &name, spec_of_class(&image, Some(&ns), &class)).await;
 
     let bundle = wait_failure(
         &client,
@@ -286,8 +258,8 @@ async fn a_limited_service_account_cannot_bind_cluster_admin_and_nothing_is_appl
 
 #[tokio::test]
 async fn prune_and_uninstall_run_as_the_service_account() {
-    gantry_requiring_service_accounts();
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("nodelete");
     ensure_namespace(&client, &ns).await;
     let creator = service_account(
@@ -309,7 +281,7 @@ async fn prune_and_uninstall_run_as_the_service_account() {
     )
     .await;
     let name = unique_name("nodelete");
-    create_bundle(&client, &name, bundle_of_class(&v1, &ns, &class)).await;
+    create_bundle(&client, &name, spec_of_class(&v1, Some(&ns), &class)).await;
     wait_bundle(&client, &name, "Ready as the creator", is_ready).await;
 
     // v2 drops a ConfigMap: pruning it is a delete, which the ServiceAccount may not do.
@@ -380,8 +352,8 @@ async fn prune_and_uninstall_run_as_the_service_account() {
 /// before anything is written.
 #[tokio::test]
 async fn permissions_granted_by_name_are_checked_object_by_object() {
-    gantry_requiring_service_accounts();
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("byname");
     ensure_namespace(&client, &ns).await;
     let named = service_account(
@@ -407,7 +379,7 @@ async fn permissions_granted_by_name_are_checked_object_by_object() {
     )
     .await;
     let name = unique_name("byname");
-    create_bundle(&client, &name, bundle_of_class(&both, &ns, &class)).await;
+    create_bundle(&client, &name, spec_of_class(&both, Some(&ns), &class)).await;
     let bundle = wait_failure(
         &client,
         &name,
@@ -448,8 +420,8 @@ async fn permissions_granted_by_name_are_checked_object_by_object() {
 
 #[tokio::test]
 async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled() {
-    gantry_requiring_service_accounts();
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("required");
     ensure_namespace(&client, &ns).await;
     let image = push(
@@ -489,7 +461,7 @@ async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled
     let broad = broad_service_account(&client).await;
     let class = class_applying_as(&client, "own-sa", &broad, ApprovalPolicy::Automatic).await;
     let chooser = unique_name("chooser");
-    let mut chosen = bundle_of_class(&image, &ns, &class);
+    let mut chosen = spec_of_class(&image, Some(&ns), &class);
     chosen.service_account_name = Some("own".into());
     create_bundle(&client, &chooser, chosen).await;
     wait_failure(
@@ -570,8 +542,8 @@ async fn requests_served(registry: &Registry) -> f64 {
 
 #[tokio::test]
 async fn images_outside_a_class_s_allowed_images_are_refused() {
-    gantry_requiring_service_accounts();
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("sources");
     ensure_namespace(&client, &ns).await;
     // A registry of this test alone: every request it serves is this test's.
@@ -593,7 +565,12 @@ async fn images_outside_a_class_s_allowed_images_are_refused() {
     .await;
     let before = requests_served(&own).await;
     let refused = unique_name("refused");
-    create_bundle(&client, &refused, bundle_of_class(&elsewhere, &ns, &class)).await;
+    create_bundle(
+        &client,
+        &refused,
+        spec_of_class(&elsewhere, Some(&ns), &class),
+    )
+    .await;
     let bundle = wait_failure(
         &client,
         &refused,
@@ -622,7 +599,12 @@ async fn images_outside_a_class_s_allowed_images_are_refused() {
     .await;
     let pushed = requests_served(&own).await;
     let accepted = unique_name("accepted");
-    create_bundle(&client, &accepted, bundle_of_class(&inside, &ns, &class)).await;
+    create_bundle(
+        &client,
+        &accepted,
+        spec_of_class(&inside, Some(&ns), &class),
+    )
+    .await;
     wait_bundle(
         &client,
         &accepted,
@@ -651,8 +633,8 @@ fn diff(name: &str) -> std::process::Output {
 
 #[tokio::test]
 async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
-    gantry_requiring_service_accounts();
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("diff");
     ensure_namespace(&client, &ns).await;
     let broad = broad_service_account(&client).await;
@@ -692,7 +674,7 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
         );
     };
     let name = unique_name("diff");
-    create_bundle(&client, &name, bundle_of_class(&v1, &ns, &class)).await;
+    create_bundle(&client, &name, spec_of_class(&v1, Some(&ns), &class)).await;
     wait_bundle(&client, &name, "AwaitingApproval", |b| {
         b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
     })
@@ -850,15 +832,15 @@ fn operator_install(ns: &str, group: &str) -> Vec<(&'static str, String)> {
 
 #[tokio::test]
 async fn an_operator_install_awaiting_approval_highlights_what_an_approver_must_not_miss() {
-    gantry_requiring_service_accounts();
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("operator");
     let group = format!("{ns}.gantry.test");
     let broad = broad_service_account(&client).await;
     let class = class_applying_as(&client, "operator", &broad, ApprovalPolicy::Manual).await;
     let image = push(&format!("{ns}/operator:v1"), &operator_install(&ns, &group)).await;
     let name = unique_name("operator");
-    create_bundle(&client, &name, bundle_of_class(&image, &ns, &class)).await;
+    create_bundle(&client, &name, spec_of_class(&image, Some(&ns), &class)).await;
     let bundle = wait_bundle(&client, &name, "AwaitingApproval with a plan", |b| {
         b.status.as_ref().is_some_and(|s| {
             s.phase == Some(BundlePhase::AwaitingApproval) && s.requested_permissions.is_some()
@@ -1020,8 +1002,8 @@ async fn an_operator_install_awaiting_approval_highlights_what_an_approver_must_
 /// ConfigMaps but not read them is refused before anything is written.
 #[tokio::test]
 async fn a_service_account_that_may_write_but_not_read_applies_nothing() {
-    gantry_requiring_service_accounts();
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("noread");
     ensure_namespace(&client, &ns).await;
     let writer = service_account(
@@ -1043,7 +1025,7 @@ async fn a_service_account_that_may_write_but_not_read_applies_nothing() {
     )
     .await;
     let name = unique_name("noread");
-    create_bundle(&client, &name, bundle_of_class(&image, &ns, &class)).await;
+    create_bundle(&client, &name, spec_of_class(&image, Some(&ns), &class)).await;
     let bundle = wait_failure(
         &client,
         &name,

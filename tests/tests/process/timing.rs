@@ -1,32 +1,24 @@
 //! Per-bundle timing against a provisioner whose own flags are long: `spec.interval` resolves
 //! a moved tag sooner, `spec.retryInterval` caps the retry delay, `spec.timeout` ends an apply
-//! that waits; bad values are refused by the API server with the field named.
+//! that waits; bad values are refused by the API server with the field named. A control plane
+//! of its own for the bundles: its provisioner's flags are not the shared one's.
 
-mod common;
-
-use std::sync::OnceLock;
-
-use common::*;
 use gantry_api::Bundle;
 use gantry_api::conditions::{reasons, types};
+use gantry_tests::e2e::*;
 use gantry_tests::{control_plane, registry, unique_name};
 use kube::api::Api;
 
-/// One provisioner whose flags would make every test here time out: tags resolved hourly,
-/// retries up to an hour apart, ten minutes for a CRD.
-fn slow_gantry() -> &'static Gantry {
-    static GANTRY: OnceLock<Gantry> = OnceLock::new();
-    GANTRY.get_or_init(|| {
-        start_gantry(&[
-            "--resolve-interval=1h",
-            "--resync-interval=1h",
-            "--backoff-base=4s",
-            "--backoff-cap=1h",
-            "--crd-timeout=10m",
-            "--apply-timeout=1h",
-        ])
-    })
-}
+/// This module's cluster, with one provisioner whose flags would make every test here time
+/// out: tags resolved hourly, retries up to an hour apart, ten minutes for a CRD.
+static CLUSTER: Isolated = Isolated::with_gantry(&[
+    "--resolve-interval=1h",
+    "--resync-interval=1h",
+    "--backoff-base=4s",
+    "--backoff-cap=1h",
+    "--crd-timeout=10m",
+    "--apply-timeout=1h",
+]);
 
 fn tagged(ns: &str, tag: &str) -> String {
     format!("{}/{ns}/app:{tag}", registry().host())
@@ -34,8 +26,8 @@ fn tagged(ns: &str, tag: &str) -> String {
 
 #[tokio::test]
 async fn a_bundle_interval_resolves_a_moved_tag_while_the_flag_is_long() {
-    slow_gantry();
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("interval");
     ensure_namespace(&client, &ns).await;
     for tag in ["fast", "slow"] {
@@ -85,8 +77,8 @@ fn retry(message: &str) -> Option<(u32, f64)> {
 
 #[tokio::test]
 async fn a_bundle_retry_interval_caps_the_backoff() {
-    slow_gantry();
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("retry");
     ensure_namespace(&client, &ns).await;
     let name = unique_name("retry");
@@ -118,8 +110,8 @@ async fn a_bundle_retry_interval_caps_the_backoff() {
 
 #[tokio::test]
 async fn a_bundle_timeout_ends_an_apply_that_waits() {
-    slow_gantry();
-    let client = control_plane().client().await;
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
     let ns = unique_name("timeout");
     ensure_namespace(&client, &ns).await;
     let group = format!("{ns}.example.test");
@@ -149,6 +141,7 @@ async fn a_bundle_timeout_ends_an_apply_that_waits() {
 
 #[test]
 fn bad_durations_are_refused_with_the_field_named() {
+    // The API server refuses them before any provisioner sees them: the shared control plane.
     let kubeconfig = control_plane().kubeconfig().display().to_string();
     for (field, value, says) in [
         ("interval", "5x", "should match"),

@@ -1,20 +1,18 @@
 //! `pullMode: Node` against a real API server without a kubelet: the test plays the kubelet
 //! (and the scheduler) by writing the unpack Pod's status, and checks what the provisioner
-//! makes of it. A binary of its own: its provisioner must be the only one, so its tests run
-//! one at a time, each with a provisioner of its own.
-
-mod common;
+//! makes of it. A control plane of its own: its provisioner must be the only one, so its tests
+//! run one at a time, each with a provisioner of its own.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use common::*;
 use futures::TryStreamExt;
 use gantry_api::conditions::{reasons, types};
+use gantry_api::unpack::{APP_LABEL, BUNDLE_ANNOTATION};
+use gantry_api::unpack::{EXIT_INVALID_BUNDLE, UnpackReport};
 use gantry_api::{ApprovalPolicy, Bundle, PullMode};
 use gantry_image::{BundleFiles, EffectiveLimits, write_canonical};
-use gantry_provisioner::controller::node_pull::pod::{APP_LABEL, BUNDLE_ANNOTATION};
-use gantry_provisioner::controller::node_pull::{EXIT_INVALID_BUNDLE, UnpackReport};
+use gantry_tests::e2e::*;
 use gantry_tests::{Provisioner, StorageOptions, StorageServer, registry, unique_name, wait_until};
 use k8s_openapi::api::core::v1::{LimitRange, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -23,6 +21,9 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 const CLASS: &str = "node";
+
+/// This module's cluster, without a Gantry: each test starts its own provisioner.
+static CLUSTER: Isolated = Isolated::new();
 
 /// One provisioner at a time: each test starts its own.
 static ONE_PROVISIONER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -36,23 +37,24 @@ const QUICK_RETRIES: [&str; 3] = [
 
 /// One test's storage server and provisioner, the only provisioner while the test runs. Bind
 /// every field: a field left to `..` is dropped at once (the storage server stops, the lock
-/// is released).
+/// is released, the cluster may stop).
 struct Harness {
     client: Client,
     provisioner: Provisioner,
     storage: StorageServer,
-    _alone: tokio::sync::MutexGuard<'static, ()>,
+    _alone: (tokio::sync::MutexGuard<'static, ()>, Arc<Cluster>),
 }
 
 /// A storage server and a provisioner run with `args` (and the unpack image), the unpack
 /// ServiceAccount, and the `Node` class.
 async fn start(args: &[&str]) -> Harness {
     let alone = ONE_PROVISIONER.lock().await;
+    let cluster = CLUSTER.get();
     let storage = StorageServer::start(StorageOptions::default());
-    let client = setup().await;
+    let client = setup(&cluster).await;
     let mut all = vec!["--unpack-image=gantry/provisioner:test"];
     all.extend_from_slice(args);
-    let provisioner = start_provisioner(&storage, &all);
+    let provisioner = start_provisioner(&cluster, &storage, &all);
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
     let account: ServiceAccount =
         serde_json::from_value(json!({ "metadata": { "name": "gantry-unpack" } })).unwrap();
@@ -69,7 +71,7 @@ async fn start(args: &[&str]) -> Harness {
         client,
         provisioner,
         storage,
-        _alone: alone,
+        _alone: (alone, cluster),
     }
 }
 
@@ -580,6 +582,7 @@ async fn unpack_pods_left_behind_are_removed_at_start() {
     // Its successor removes it once it leads; a Pod without the label stays.
     let lease = unique_name("unpack-sweep");
     let _second = start_provisioner(
+        &CLUSTER.get(),
         &storage,
         &[
             "--unpack-image=gantry/provisioner:test",

@@ -3,22 +3,16 @@
 //! `.sig` signature images of `--new-bundle-format=false`) in the real registry, verified by the
 //! real provisioner before anything is stored or applied.
 
-mod common;
-
 use std::collections::BTreeMap;
-use std::time::Instant;
 
-use common::*;
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{
-    ApprovalPolicy, Bundle, RECONCILE_REQUESTED_ANNOTATION, SecretReference, Verification,
-    VerificationProvider,
-};
+use gantry_api::{ApprovalPolicy, SecretReference, Verification, VerificationProvider};
+use gantry_tests::e2e::*;
 use gantry_tests::{CosignKey, SignatureFormat, control_plane, registry, unique_name};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 /// A Secret in the provisioner's namespace holding `keys` as `<name>.pub` entries.
@@ -80,14 +74,8 @@ async fn image(client: &Client, prefix: &str, value: &str) -> (String, String, S
 /// Creates a bundle of `image` under `class`.
 async fn bundle(client: &Client, class: &str, image: &str, ns: &str) -> String {
     let name = unique_name("signed");
-    let mut spec = spec(image, Some(ns));
-    spec.provisioner_class_name = Some(class.to_string());
-    create_bundle(client, &name, spec).await;
+    create_bundle(client, &name, spec_of_class(image, Some(ns), class)).await;
     name
-}
-
-fn digest_of(pinned: &str) -> &str {
-    pinned.rsplit_once('@').expect("a pinned reference").1
 }
 
 #[tokio::test]
@@ -336,28 +324,6 @@ async fn a_signature_of_another_digest_is_refused() {
         );
         assert_eq!(config_map_data(&client, &ns, "cm").await, None, "{what}");
     }
-}
-
-/// Requests a reconcile through the annotation and waits until a pass handled it.
-async fn reconcile_handled(client: &Client, name: &str) -> Bundle {
-    let value = format!("{:?}", Instant::now());
-    Api::<Bundle>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({ "metadata": { "annotations": { RECONCILE_REQUESTED_ANNOTATION: value } } }),
-            ),
-        )
-        .await
-        .unwrap();
-    wait_bundle(client, name, "the request handled", |b| {
-        b.status
-            .as_ref()
-            .and_then(|s| s.last_handled_reconcile_at.as_deref())
-            == Some(value.as_str())
-    })
-    .await
 }
 
 #[tokio::test]

@@ -1,0 +1,108 @@
+//! `kubectl bundle`, run by kubectl itself from PATH, for the tests that drive it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use crate::{ControlPlane, binary, control_plane};
+
+/// The plugin's directory: `kubectl-bundle` and `kubectl_complete-bundle` (built first) and
+/// nothing else, as `scripts/plugin-dir` makes it. Cargo writes a dependency file
+/// `kubectl-bundle.d` beside the binary in `target/debug`, which `kubectl plugin list` reports
+/// as a plugin that is not executable: that directory is not put on the PATH.
+pub fn plugin_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let plugin = binary("kubectl-bundle", "kubectl-bundle");
+        binary("kubectl-bundle", "kubectl_complete-bundle");
+        let status = Command::new("bash")
+            .arg(crate::workspace_root().join("scripts/plugin-dir"))
+            .arg(plugin.parent().unwrap())
+            .stdout(std::process::Stdio::piped())
+            .output()
+            .expect("running scripts/plugin-dir");
+        assert!(
+            status.status.success(),
+            "scripts/plugin-dir: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&status.stdout).trim())
+    })
+    .clone()
+}
+
+/// PATH with the plugin's directory first.
+pub fn plugin_path() -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(plugin_dir()).chain(std::env::split_paths(&path))).unwrap()
+}
+
+/// `kubectl bundle ARGS` with the plugin's directory first on PATH and no $KUBECONFIG.
+pub fn kubectl_bundle_command(args: &[&str]) -> Command {
+    // kubectl refuses flags before a plugin's name: the plugin parses --kubeconfig itself.
+    let mut command = Command::new("kubectl");
+    command
+        .arg("bundle")
+        .args(args)
+        .env("PATH", plugin_path())
+        .env_remove("KUBECONFIG");
+    command
+}
+
+/// Runs `kubectl bundle ARGS`.
+pub fn kubectl_bundle(args: &[&str]) -> Output {
+    kubectl_bundle_command(args)
+        .output()
+        .expect("running kubectl bundle")
+}
+
+/// Standard output, then standard error.
+pub fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs `kubectl bundle ARGS --kubeconfig KC` against the shared control plane, failing the
+/// test unless it succeeds; its stdout.
+pub fn ok(args: &[&str]) -> String {
+    ok_on(control_plane(), args)
+}
+
+/// Runs `kubectl bundle ARGS --kubeconfig KC` against the shared control plane, failing the
+/// test if it succeeds; its output.
+pub fn fails(args: &[&str]) -> String {
+    fails_on(control_plane(), args)
+}
+
+/// [`ok`] against `plane`.
+pub fn ok_on(plane: &ControlPlane, args: &[&str]) -> String {
+    let output = on(plane.kubeconfig(), args);
+    assert!(output.status.success(), "{args:?}: {}", text(&output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// [`fails`] against `plane`.
+pub fn fails_on(plane: &ControlPlane, args: &[&str]) -> String {
+    let output = on(plane.kubeconfig(), args);
+    assert!(
+        !output.status.success(),
+        "{args:?} succeeded: {}",
+        text(&output)
+    );
+    text(&output)
+}
+
+fn on(kubeconfig: &Path, args: &[&str]) -> Output {
+    let kc = kubeconfig.display().to_string();
+    let mut all = args.to_vec();
+    all.extend(["--kubeconfig", kc.as_str()]);
+    kubectl_bundle(&all)
+}
+
+/// The shared control plane's admin kubeconfig, as an argument.
+pub fn kubeconfig() -> String {
+    control_plane().kubeconfig().display().to_string()
+}

@@ -1,0 +1,28 @@
+//! The process tier: every end-to-end test that runs Gantry's binaries as processes against a
+//! real kube-apiserver + etcd and a real registry on loopback, in one test binary, one module
+//! per area.
+//!
+//! Most tests share one control plane (`gantry_tests::control_plane()`), one registry
+//! (`gantry_tests::registry()`) and one Gantry, a storage server and a provisioner
+//! (`gantry_tests::e2e::gantry()`). A module whose provisioner must be the only one on its
+//! cluster, runs with flags of its own, or must have none at all gets a control plane of its
+//! own (`gantry_tests::e2e::Isolated`, a `static CLUSTER` in the module, and why in its
+//! comment): leader, manifests, ordering, restart, smoke, tenancy, timing, unpack_pods.
+
+mod approval_race;
+mod crd_versions;
+mod demo;
+mod health;
+mod leader;
+mod logs;
+mod manifests;
+mod ordering;
+mod plugin;
+mod provisioner;
+mod registry;
+mod restart;
+mod smoke;
+mod tenancy;
+mod timing;
+mod unpack_pods;
+mod verify;

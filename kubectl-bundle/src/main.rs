@@ -23,7 +23,7 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", commands::causes(&e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -33,6 +33,10 @@ pub struct GlobalArgs {
     /// Accepted for kubectl's habits and ignored: bundles are cluster-scoped.
     #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
+    /// Accepted for kubectl's habits and ignored: bundles are cluster-scoped, every command
+    /// already sees all of them.
+    #[arg(short = 'A', long, global = true)]
+    pub all_namespaces: bool,
     /// Log level: 4 and up log the requests made, 8 and up their details.
     #[arg(short = 'v', long = "v", global = true, value_name = "LEVEL")]
     pub verbosity: Option<u8>,

@@ -61,7 +61,7 @@ pub async fn diff(global: &GlobalArgs, args: DiffArgs) -> ExitCode {
         Ok(false) => ExitCode::SUCCESS,
         Ok(true) => ExitCode::from(1),
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", super::output::causes(&error));
             ExitCode::from(2)
         }
     }
@@ -106,7 +106,7 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
                     out.push_str(&text);
                 }
             }
-            Err(error) => failures.push(format!("{described}: {error:#}")),
+            Err(error) => failures.push(format!("{described}: {}", super::output::causes(&error))),
         }
     }
     for entry in &status.inventory {
@@ -125,7 +125,11 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
                 out.push_str(&text);
             }
             Ok(None) => {}
-            Err(error) => failures.push(format!("{}: {error:#}", describe_entry(entry))),
+            Err(error) => failures.push(format!(
+                "{}: {}",
+                describe_entry(entry),
+                super::output::causes(&error)
+            )),
         }
     }
     print!("{out}");

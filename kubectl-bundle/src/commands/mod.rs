@@ -86,6 +86,8 @@ pub enum Command {
     },
 }
 
+pub use output::causes;
+
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = &cli.global;
     global.init_logging();

@@ -101,6 +101,26 @@ pub fn jsonpath(template: &str, value: &Value) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// An error and its causes on one line, `a: b: c`, each cause said once. Many error types
+/// (kube's configuration errors, `std::io` wrappers) put their source's text into their own
+/// message *and* return the source as `source()`, so anyhow's `{:#}` would print it twice
+/// (`...: environment variable not found: environment variable not found`): a cause whose text
+/// the line already ends with is left out.
+pub fn causes(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 /// An API object as JSON, without `metadata.managedFields` (as kubectl prints it).
 pub fn clean(object: &impl Serialize) -> anyhow::Result<Value> {
     let mut value = serde_json::to_value(object).context("encoding an object")?;
@@ -250,6 +270,37 @@ mod tests {
             .unwrap(),
             "b"
         );
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        #[derive(Debug)]
+        struct Wrapper(std::io::Error);
+        impl std::fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "failed to read file: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let io_text = io.to_string();
+        let error = anyhow::Error::new(Wrapper(io)).context("reading the CA file ca.pem");
+        assert_eq!(
+            causes(&error),
+            format!("reading the CA file ca.pem: failed to read file: {io_text}")
+        );
+        assert_eq!(
+            format!("{error:#}").matches(&io_text).count(),
+            2,
+            "anyhow's own"
+        );
+        // Causes that do not repeat are all kept.
+        let plain = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(causes(&plain), "outer: middle: inner");
     }
 
     #[test]

@@ -119,7 +119,7 @@ fn outcome(what: impl Into<String>, result: anyhow::Result<String>) -> Outcome {
         Err(e) => Outcome {
             what: what.into(),
             ok: false,
-            detail: format!("{e:#}"),
+            detail: super::output::causes(&e),
         },
     }
 }

@@ -1,137 +1,388 @@
-//! `suspend`, `resume` and `reconcile`: steering the controller's work on a bundle.
+//! `suspend`, `resume` and `reconcile`: steering the controller's work on bundles, one, several
+//! or all of them.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gantry_api::conditions::{ReasonKind, types};
+use futures::{StreamExt, TryStreamExt};
+use gantry_api::conditions::{ReasonKind, reasons, types};
 use gantry_api::{Bundle, RECONCILE_REQUESTED_ANNOTATION};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::cluster::GlobalArgs;
+use super::output::causes;
 use super::review::get_bundle;
 
+/// The bundles a command acts on: names, or `--all`.
 #[derive(Args, Debug)]
-#[command(after_help = "Example:\n  kubectl bundle suspend my-app")]
-pub struct SuspendArgs {
-    /// The bundle.
-    name: String,
-}
-
-#[derive(Args, Debug)]
-#[command(after_help = "Example:\n  kubectl bundle resume my-app")]
-pub struct ResumeArgs {
-    /// The bundle.
-    name: String,
+pub struct Targets {
+    /// The bundles (one or more).
+    #[arg(required_unless_present = "all", value_name = "NAME")]
+    names: Vec<String>,
+    /// Every bundle of the cluster.
+    #[arg(long, conflicts_with = "names")]
+    all: bool,
 }
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  kubectl bundle reconcile my-app\n  kubectl bundle reconcile my-app --timeout 30s"
+    after_help = "Examples:\n  kubectl bundle suspend my-app\n  kubectl bundle suspend app-a app-b\n  kubectl bundle suspend --all"
+)]
+pub struct SuspendArgs {
+    #[command(flatten)]
+    targets: Targets,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  kubectl bundle resume my-app\n  kubectl bundle resume app-a app-b\n  kubectl bundle resume --all"
+)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    targets: Targets,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  kubectl bundle reconcile my-app\n  kubectl bundle reconcile my-app --timeout 30s\n  kubectl bundle reconcile app-a app-b\n  kubectl bundle reconcile --all"
 )]
 pub struct ReconcileArgs {
-    /// The bundle.
-    name: String,
+    #[command(flatten)]
+    targets: Targets,
     /// How long to wait for the outcome (e.g. 30s, 5m).
     #[arg(long, default_value = "5m", value_parser = super::cluster::parse_timeout)]
     timeout: Duration,
 }
 
-/// Merge-patches bundle `name` with `patch`, after checking that it exists.
-async fn patch_bundle(global: &GlobalArgs, name: &str, patch: Value) -> anyhow::Result<Bundle> {
+/// The bundles named, each read (so a missing one is named), or every bundle with `--all`.
+/// Bundles that cannot be read are errors, reported by the caller.
+async fn resolve(
+    bundles: &Api<Bundle>,
+    targets: &Targets,
+) -> anyhow::Result<Vec<(String, anyhow::Result<Bundle>)>> {
+    if targets.all {
+        let mut all = bundles
+            .list(&ListParams::default())
+            .await
+            .context("listing bundles")?
+            .items;
+        all.sort_by_key(|b| b.name_any());
+        return Ok(all.into_iter().map(|b| (b.name_any(), Ok(b))).collect());
+    }
+    let mut found = Vec::new();
+    // A name given twice is acted on once.
+    let mut seen = BTreeSet::new();
+    for name in &targets.names {
+        if seen.insert(name) {
+            found.push((name.clone(), get_bundle(bundles, name).await));
+        }
+    }
+    Ok(found)
+}
+
+/// The end of a command over several bundles: with one bundle, its error as it is; with several,
+/// each failure was printed as it happened, and this sums them up.
+fn conclude(failures: Vec<anyhow::Error>, total: usize) -> anyhow::Result<()> {
+    match failures.len() {
+        0 => Ok(()),
+        1 if total == 1 => Err(failures.into_iter().next().expect("one failure")),
+        n => bail!("{n} of {total} bundles failed (see above)"),
+    }
+}
+
+/// Prints a failure of one of several bundles at once (the summary comes at the end), and keeps it.
+fn fail(failures: &mut Vec<anyhow::Error>, several: bool, error: anyhow::Error) {
+    if several {
+        eprintln!("error: {}", causes(&error));
+    }
+    failures.push(error);
+}
+
+/// Merge-patches each target with `patch` and prints `done(name)` for each.
+async fn patch_each(
+    global: &GlobalArgs,
+    targets: &Targets,
+    patch: Value,
+    done: impl Fn(&str) -> String,
+) -> anyhow::Result<()> {
     let bundles: Api<Bundle> = Api::all(global.client().await?);
-    get_bundle(&bundles, name).await?;
-    bundles
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .with_context(|| format!("updating bundle {name}"))
+    let found = resolve(&bundles, targets).await?;
+    if found.is_empty() {
+        eprintln!("No bundles found.");
+        return Ok(());
+    }
+    let several = found.len() > 1;
+    let mut failures = Vec::new();
+    let total = found.len();
+    for (name, bundle) in found {
+        let patched = match bundle {
+            Ok(_) => bundles
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .with_context(|| format!("updating bundle {name}")),
+            Err(e) => Err(e),
+        };
+        match patched {
+            Ok(_) => println!("{}", done(&name)),
+            Err(e) => fail(&mut failures, several, e),
+        }
+    }
+    conclude(failures, total)
 }
 
 pub async fn suspend(global: &GlobalArgs, args: SuspendArgs) -> anyhow::Result<()> {
-    patch_bundle(global, &args.name, json!({ "spec": { "suspend": true } })).await?;
-    println!(
-        "bundle {} suspended: nothing is applied, pruned or repaired until `kubectl bundle resume {}`",
-        args.name, args.name
-    );
-    Ok(())
+    patch_each(
+        global,
+        &args.targets,
+        json!({ "spec": { "suspend": true } }),
+        |name| {
+            format!(
+                "bundle {name} suspended: nothing is applied, pruned or repaired until `kubectl bundle resume {name}`"
+            )
+        },
+    )
+    .await
 }
 
 pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<()> {
-    patch_bundle(global, &args.name, json!({ "spec": { "suspend": null } })).await?;
-    println!("bundle {} resumed", args.name);
-    Ok(())
+    patch_each(
+        global,
+        &args.targets,
+        json!({ "spec": { "suspend": null } }),
+        |name| format!("bundle {name} resumed"),
+    )
+    .await
 }
 
-/// What a handled request to reconcile ended in: `Some(Ok)` Ready, `Some(Err)` a failure, `None`
-/// not known yet (not handled, or still under way).
-fn outcome(bundle: &Bundle, requested: &str) -> Option<Result<(), String>> {
+/// What a handled request to reconcile ended in.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Ready at the bundle's generation.
+    Ready,
+    /// The pass stopped at the approval: the digest waits for an approver. Nothing more will
+    /// happen until someone decides, so waiting longer would only wait for the timeout.
+    AwaitingApproval(String),
+    /// An approver denied the resolved digest: nothing of it is installed until a new
+    /// decision or new content.
+    Denied(String),
+    /// The bundle was suspended meanwhile: the pass did nothing.
+    Suspended,
+    /// A failure: the `Ready` condition's reason and message.
+    Failed(String),
+}
+
+/// What the status says about the request to reconcile made at `requested`: `None` while it
+/// is not handled (`status.lastHandledReconcileAt` is another value) or the pass it started is
+/// still under way (unpacking, installing, waiting for a dependency or for health).
+fn outcome(bundle: &Bundle, requested: &str) -> Option<Outcome> {
     let status = bundle.status.as_ref()?;
     if status.last_handled_reconcile_at.as_deref() != Some(requested) {
         return None;
     }
     let ready = status.conditions.iter().find(|c| c.type_ == types::READY)?;
-    if ready.status == "True" && ready.observed_generation == bundle.metadata.generation {
-        return Some(Ok(()));
+    // A suspended bundle keeps the Ready status it had: the reason says it is held.
+    if ready.reason == reasons::SUSPENDED {
+        return Some(Outcome::Suspended);
     }
-    (ready.status != "True" && ReasonKind::of(&ready.reason) == ReasonKind::Failure)
-        .then(|| Err(format!("{}: {}", ready.reason, ready.message)))
+    if ready.status == "True" && ready.observed_generation == bundle.metadata.generation {
+        return Some(Outcome::Ready);
+    }
+    if ready.status == "True" {
+        return None;
+    }
+    match ready.reason.as_str() {
+        reasons::AWAITING_APPROVAL => Some(Outcome::AwaitingApproval(ready.message.clone())),
+        reasons::DENIED => Some(Outcome::Denied(ready.message.clone())),
+        reason if ReasonKind::of(reason) == ReasonKind::Failure => Some(Outcome::Failed(format!(
+            "{}: {}",
+            ready.reason, ready.message
+        ))),
+        _ => None,
+    }
 }
 
-pub async fn reconcile(global: &GlobalArgs, args: ReconcileArgs) -> anyhow::Result<()> {
-    let name = &args.name;
-    let bundles: Api<Bundle> = Api::all(global.client().await?);
-    if get_bundle(&bundles, name).await?.spec.suspend {
-        bail!("bundle {name} is suspended: resume it first (`kubectl bundle resume {name}`)");
-    }
-    let requested = Timestamp::now().to_string();
-    patch_bundle(
-        global,
-        name,
-        json!({ "metadata": { "annotations": { RECONCILE_REQUESTED_ANNOTATION: requested } } }),
-    )
-    .await?;
-    eprintln!(
-        "reconcile of bundle {name} requested; waiting up to {:?}",
-        args.timeout
-    );
-    let settled = |bundle: Option<&Bundle>| bundle.is_none_or(|b| outcome(b, &requested).is_some());
-    let waited = tokio::time::timeout(
-        args.timeout,
-        kube::runtime::wait::await_condition(bundles.clone(), name, settled),
-    )
-    .await;
-    let bundle = match waited {
-        Ok(result) => result.with_context(|| format!("watching bundle {name}"))?,
-        Err(_) => {
-            let now = bundles.get_opt(name).await.ok().flatten();
-            let ready = now
-                .as_ref()
-                .and_then(|b| b.status.as_ref())
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == types::READY))
-                .map(|c| format!(" (Ready {}: {}: {})", c.status, c.reason, c.message))
-                .unwrap_or_default();
-            bail!("bundle {name} is not Ready after {:?}{ready}", args.timeout)
-        }
-    };
-    let Some(bundle) = bundle else {
-        bail!("bundle {name} was deleted while waiting");
-    };
-    match outcome(&bundle, &requested) {
-        Some(Ok(())) => {
+/// Reports one bundle's outcome: its line on stdout, or its error.
+fn report(name: &str, outcome: Outcome) -> anyhow::Result<()> {
+    match outcome {
+        Outcome::Ready => {
             println!("bundle {name} reconciled: Ready");
             Ok(())
         }
-        Some(Err(why)) => bail!("bundle {name} reconciled and failed: {why}"),
-        None => bail!("bundle {name}: no outcome"),
+        Outcome::AwaitingApproval(message) => {
+            println!(
+                "bundle {name} reconciled: it now waits for an approver ({message}); see `kubectl bundle status {name}`"
+            );
+            Ok(())
+        }
+        Outcome::Denied(message) => bail!(
+            "bundle {name} reconciled: its digest is denied ({message}); nothing of it is installed until `kubectl bundle approve {name}` or new content"
+        ),
+        Outcome::Suspended => bail!(
+            "bundle {name} was suspended meanwhile: nothing was reconciled (`kubectl bundle resume {name}`)"
+        ),
+        Outcome::Failed(why) => bail!("bundle {name} reconciled and failed: {why}"),
     }
+}
+
+pub async fn reconcile(global: &GlobalArgs, args: ReconcileArgs) -> anyhow::Result<()> {
+    let bundles: Api<Bundle> = Api::all(global.client().await?);
+    let found = resolve(&bundles, &args.targets).await?;
+    if found.is_empty() {
+        eprintln!("No bundles found.");
+        return Ok(());
+    }
+    let total = found.len();
+    let several = total > 1;
+    let mut failures = Vec::new();
+    let requested = Timestamp::now().to_string();
+    let patch =
+        json!({ "metadata": { "annotations": { RECONCILE_REQUESTED_ANNOTATION: requested } } });
+    // The bundles whose request was written, awaiting their outcome.
+    let mut pending = BTreeSet::new();
+    for (name, bundle) in found {
+        let bundle = match bundle {
+            Ok(bundle) => bundle,
+            Err(e) => {
+                fail(&mut failures, several, e);
+                continue;
+            }
+        };
+        if bundle.spec.suspend {
+            // `--all` means the bundles that reconcile; a suspended one named is an error.
+            if args.targets.all {
+                eprintln!("bundle {name} is suspended: skipped");
+            } else {
+                fail(
+                    &mut failures,
+                    several,
+                    anyhow::anyhow!(
+                        "bundle {name} is suspended: resume it first (`kubectl bundle resume {name}`)"
+                    ),
+                );
+            }
+            continue;
+        }
+        match bundles
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("updating bundle {name}"))
+        {
+            Ok(_) => {
+                pending.insert(name);
+            }
+            Err(e) => fail(&mut failures, several, e),
+        }
+    }
+    if pending.is_empty() {
+        return conclude(failures, total);
+    }
+    eprintln!(
+        "reconcile of {} requested; waiting up to {:?}",
+        match pending.len() {
+            1 => format!("bundle {}", pending.first().expect("one")),
+            n => format!("{n} bundles"),
+        },
+        args.timeout
+    );
+    let mut outcomes = BTreeMap::new();
+    let waited = tokio::time::timeout(
+        args.timeout,
+        wait_outcomes(&bundles, &requested, &mut pending, &mut outcomes, several),
+    )
+    .await;
+    match waited {
+        Ok(result) => result?,
+        Err(_) => {
+            for name in std::mem::take(&mut pending) {
+                let now = bundles.get_opt(&name).await.ok().flatten();
+                let error = match now {
+                    None => anyhow::anyhow!("bundle {name} was deleted while waiting"),
+                    Some(bundle) => {
+                        let ready = bundle
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.iter().find(|c| c.type_ == types::READY))
+                            .map(|c| format!(" (Ready {}: {}: {})", c.status, c.reason, c.message))
+                            .unwrap_or_default();
+                        anyhow::anyhow!(
+                            "bundle {name} is not Ready after {:?}{ready}",
+                            args.timeout
+                        )
+                    }
+                };
+                fail(&mut failures, several, error);
+            }
+        }
+    }
+    for result in outcomes.into_values() {
+        if let Err(e) = result {
+            failures.push(e);
+        }
+    }
+    conclude(failures, total)
+}
+
+/// Watches the pending bundles until each has an outcome for `requested`, reporting each as it
+/// comes (a line on stdout, or, among several, its error on stderr).
+async fn wait_outcomes(
+    bundles: &Api<Bundle>,
+    requested: &str,
+    pending: &mut BTreeSet<String>,
+    outcomes: &mut BTreeMap<String, anyhow::Result<()>>,
+    several: bool,
+) -> anyhow::Result<()> {
+    // One bundle: a watch of that object alone; several: one watch of all bundles.
+    let config = match pending.iter().collect::<Vec<_>>().as_slice() {
+        [name] => watcher::Config::default().fields(&format!("metadata.name={name}")),
+        _ => watcher::Config::default(),
+    };
+    let mut events = watcher(bundles.clone(), config).default_backoff().boxed();
+    while !pending.is_empty() {
+        let Some(event) = events.try_next().await.context("watching bundles")? else {
+            bail!("the watch of bundles ended");
+        };
+        let (bundle, deleted) = match event {
+            watcher::Event::Apply(b) | watcher::Event::InitApply(b) => (b, false),
+            watcher::Event::Delete(b) => (b, true),
+            watcher::Event::Init | watcher::Event::InitDone => continue,
+        };
+        let name = bundle.name_any();
+        if !pending.contains(&name) {
+            continue;
+        }
+        let result = if deleted {
+            Err(anyhow::anyhow!("bundle {name} was deleted while waiting"))
+        } else {
+            match outcome(&bundle, requested) {
+                Some(outcome) => report(&name, outcome),
+                None => continue,
+            }
+        };
+        pending.remove(&name);
+        match result {
+            Ok(()) => {
+                outcomes.insert(name, Ok(()));
+            }
+            Err(e) => {
+                if several {
+                    eprintln!("error: {}", causes(&e));
+                }
+                outcomes.insert(name, Err(e));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gantry_api::conditions::reasons;
     use gantry_api::{BundleSpec, BundleStatus, Condition};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -156,11 +407,30 @@ mod tests {
     #[test]
     fn only_a_handled_request_has_an_outcome() {
         let ready = bundle(Some("t1"), true, reasons::INSTALL_SUCCEEDED);
-        assert_eq!(outcome(&ready, "t1"), Some(Ok(())));
+        assert_eq!(outcome(&ready, "t1"), Some(Outcome::Ready));
         assert_eq!(outcome(&ready, "t2"), None, "an older request");
         let failing = bundle(Some("t1"), false, reasons::PULL_FAILED);
-        assert!(matches!(outcome(&failing, "t1"), Some(Err(_))));
+        assert!(matches!(outcome(&failing, "t1"), Some(Outcome::Failed(_))));
         let installing = bundle(Some("t1"), false, reasons::INSTALLING);
         assert_eq!(outcome(&installing, "t1"), None, "still under way");
+        let dependency = bundle(Some("t1"), false, reasons::DEPENDENCY_NOT_READY);
+        assert_eq!(outcome(&dependency, "t1"), None, "a dependency gets ready");
+    }
+
+    #[test]
+    fn states_only_a_person_ends_are_outcomes() {
+        let awaiting = bundle(Some("t1"), false, reasons::AWAITING_APPROVAL);
+        assert_eq!(
+            outcome(&awaiting, "t1"),
+            Some(Outcome::AwaitingApproval("m".into()))
+        );
+        assert_eq!(outcome(&awaiting, "t0"), None, "not handled yet");
+        let denied = bundle(Some("t1"), false, reasons::DENIED);
+        assert_eq!(outcome(&denied, "t1"), Some(Outcome::Denied("m".into())));
+        // Suspended keeps Ready's status, True included.
+        let suspended = bundle(Some("t1"), true, reasons::SUSPENDED);
+        assert_eq!(outcome(&suspended, "t1"), Some(Outcome::Suspended));
+        assert!(report("b", Outcome::AwaitingApproval("m".into())).is_ok());
+        assert!(report("b", Outcome::Denied("m".into())).is_err());
     }
 }

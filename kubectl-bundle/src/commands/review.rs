@@ -9,7 +9,7 @@ use clap::Args;
 use futures::{StreamExt, TryStreamExt};
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
-    ApprovalDecision, ApprovalPolicy, Bundle, BundlePhase, BundleStatus, Condition,
+    Approval, ApprovalDecision, ApprovalPolicy, Bundle, BundlePhase, BundleStatus, Condition,
     DEFAULT_CLASS_ANNOTATION, ProvisionerClass, RequestedPermissions,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -30,7 +30,7 @@ const FIELD_MANAGER: &str = "kubectl-bundle";
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  kubectl bundle list\n  kubectl bundle list -o wide\n  kubectl bundle list -o jsonpath='{.items[*].metadata.name}'\n  kubectl bundle list --watch"
+    after_help = "Examples:\n  kubectl bundle list\n  kubectl bundle list -o wide\n  kubectl bundle list -l team=payments\n  kubectl bundle list -o jsonpath='{.items[*].metadata.name}'\n  kubectl bundle list --watch"
 )]
 pub struct ListArgs {
     /// Output format: json, yaml, name, wide (adds the image and the resolved reference) or
@@ -40,6 +40,10 @@ pub struct ListArgs {
     /// After listing, print bundles again as they change.
     #[arg(short = 'w', long)]
     watch: bool,
+    /// Only bundles whose labels match this selector, as kubectl takes it (`team=a`,
+    /// `tier in (web,api)`, `!legacy`).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    selector: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -73,7 +77,8 @@ pub struct ApproveArgs {
     /// Why (recorded in the approval).
     #[arg(long)]
     reason: Option<String>,
-    /// After approving, wait until the bundle is Ready (exit 0) or fails (exit 1).
+    /// After approving, wait for the outcome of this approval: the bundle Ready (exit 0) or
+    /// failing (exit 1), once the provisioner has read the approval.
     #[arg(long)]
     wait: bool,
     /// How long --wait waits (e.g. 90s, 5m).
@@ -144,7 +149,15 @@ fn class_name(bundle: &Bundle) -> String {
 }
 
 fn list_header(wide: bool) -> Vec<String> {
-    let mut header = vec!["NAME", "CLASS", "PHASE", "READY", "DIGEST", "APPROVAL"];
+    let mut header = vec![
+        "NAME",
+        "CLASS",
+        "PHASE",
+        "READY",
+        "SUSPENDED",
+        "DIGEST",
+        "APPROVAL",
+    ];
     if wide {
         header.extend(["IMAGE", "RESOLVED"]);
     }
@@ -160,6 +173,8 @@ fn list_row(bundle: &Bundle, wide: bool) -> Vec<String> {
         condition(&status, types::READY)
             .map(|c| c.status.clone())
             .unwrap_or_default(),
+        // As `flux get` shows it: spec.suspend, True or False.
+        if bundle.spec.suspend { "True" } else { "False" }.to_string(),
         resolved_digest(&status).map(short).unwrap_or_default(),
         approval_state(&status).to_string(),
     ];
@@ -202,9 +217,21 @@ fn print_change(bundle: &Bundle, output: Option<&OutputFormat>) -> anyhow::Resul
 
 pub async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<()> {
     let bundles: Api<Bundle> = Api::all(global.client().await?);
+    let mut params = ListParams::default();
+    let mut watch_config = watcher::Config::default();
+    if let Some(selector) = &args.selector {
+        params = params.labels(selector);
+        watch_config = watch_config.labels(selector);
+    }
     let mut items = bundles
-        .list(&ListParams::default())
+        .list(&params)
         .await
+        .map_err(|e| match e {
+            kube::Error::Api(status) if status.code == 400 && args.selector.is_some() => {
+                anyhow::anyhow!("invalid label selector: {}", status.message)
+            }
+            e => anyhow::Error::new(e),
+        })
         .context("listing bundles")?
         .items;
     items.sort_by_key(|b| b.name_any());
@@ -218,7 +245,7 @@ pub async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<()> {
         .iter()
         .map(|b| (b.name_any(), b.resource_version()))
         .collect();
-    let mut changes = watcher(bundles, watcher::Config::default())
+    let mut changes = watcher(bundles, watch_config)
         .default_backoff()
         .touched_objects()
         .boxed();
@@ -443,7 +470,10 @@ async fn print_status(
                 out.push_str(&format!("  {line}\n"));
             }
         }
-        Err(e) => out.push_str(&format!("  cannot list them: {e:#}\n")),
+        Err(e) => out.push_str(&format!(
+            "  cannot list them: {}\n",
+            super::output::causes(&e)
+        )),
     }
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
@@ -536,7 +566,7 @@ async fn decide(
     digest: &str,
     decision: ApprovalDecision,
     reason: Option<&str>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Approval> {
     let name = shown.name_any();
     let mut approval = json!({
         "decision": decision,
@@ -561,7 +591,11 @@ async fn decide(
         )
         .await
     {
-        Ok(_) => Ok(()),
+        // The decision as the API server stored it, to recognise it later.
+        Ok(written) => written
+            .status
+            .and_then(|s| s.approval)
+            .with_context(|| format!("bundle {name}: the decision written is not in its status")),
         Err(kube::Error::Api(status)) if status.code == 409 => {
             bail!(
                 "bundle {name} changed while it was shown; run the command again to review what it is now"
@@ -611,7 +645,7 @@ pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<(
             bail!("not approved");
         }
     }
-    decide(
+    let approval = decide(
         &bundles,
         &bundle,
         &digest,
@@ -621,31 +655,106 @@ pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<(
     .await?;
     println!("bundle {} approved for {digest}", args.name);
     if args.wait {
-        wait_installed(&bundles, &args.name, &digest, args.timeout).await?;
+        wait_installed(&bundles, &args.name, &approval, args.timeout).await?;
     }
     Ok(())
 }
 
-/// Waits until the bundle is Ready with `digest` installed, or fails.
+/// Where a bundle stands, as far as one approval is concerned.
+#[derive(Debug, PartialEq, Eq)]
+enum AfterApproval {
+    /// The provisioner has not acted on the approval yet, or is applying the content.
+    Waiting,
+    /// Ready with the approved digest.
+    Ready,
+    /// The approved content failed: the phase and the `Ready` condition.
+    Failed(String),
+    /// Another decision replaced this one before the outcome.
+    Replaced(String),
+    /// The bundle resolves to another digest now.
+    Moved(String),
+    Deleted,
+}
+
+/// What the status says about `approval`, the decision this command wrote.
+///
+/// The phase and `Ready` alone cannot tell: right after the approval was written they are still
+/// what the previous decision left (`Denied` after a `deny` of the same digest), and a pass of
+/// the provisioner that started before the approval may still write them afterwards, so neither
+/// a newer `resourceVersion` nor a status written after the approval's time (second-grained,
+/// and the plugin's clock) proves the provisioner saw it. Approvals are written through the
+/// status subresource, so no `observedGeneration` moves either. What does prove it is the
+/// `Approved` condition: the provisioner derives it from `status.approval` in the same pass,
+/// and writes it with the phase and `Ready` of that pass. It says "approved" for this digest
+/// only once a pass has read an approval of it, and this command refuses to run when one was on
+/// record already. So the outcome counts once `Approved` is `True` with reason `Approved` for
+/// this digest, as long as `status.approval` is still this decision and the digest still the
+/// resolved one.
+fn after_approval(bundle: Option<&Bundle>, approval: &Approval) -> AfterApproval {
+    let Some(bundle) = bundle else {
+        return AfterApproval::Deleted;
+    };
+    let status = bundle.status.clone().unwrap_or_default();
+    match &status.approval {
+        Some(now) if now == approval => {}
+        Some(now) => {
+            return AfterApproval::Replaced(format!(
+                "{:?} {}{}",
+                now.decision,
+                now.digest,
+                now.reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ));
+        }
+        None => return AfterApproval::Replaced("the approval was removed".into()),
+    }
+    let digest = approval.digest.as_str();
+    if resolved_digest(&status) != Some(digest) {
+        return AfterApproval::Moved(
+            status
+                .resolved_image
+                .clone()
+                .unwrap_or_else(|| "another digest".into()),
+        );
+    }
+    let seen = condition(&status, types::APPROVED).is_some_and(|c| {
+        c.status == "True"
+            && c.reason == reasons::APPROVED
+            && c.message.starts_with(&format!("{digest} approved"))
+    });
+    if !seen {
+        return AfterApproval::Waiting;
+    }
+    let ready = condition(&status, types::READY);
+    if ready
+        .is_some_and(|c| c.status == "True" && c.observed_generation == bundle.metadata.generation)
+    {
+        return AfterApproval::Ready;
+    }
+    match status.phase {
+        Some(phase @ (BundlePhase::Failing | BundlePhase::UpdateFailing | BundlePhase::Denied)) => {
+            AfterApproval::Failed(format!(
+                "phase {phase}{}",
+                ready
+                    .map(|c| format!(", {}: {}", c.reason, c.message))
+                    .unwrap_or_default()
+            ))
+        }
+        _ => AfterApproval::Waiting,
+    }
+}
+
+/// Waits for the outcome of `approval`: the bundle Ready with its digest, or failing.
 async fn wait_installed(
     bundles: &Api<Bundle>,
     name: &str,
-    digest: &str,
+    approval: &Approval,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let settled = |bundle: Option<&Bundle>| {
-        let Some(status) = bundle.and_then(|b| b.status.as_ref()) else {
-            return true; // deleted
-        };
-        let current = resolved_digest(status) == Some(digest);
-        let ready = condition(status, types::READY).is_some_and(|c| c.status == "True");
-        !current
-            || (ready && status.observed_generation == bundle.and_then(|b| b.metadata.generation))
-            || matches!(
-                status.phase,
-                Some(BundlePhase::Failing | BundlePhase::UpdateFailing | BundlePhase::Denied)
-            )
-    };
+    let settled =
+        |bundle: Option<&Bundle>| after_approval(bundle, approval) != AfterApproval::Waiting;
     eprintln!("waiting up to {timeout:?} for bundle {name} to be Ready");
     let outcome = tokio::time::timeout(
         timeout,
@@ -653,33 +762,33 @@ async fn wait_installed(
     )
     .await;
     let bundle = match outcome {
-        Err(_) => bail!(
-            "bundle {name} is not Ready after {timeout:?}: see `kubectl bundle status {name}` and `kubectl bundle events {name}`"
-        ),
+        Err(_) => {
+            let now = bundles.get_opt(name).await.ok().flatten();
+            bail!(
+                "bundle {name} is not Ready after {timeout:?}{}: see `kubectl bundle status {name}` and `kubectl bundle events {name}`",
+                now.as_ref()
+                    .and_then(|b| b.status.as_ref())
+                    .and_then(|s| condition(s, types::READY))
+                    .map(|c| format!(" (Ready {}: {}: {})", c.status, c.reason, c.message))
+                    .unwrap_or_default()
+            )
+        }
         Ok(result) => result.with_context(|| format!("watching bundle {name}"))?,
     };
-    let Some(status) = bundle.and_then(|b| b.status) else {
-        bail!("bundle {name} was deleted while waiting");
-    };
-    let ready = condition(&status, types::READY);
-    if resolved_digest(&status) != Some(digest) {
-        bail!(
-            "bundle {name} moved to {} while waiting: that digest needs its own decision",
-            status.resolved_image.as_deref().unwrap_or("another digest")
-        );
-    }
-    match ready {
-        Some(c) if c.status == "True" => {
+    match after_approval(bundle.as_ref(), approval) {
+        AfterApproval::Ready => {
             println!("bundle {name} is Ready");
             Ok(())
         }
-        other => bail!(
-            "bundle {name} failed: phase {}{}",
-            status.phase.map(|p| p.to_string()).unwrap_or_default(),
-            other
-                .map(|c| format!(", {}: {}", c.reason, c.message))
-                .unwrap_or_default()
-        ),
+        AfterApproval::Failed(why) => bail!("bundle {name} failed: {why}"),
+        AfterApproval::Replaced(by) => {
+            bail!("a later decision replaced this approval of bundle {name}: {by}")
+        }
+        AfterApproval::Moved(to) => {
+            bail!("bundle {name} moved to {to} while waiting: that digest needs its own decision")
+        }
+        AfterApproval::Deleted => bail!("bundle {name} was deleted while waiting"),
+        AfterApproval::Waiting => bail!("bundle {name}: no outcome"),
     }
 }
 
@@ -701,7 +810,7 @@ pub async fn deny(global: &GlobalArgs, args: DenyArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gantry_api::{Approval, KindCount, NamespacePermissions, PermissionHighlight};
+    use gantry_api::{KindCount, NamespacePermissions, PermissionHighlight};
 
     fn status(resolved: &str, approval: Option<(ApprovalDecision, &str)>) -> BundleStatus {
         BundleStatus {
@@ -739,6 +848,114 @@ mod tests {
             )),
             "-"
         );
+    }
+
+    fn condition_(type_: &str, ok: bool, reason: &str, message: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: if ok { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: Some(1),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    /// A bundle resolving to sha256:aa with `approval` on record and these conditions.
+    fn decided(approval: &Approval, phase: BundlePhase, conditions: Vec<Condition>) -> Bundle {
+        let mut bundle = Bundle::new("b", Default::default());
+        bundle.metadata.generation = Some(1);
+        let mut status = status("sha256:aa", None);
+        status.approval = Some(approval.clone());
+        status.phase = Some(phase);
+        status.conditions = conditions;
+        bundle.status = Some(status);
+        bundle
+    }
+
+    #[test]
+    fn an_approval_waits_for_the_status_written_after_it() {
+        let approval = Approval {
+            decision: ApprovalDecision::Approved,
+            digest: "sha256:aa".into(),
+            reason: Some("ok".into()),
+            time: Some(Time(Timestamp::UNIX_EPOCH)),
+        };
+        // Right after a deny, the status is the deny's: not this approval's outcome.
+        let denied_before = decided(
+            &approval,
+            BundlePhase::Denied,
+            vec![
+                condition_(
+                    types::APPROVED,
+                    false,
+                    reasons::DENIED,
+                    "sha256:aa denied: no",
+                ),
+                condition_(types::READY, false, reasons::DENIED, "sha256:aa denied: no"),
+            ],
+        );
+        assert_eq!(
+            after_approval(Some(&denied_before), &approval),
+            AfterApproval::Waiting
+        );
+        // Once the provisioner read it: installing, then Ready or failing.
+        let seen = |phase, ready: Condition| {
+            decided(
+                &approval,
+                phase,
+                vec![
+                    condition_(
+                        types::APPROVED,
+                        true,
+                        reasons::APPROVED,
+                        "sha256:aa approved: ok",
+                    ),
+                    ready,
+                ],
+            )
+        };
+        let installing = seen(
+            BundlePhase::Installing,
+            condition_(types::READY, false, reasons::INSTALLING, "applying"),
+        );
+        assert_eq!(
+            after_approval(Some(&installing), &approval),
+            AfterApproval::Waiting
+        );
+        let ready = seen(
+            BundlePhase::Installed,
+            condition_(types::READY, true, reasons::INSTALL_SUCCEEDED, "done"),
+        );
+        assert_eq!(
+            after_approval(Some(&ready), &approval),
+            AfterApproval::Ready
+        );
+        let failing = seen(
+            BundlePhase::Failing,
+            condition_(types::READY, false, reasons::APPLY_FAILED, "cm: forbidden"),
+        );
+        assert_eq!(
+            after_approval(Some(&failing), &approval),
+            AfterApproval::Failed("phase Failing, ApplyFailed: cm: forbidden".into())
+        );
+        // Another decision, or another digest, ends the wait; so does a deletion.
+        let mut replaced = ready.clone();
+        replaced.status.as_mut().unwrap().approval = Some(Approval {
+            decision: ApprovalDecision::Denied,
+            ..approval.clone()
+        });
+        assert!(matches!(
+            after_approval(Some(&replaced), &approval),
+            AfterApproval::Replaced(_)
+        ));
+        let mut moved = ready.clone();
+        moved.status.as_mut().unwrap().resolved_image = Some("r/app@sha256:bb".into());
+        assert_eq!(
+            after_approval(Some(&moved), &approval),
+            AfterApproval::Moved("r/app@sha256:bb".into())
+        );
+        assert_eq!(after_approval(None, &approval), AfterApproval::Deleted);
     }
 
     #[test]

@@ -1,0 +1,373 @@
+//! `kubectl bundle` as a new user meets it on day one (issue 28): `approve --wait` right after a
+//! `deny`, `reconcile` of a bundle that waits for a person, kubectl's habits (`-A`, `-l`,
+//! several names and `--all`, a SUSPENDED column) and errors that say each cause once. Run by
+//! kubectl itself from PATH against a running Gantry, as the other plugin tests.
+
+use std::time::{Duration, Instant};
+
+use gantry_api::{Bundle, BundlePhase};
+use gantry_tests::e2e::kubectl::*;
+use gantry_tests::e2e::*;
+use gantry_tests::{control_plane, unique_name};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+/// A cluster of its own for the test of `--all`: on the shared one, `suspend --all` would hold
+/// the other tests' bundles back.
+static CLUSTER: Isolated = Isolated::with_gantry(&SHARED_GANTRY_FLAGS);
+
+fn phase_is(phase: BundlePhase) -> impl Fn(&Bundle) -> bool {
+    move |b| b.status.as_ref().and_then(|s| s.phase) == Some(phase)
+}
+
+/// A Ready bundle of the default class (Automatic) holding one ConfigMap; its name.
+async fn installed(client: &Client, prefix: &str) -> String {
+    let ns = unique_name(prefix);
+    ensure_namespace(client, &ns).await;
+    let pinned = push(
+        &format!("{ns}/app:v1"),
+        &[("a.yaml", config_map("cm", None, "v1"))],
+    )
+    .await;
+    let name = unique_name(prefix);
+    create_bundle(client, &name, spec(&pinned, Some(&ns))).await;
+    wait_bundle(client, &name, "Ready", is_ready).await;
+    name
+}
+
+/// The row of bundle `name` in `list` output, split into columns.
+fn row<'a>(listed: &'a str, name: &str) -> Vec<&'a str> {
+    listed
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("{name} is not listed:\n{listed}"))
+        .split_whitespace()
+        .collect()
+}
+
+/// The value of column `column` of bundle `name` in `list` output.
+fn cell(listed: &str, name: &str, column: &str) -> String {
+    let header: Vec<&str> = listed.lines().next().unwrap().split_whitespace().collect();
+    let at = header
+        .iter()
+        .position(|h| *h == column)
+        .unwrap_or_else(|| panic!("no column {column}: {header:?}"));
+    row(listed, name)[at].to_string()
+}
+
+async fn suspended(client: &Client, name: &str) -> bool {
+    Api::<Bundle>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap()
+        .spec
+        .suspend
+}
+
+#[tokio::test]
+async fn approve_wait_after_a_deny_waits_for_this_approval() {
+    gantry();
+    let client = control_plane().client().await;
+    let review = under_review(&client, "after-deny", |_| {
+        vec![("a.yaml", config_map("cm", None, "v1"))]
+    })
+    .await;
+    let name = review.name.as_str();
+    ok(&["deny", name, "--reason", "not yet"]);
+    // The status the deny leaves: what an approval must not be judged by.
+    wait_bundle(&client, name, "Denied", phase_is(BundlePhase::Denied)).await;
+
+    let out = ok(&[
+        "approve",
+        name,
+        "--yes",
+        "--reason",
+        "reviewed again",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    assert!(out.contains(&format!("bundle {name} is Ready")), "{out}");
+    assert_eq!(
+        config_map_data(&client, &review.namespace, "cm")
+            .await
+            .as_deref(),
+        Some("v1"),
+        "the approved content is installed when --wait returns"
+    );
+}
+
+#[tokio::test]
+async fn reconcile_of_a_bundle_awaiting_approval_returns_and_says_so() {
+    gantry();
+    let client = control_plane().client().await;
+    let review = under_review(&client, "reconcile-awaiting", |_| {
+        vec![("a.yaml", config_map("cm", None, "v1"))]
+    })
+    .await;
+    let name = review.name.as_str();
+    let started = Instant::now();
+    // Far below the timeout: the pass is handled within seconds.
+    let out = ok(&["reconcile", name, "--timeout", "45s"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(45),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        out.contains(&format!(
+            "bundle {name} reconciled: it now waits for an approver"
+        )) && out.contains(digest_of(&review.pinned)),
+        "{out}"
+    );
+
+    // Denied: said so, exit 1, at once.
+    ok(&["deny", name, "--reason", "grants too much"]);
+    wait_bundle(&client, name, "Denied", phase_is(BundlePhase::Denied)).await;
+    let refused = fails(&["reconcile", name, "--timeout", "45s"]);
+    assert!(
+        refused.contains("its digest is denied")
+            && refused.contains("grants too much")
+            && refused.contains(&format!("kubectl bundle approve {name}")),
+        "{refused}"
+    );
+
+    // Suspended: refused before anything is requested.
+    ok(&["suspend", name]);
+    let refused = fails(&["reconcile", name]);
+    assert!(
+        refused.contains("is suspended: resume it first"),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn all_namespaces_is_accepted_on_every_verb() {
+    gantry();
+    let client = control_plane().client().await;
+    let name = installed(&client, "all-ns").await;
+    let dir = tempfile::tempdir().unwrap();
+    write_bundle(dir.path(), &[("a.yaml", config_map("cm", Some("x"), "v"))]);
+    let bundle_dir = dir.path().display().to_string();
+    let verbs: Vec<Vec<&str>> = vec![
+        vec!["list"],
+        vec!["status", &name],
+        vec!["events", &name],
+        vec!["tree", &name],
+        vec!["history", &name],
+        vec!["validate", &bundle_dir],
+        vec!["version"],
+        vec!["check"],
+        vec!["suspend", &name],
+        vec!["resume", &name],
+        vec!["reconcile", &name, "--timeout", "45s"],
+        vec!["diff", &name],
+        vec!["approve", &name, "--yes"],
+        vec!["deny", &name, "--reason", "r"],
+        vec!["rollback", &name, "--to", "sha256:0"],
+        vec!["push", &bundle_dir, "127.0.0.1:1/x:v1", "--plain-http"],
+        vec![
+            "pull",
+            "127.0.0.1:1/x:v1",
+            "--dir",
+            &bundle_dir,
+            "--plain-http",
+        ],
+        vec!["completion", "bash"],
+    ];
+    let kc = kubeconfig();
+    for verb in verbs {
+        for flag in ["-A", "--all-namespaces"] {
+            let mut args = verb.clone();
+            args.extend([flag, "--kubeconfig", &kc]);
+            let out = kubectl_bundle(&args);
+            // "unexpected argument" (exit 2) is the parser refusing the flag; other failures
+            // (approve of an Automatic class, a registry that is not there, `check` without
+            // the Deployments, `diff` without a storage token, exit 2 there) are the verbs' own.
+            assert!(
+                (out.status.code() != Some(2) || verb[0] == "diff")
+                    && !text(&out).contains("unexpected argument"),
+                "{args:?}: {}",
+                text(&out)
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn list_selects_by_label_and_shows_suspended() {
+    gantry();
+    let client = control_plane().client().await;
+    let (a, b) = (
+        installed(&client, "label-a").await,
+        installed(&client, "label-b").await,
+    );
+    let team = unique_name("team");
+    Api::<Bundle>::all(client.clone())
+        .patch(
+            &a,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": { "team": team } } })),
+        )
+        .await
+        .unwrap();
+    for selector in [format!("team={team}"), format!("team in ({team})")] {
+        for flag in ["-l", "--selector"] {
+            let listed = ok(&["list", flag, &selector]);
+            assert!(
+                listed.lines().count() == 2 && row(&listed, &a)[0] == a && !listed.contains(&b),
+                "{selector}: {listed}"
+            );
+        }
+    }
+    let names = ok(&[
+        "list",
+        "-l",
+        &format!("team={team}"),
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ]);
+    assert_eq!(names, a);
+    let refused = fails(&["list", "-l", "team in (a"]);
+    assert!(refused.contains("selector"), "{refused}");
+
+    // SUSPENDED: spec.suspend, as `flux get` shows it.
+    ok(&["suspend", &b]);
+    let listed = ok(&["list"]);
+    assert_eq!(cell(&listed, &b, "SUSPENDED"), "True", "{listed}");
+    assert_eq!(cell(&listed, &a, "SUSPENDED"), "False", "{listed}");
+    assert_eq!(cell(&listed, &a, "PHASE"), "Installed", "{listed}");
+    let wide = ok(&["list", "-o", "wide"]);
+    assert_eq!(cell(&wide, &b, "SUSPENDED"), "True", "{wide}");
+    ok(&["resume", &b]);
+}
+
+#[tokio::test]
+async fn several_names_and_all_on_suspend_resume_and_reconcile() {
+    let cluster = CLUSTER.get();
+    let plane = cluster.plane();
+    let client = plane.client().await;
+    let (a, b) = (
+        installed(&client, "many-a").await,
+        installed(&client, "many-b").await,
+    );
+    let review = under_review(&client, "many-review", |_| {
+        vec![("a.yaml", config_map("cm", None, "v1"))]
+    })
+    .await;
+    let c = review.name.as_str();
+
+    // Several names.
+    let out = ok_on(plane, &["suspend", &a, &b]);
+    assert!(
+        out.contains(&format!("bundle {a} suspended"))
+            && out.contains(&format!("bundle {b} suspended")),
+        "{out}"
+    );
+    assert!(suspended(&client, &a).await && suspended(&client, &b).await);
+    assert!(!suspended(&client, c).await);
+    ok_on(plane, &["resume", &a, &b]);
+    assert!(!suspended(&client, &a).await && !suspended(&client, &b).await);
+
+    // --all, and names with it refused by the parser.
+    ok_on(plane, &["suspend", "--all"]);
+    for name in [a.as_str(), b.as_str(), c] {
+        assert!(suspended(&client, name).await, "{name}");
+    }
+    ok_on(plane, &["resume", "--all"]);
+    for name in [a.as_str(), b.as_str(), c] {
+        assert!(!suspended(&client, name).await, "{name}");
+    }
+    let both = kubectl_bundle(&[
+        "suspend",
+        &a,
+        "--all",
+        "--kubeconfig",
+        &plane.kubeconfig().display().to_string(),
+    ]);
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both));
+    let neither = kubectl_bundle(&[
+        "resume",
+        "--kubeconfig",
+        &plane.kubeconfig().display().to_string(),
+    ]);
+    assert_eq!(neither.status.code(), Some(2), "{}", text(&neither));
+
+    // reconcile --all: each bundle's outcome; a suspended one is skipped, and said so.
+    ok_on(plane, &["suspend", &b]);
+    let kc = plane.kubeconfig().display().to_string();
+    let out = kubectl_bundle(&[
+        "reconcile",
+        "--all",
+        "--timeout",
+        "45s",
+        "--kubeconfig",
+        &kc,
+    ]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("bundle {a} reconciled: Ready"))
+            && said.contains(&format!("bundle {b} is suspended: skipped"))
+            && said.contains(&format!(
+                "bundle {c} reconciled: it now waits for an approver"
+            )),
+        "{said}"
+    );
+
+    // Several names, one missing: the others are still reconciled; exit 1 with each error once.
+    let missing = unique_name("missing");
+    let refused = fails_on(plane, &["reconcile", &a, &missing, "--timeout", "45s"]);
+    assert!(
+        refused.contains(&format!("bundle {a} reconciled: Ready"))
+            && refused
+                .matches(&format!("bundle {missing} not found"))
+                .count()
+                == 1
+            && refused.contains("1 of 2 bundles failed"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn errors_say_each_cause_once() {
+    let home = tempfile::tempdir().unwrap();
+    // No kubeconfig anywhere and not in a cluster: kube's error carries the variable's error
+    // in its own text and as its source.
+    let out = kubectl_bundle_command(&["list"])
+        .env("HOME", home.path())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert_eq!(
+        said.matches("environment variable not found").count(),
+        1,
+        "{said}"
+    );
+
+    let missing = home.path().join("nope");
+    let missing = missing.display().to_string();
+    let bundle = home.path().join("bundle");
+    write_bundle(&bundle, &[("a.yaml", config_map("cm", Some("x"), "v"))]);
+    // "No such file or directory (os error 2)"
+    let io = std::io::Error::from_raw_os_error(2).to_string();
+    for args in [
+        vec!["list", "--kubeconfig", missing.as_str()],
+        vec![
+            "push",
+            bundle.to_str().unwrap(),
+            "127.0.0.1:1/x:v1",
+            "--ca-file",
+            missing.as_str(),
+        ],
+    ] {
+        let out = kubectl_bundle(&args);
+        let said = text(&out);
+        assert!(!out.status.success(), "{args:?}: {said}");
+        assert!(said.contains(&missing), "{args:?}: {said}");
+        assert_eq!(said.matches(&io).count(), 1, "{args:?}: {said}");
+    }
+}

@@ -50,7 +50,7 @@ def main():
         gantry, baseline, rss, gantry_cpu, baseline_cpu = [], [], [], [], []
         for run in range(runs):
             ours = os.path.join(work, f"{name}-gantry-{run}")
-            elapsed, cpu, peak = measure([plugin, "pull", image, "-o", ours, "--plain-http"])
+            elapsed, cpu, peak = measure([plugin, "pull", image, "--dir", ours, "--plain-http"])
             gantry.append(elapsed)
             gantry_cpu.append(cpu)
             rss.append(peak)

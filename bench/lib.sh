@@ -1,8 +1,18 @@
-# Shared by the benchmarks: builds release binaries, starts a local environment (real
+# Shared by the benchmarks: builds release binaries (debug ones with BENCH_PROFILE=debug), starts a local environment (real
 # kube-apiserver + etcd, registry, storage server, provisioner on 127.0.0.1) and stops it.
 # Source it from a benchmark script after `cd` to the repository root.
 
 bench_state=""
+
+# BENCH_PROFILE=debug runs the debug builds (target/debug, what `cargo build --workspace --bins`
+# makes) instead of release ones: bench/smoke uses it, as it checks that each benchmark runs
+# and prints its table, not how fast. Figures of a debug build mean nothing.
+BENCH_PROFILE="${BENCH_PROFILE:-release}"
+case "$BENCH_PROFILE" in
+  release | debug) ;;
+  *) echo "BENCH_PROFILE=$BENCH_PROFILE: use release or debug" >&2; exit 2 ;;
+esac
+bench_bin="target/$BENCH_PROFILE"
 
 bench_up() {
   # Usage: bench_up STATE_DIR [provisioner flags...]
@@ -13,20 +23,19 @@ bench_up() {
   done
   GANTRY_CONTROL_PLANE_DIR="$(bash tools/control-plane/build.sh)"
   export GANTRY_CONTROL_PLANE_DIR
-  APPLY_FLOOR="$(bash tools/control-plane/build.sh apply-floor)/apply-floor"
+  APPLY_FLOOR="$(apply_floor_dir)/apply-floor"
   export APPLY_FLOOR
-  # BENCH_PREBUILT=1 runs the release binaries as they are (a build of another change may be
+  # BENCH_PREBUILT=1 runs the binaries as they are (a build of another change may be
   # under way).
   if [[ -z "${BENCH_PREBUILT:-}" ]]; then
-    echo "==> cargo build --release (Gantry's binaries)" >&2
-    cargo build --release --quiet --workspace --bins
+    bench_build
   fi
   export GANTRY_BINARIES_BUILT=1
-  export PATH="$PWD/target/release:$PATH"
-  target/release/gantry-dev --state-dir "$bench_state" down >/dev/null 2>&1 || true
+  export PATH="$PWD/$bench_bin:$PATH"
+  "$bench_bin/gantry-dev" --state-dir "$bench_state" down >/dev/null 2>&1 || true
   local args=()
   for flag in "$@"; do args+=("--provisioner-arg=$flag"); done
-  target/release/gantry-dev --state-dir "$bench_state" up "${args[@]}" >/dev/null
+  "$bench_bin/gantry-dev" --state-dir "$bench_state" up "${args[@]}" >/dev/null
   trap bench_down EXIT
   # shellcheck disable=SC1090,SC1091
   source "$bench_state/env"
@@ -37,6 +46,28 @@ bench_up() {
     -p "{\"spec\":{\"insecureRegistries\":[\"$GANTRY_REGISTRY\"]}}" >/dev/null
 }
 
+# The directory of apply-floor (tools/control-plane/cmd/apply-floor), built into the
+# control-plane cache if needed: $GANTRY_CONTROL_PLANE_DIR's, when it has one (scripts/test sets
+# that variable to the cache directory, which has none until it is built).
+apply_floor_dir() {
+  if [[ -n "${GANTRY_CONTROL_PLANE_DIR:-}" && -x "$GANTRY_CONTROL_PLANE_DIR/apply-floor" ]]; then
+    echo "$GANTRY_CONTROL_PLANE_DIR"
+  else
+    GANTRY_CONTROL_PLANE_DIR="" bash tools/control-plane/build.sh apply-floor
+  fi
+}
+
+# Builds Gantry's binaries in the profile of $BENCH_PROFILE.
+bench_build() {
+  if [[ "$BENCH_PROFILE" == release ]]; then
+    echo "==> cargo build --release (Gantry's binaries)" >&2
+    cargo build --release --quiet --workspace --bins
+  else
+    echo "==> cargo build (Gantry's binaries, debug)" >&2
+    cargo build --quiet --workspace --bins
+  fi
+}
+
 # BENCH_LOGS=DIR keeps the logs of the environment (provisioner, storage, registry, API server)
 # in DIR when the benchmark ends.
 bench_down() {
@@ -44,7 +75,7 @@ bench_down() {
     mkdir -p "$BENCH_LOGS"
     find "$bench_state" -name '*.log' -exec cp {} "$BENCH_LOGS/" \; 2>/dev/null || true
   fi
-  [[ -n "$bench_state" ]] && target/release/gantry-dev --state-dir "$bench_state" down >/dev/null 2>&1 || true
+  [[ -n "$bench_state" ]] && "$bench_bin/gantry-dev" --state-dir "$bench_state" down >/dev/null 2>&1 || true
 }
 
 # Creates the objects of the YAML files in directory $1, Namespaces and CRDs first, 32 at once

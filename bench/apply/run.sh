@@ -24,7 +24,7 @@ work="$(mktemp -d)"
 trap 'flux_down; bench_down; rm -rf "$work"' EXIT
 
 # Built before anything is timed (the first time takes minutes).
-floor_dir="$(bash tools/control-plane/build.sh apply-floor)"
+floor_dir="$(apply_floor_dir)"
 [[ "$FLUX" == 1 ]] && bash tools/flux/build.sh >/dev/null
 
 # generate DIR NAMESPACE GROUP: a bundle of about $OBJECTS objects in DIR/manifests.

@@ -15,7 +15,17 @@ for program in go docker-registry; do
 done
 GANTRY_CONTROL_PLANE_DIR="$(bash tools/control-plane/build.sh)"
 export GANTRY_CONTROL_PLANE_DIR
-echo "==> cargo build --release (Gantry's binaries and gantry-chaos)" >&2
-cargo build --release --quiet --workspace --bins
+# BENCH_PROFILE=debug (bench/smoke) runs the debug builds; BENCH_PREBUILT=1 does not build.
+profile="${BENCH_PROFILE:-release}"
+if [[ -z "${BENCH_PREBUILT:-}" ]]; then
+  echo "==> cargo build ($profile: Gantry's binaries and gantry-chaos)" >&2
+  if [[ "$profile" == release ]]; then
+    cargo build --release --quiet --workspace --bins
+  else
+    cargo build --quiet --workspace --bins
+  fi
+fi
 export GANTRY_BINARIES_BUILT=1
-exec target/release/gantry-chaos --state-dir target/chaos "$@"
+state=target/chaos
+[[ "$profile" == release ]] || state="target/chaos-$profile"
+exec "target/$profile/gantry-chaos" --state-dir "$state" "$@"

@@ -1,6 +1,6 @@
 """Generates two real-world-shaped bundles with large CRDs.
 
-  python3 gen.py DIR RUN_ID
+  python3 gen.py DIR RUN_ID          # MEMORY_SCALE=0.05 makes every CRD that much smaller
 
 DIR/operator/manifests: a monitoring operator's CRD set (like prometheus-operator's, about
 4 MB): five CRDs of 0.5 to 1.2 MB, each with two versions of a deep openAPIV3Schema whose
@@ -14,6 +14,8 @@ import random
 import sys
 
 out, run_id = sys.argv[1], sys.argv[2]
+# The CRDs' sizes are multiplied by this (bench/smoke runs the benchmark at 0.02).
+SCALE = float(os.environ.get("MEMORY_SCALE", "1"))
 rng = random.Random(14)
 WORDS = ("the of a to is field when this which must be set selector label value pod "
          "container resource name namespace secret key defaults if not specified reference "
@@ -122,7 +124,7 @@ def write(bundle, objects):
 
 ns = f"monitoring-{run_id}"
 group = f"monitoring{run_id}.bench.test"
-operator = [crd(group, kind, size) for kind, size in (
+operator = [crd(group, kind, int(size * SCALE)) for kind, size in (
     ("Prometheus", 1_200_000), ("Alertmanager", 1_000_000), ("ThanosRuler", 800_000),
     ("PrometheusAgent", 600_000), ("ScrapeConfig", 500_000))]
 operator.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
@@ -132,7 +134,7 @@ write("operator", operator)
 
 ns = f"gitops-{run_id}"
 group = f"gitops{run_id}.bench.test"
-gitops = [crd(group, kind, size) for kind, size in (
+gitops = [crd(group, kind, int(size * SCALE)) for kind, size in (
     ("Application", 850_000), ("ApplicationSet", 700_000), ("AppProject", 350_000))]
 gitops.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 for component in ("server", "repo-server", "controller", "dex", "redis", "notifications", "applicationset"):

@@ -7,6 +7,7 @@
 #
 #   bash bench/memory/run.sh           # SETTLE_SAMPLES=10 SETTLE_MIB=0.5 SETTLE_DEADLINE=180
 #   bash bench/memory/run.sh --provisioner-arg ...   # extra provisioner flags (repeatable)
+#   MEMORY_SCALE=0.02 bash bench/memory/run.sh       # CRDs 50 times smaller (bench/smoke)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck disable=SC1091
@@ -61,7 +62,7 @@ while true; do
 done
 
 echo
-printf '%-34s %s\n' "bundles" "operator (5 CRDs, ~4 MB), gitops (60 objects, ~2 MB)"
+printf '%-34s %s\n' "bundles" "operator (5 CRDs, ~4 MB), gitops (60 objects, ~2 MB)${MEMORY_SCALE:+, CRDs scaled by $MEMORY_SCALE}"
 printf '%-34s %s MiB (target 64 MiB)\n' "provisioner peak RSS (VmHWM)" "$(peak_rss_mib "$pid")"
 printf '%-34s %s MiB (target 48 MiB; settled after %s s)\n' "provisioner settled RSS (VmRSS)" "$(rss_mib)" "${#samples[@]}"
 printf '%-34s %s\n' "load (uptime)" "$(uptime | sed 's/.*load average: //')"

@@ -5,6 +5,8 @@
 # index), both served by a local docker-registry on loopback.
 #
 #   bash bench/pull/run.sh            # RUNS=5 by default; BENCH_DIR caches the generated images
+#   PULL_SIZES="tiny 20000 1,small 400000 2" RUNS=1 bash bench/pull/run.sh   # other sizes: name,
+#                                     # bytes of YAML, layers (bench/smoke runs them this small)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -12,10 +14,16 @@ for program in docker-registry skopeo tar python3; do
   command -v "$program" >/dev/null || { echo "missing: $program" >&2; exit 1; }
 done
 
-echo "==> cargo build --release -p kubectl-bundle" >&2
-cargo build --quiet --release -p kubectl-bundle
+# BENCH_PROFILE=debug (bench/smoke) runs the debug build; BENCH_PREBUILT=1 does not build.
+profile="${BENCH_PROFILE:-release}"
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-plugin="$target_dir/release/kubectl-bundle"
+if [[ "$profile" == release ]]; then
+  [[ -n "${BENCH_PREBUILT:-}" ]] || { echo "==> cargo build --release -p kubectl-bundle" >&2; cargo build --quiet --release -p kubectl-bundle; }
+  plugin="$target_dir/release/kubectl-bundle"
+else
+  [[ -n "${BENCH_PREBUILT:-}" ]] || { echo "==> cargo build -p kubectl-bundle" >&2; cargo build --quiet -p kubectl-bundle; }
+  plugin="$target_dir/debug/kubectl-bundle"
+fi
 
 bench_dir="${BENCH_DIR:-${TMPDIR:-/tmp}/gantry-bench-pull}"
 mkdir -p "$bench_dir"
@@ -49,8 +57,9 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-# name, bytes of YAML, layers
-sizes=("typical 100000 1" "large 200000000 4")
+# name, bytes of YAML, layers; comma-separated
+IFS=, read -r -a sizes <<<"${PULL_SIZES:-typical 100000 1,large 200000000 4}"
+names=()
 for entry in "${sizes[@]}"; do
   read -r name bytes layers <<<"$entry"
   layout="$bench_dir/$name-$bytes-$layers"
@@ -60,6 +69,7 @@ for entry in "${sizes[@]}"; do
     python3 bench/pull/gen.py "$layout" "$bytes" "$layers" linux/amd64 linux/arm64
   fi
   skopeo copy --quiet --all --dest-tls-verify=false "oci:$layout:bench" "docker://$host/bench/$name:v1"
+  names+=("$name")
 done
 
-python3 bench/pull/bench.py "$plugin" "$host" "$work" "${RUNS:-5}" typical large
+python3 bench/pull/bench.py "$plugin" "$host" "$work" "${RUNS:-5}" "${names[@]}"

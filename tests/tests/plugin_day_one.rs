@@ -371,3 +371,111 @@ fn errors_say_each_cause_once() {
         assert_eq!(said.matches(&io).count(), 1, "{args:?}: {said}");
     }
 }
+
+/// `kubectl ARGS` against the shared control plane: its stdout, or its error.
+fn kubectl(args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new("kubectl")
+        .args(args)
+        .args(["--kubeconfig", &kubeconfig()])
+        .output()
+        .expect("running kubectl");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// `kubectl bundle ARGS` against the shared control plane: its stdout, or its error.
+fn plugin(args: &[&str]) -> Result<String, String> {
+    let kc = kubeconfig();
+    let mut all = args.to_vec();
+    all.extend(["--kubeconfig", kc.as_str()]);
+    let out = kubectl_bundle(&all);
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[tokio::test]
+async fn jsonpath_and_custom_columns_print_what_kubectl_prints() {
+    gantry();
+    let client = control_plane().client().await;
+    // Two bundles in two states, labelled so that both commands select them alone.
+    let installed = installed(&client, "kubectl-dialect").await;
+    let review = under_review(&client, "kubectl-dialect", |_| {
+        vec![("a.yaml", config_map("cm", None, "v1"))]
+    })
+    .await;
+    let label = unique_name("dialect");
+    for name in [&installed, &review.name] {
+        Api::<Bundle>::all(client.clone())
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "metadata": { "labels": { "day-one": label } } })),
+            )
+            .await
+            .unwrap();
+    }
+    let selector = format!("day-one={label}");
+
+    // Whole objects are left out: kubectl's jsonpath sees metadata.managedFields, which the
+    // plugin leaves out of every output (as kubectl's json and yaml do).
+    let list_templates = [
+        r#"{.items[*].metadata.name}"#,
+        r#"{.kind} {.apiVersion}{"\n"}"#,
+        r#"{range .items[*]}{.metadata.name}{"\t"}{.status.phase}{"\n"}{end}"#,
+        r#"{range .items[*]}{.metadata.name}:{range .status.conditions[*]}{.type}={.status},{end}{"\n"}{end}"#,
+        r#"{.items[?(@.status.phase=="AwaitingApproval")].metadata.name}"#,
+        r#"{.items[?(@.metadata.generation>=1)].metadata.name}"#,
+        r#"{.items[*].status.conditions[?(@.type=='Ready')].reason}"#,
+        r#"{.items[?(@.spec.provisionerClassName)].metadata.name}"#,
+        r#"{.items[0].spec} {.items[1].spec}"#,
+        r#"{.items[*].metadata.labels}"#,
+        r#"{.items[-1:].metadata.name} {.items[0:1].metadata.name} {.items[0,1].metadata.name}"#,
+        r#"{.items[0]['metadata']['name']}"#,
+        r#"{.items[*].metadata.labels.day-one}{.items[0].spec.nothing}"#,
+        r#"literal text, no escapes: {.items[0].metadata.name}\n"#,
+        r#"{.items[*].status.requestedPermissions}"#,
+        r#"{.items[*].status.conditions[*].observedGeneration}"#,
+        r#"{.items[*].metadata.finalizers[*]}"#,
+        r#"{.items[7].metadata.name}"#,
+    ];
+    for template in list_templates {
+        let format = format!("jsonpath={template}");
+        let theirs = kubectl(&["get", "bundles", "-l", &selector, "-o", &format]);
+        let ours = plugin(&["list", "-l", &selector, "-o", &format]);
+        match (&theirs, &ours) {
+            (Ok(theirs), Ok(ours)) => assert_eq!(ours, theirs, "{template}"),
+            // An error in both (an index out of bounds): both say so.
+            (Err(_), Err(ours)) => assert!(ours.contains("out of bounds"), "{template}: {ours}"),
+            _ => panic!("{template}: kubectl {theirs:?}, plugin {ours:?}"),
+        }
+    }
+    for template in [
+        r#"{.metadata.name}{"\n"}"#,
+        r#"{.status.conditions[?(@.type=="Ready")].message}"#,
+        r#"{range .status.conditions[*]}{.type}{"\t"}{.reason}{"\n"}{end}"#,
+        r#"{.spec.image} {.status.resolvedImage}"#,
+    ] {
+        let format = format!("jsonpath={template}");
+        let theirs = kubectl(&["get", "bundle", &review.name, "-o", &format]).unwrap();
+        let ours = plugin(&["status", &review.name, "-o", &format]).unwrap();
+        assert_eq!(ours, theirs, "{template}");
+    }
+
+    for spec in [
+        "custom-columns=NAME:.metadata.name,PHASE:.status.phase,GEN:metadata.generation,TYPES:{.status.conditions[*].type},SPEC:.spec,NONE:.spec.nothing,FINALIZERS:.metadata.finalizers,LABELS:.metadata.labels",
+        r#"custom-columns=READY:.status.conditions[?(@.type=="Ready")].status,KINDS:.status.requestedPermissions.namespaced[*].kinds[*].kind"#,
+    ] {
+        let theirs = kubectl(&["get", "bundles", "-l", &selector, "-o", spec]).unwrap();
+        let ours = plugin(&["list", "-l", &selector, "-o", spec]).unwrap();
+        assert_eq!(ours, theirs, "{spec}");
+        let theirs = kubectl(&["get", "bundle", &installed, "-o", spec]).unwrap();
+        let ours = plugin(&["status", &installed, "-o", spec]).unwrap();
+        assert_eq!(ours, theirs, "{spec}");
+    }
+}

@@ -17,7 +17,8 @@ use super::review::get_bundle;
 pub struct HistoryArgs {
     /// The bundle.
     name: String,
-    /// Output format: json, yaml or jsonpath=TEMPLATE (applied to the list of entries).
+    /// Output format: json, yaml, jsonpath=TEMPLATE or custom-columns=SPEC (applied to the list
+    /// of entries).
     #[arg(short = 'o', long = "output", value_parser = parse_output)]
     output: Option<OutputFormat>,
 }

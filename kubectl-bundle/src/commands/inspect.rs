@@ -25,7 +25,8 @@ use super::review::get_bundle;
 pub struct EventsArgs {
     /// The bundle.
     name: String,
-    /// Output format: json, yaml, name or jsonpath=TEMPLATE (a `v1 List` of Events).
+    /// Output format: json, yaml, name, jsonpath=TEMPLATE or custom-columns=SPEC (a `v1 List`
+    /// of Events).
     #[arg(short = 'o', long = "output", value_parser = parse_output)]
     output: Option<OutputFormat>,
 }
@@ -37,8 +38,8 @@ pub struct EventsArgs {
 pub struct TreeArgs {
     /// The bundle.
     name: String,
-    /// Output format: json, yaml, name or jsonpath=TEMPLATE (a `v1 List` of the objects with
-    /// `exists` and `summary`).
+    /// Output format: json, yaml, name, jsonpath=TEMPLATE or custom-columns=SPEC (a `v1 List`
+    /// of the objects with `exists` and `summary`).
     #[arg(short = 'o', long = "output", value_parser = parse_output)]
     output: Option<OutputFormat>,
 }

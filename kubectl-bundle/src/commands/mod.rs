@@ -8,6 +8,7 @@ mod health;
 mod history;
 mod image;
 mod inspect;
+mod jsonpath;
 mod output;
 mod review;
 mod system;

@@ -1,24 +1,27 @@
-//! Printing as kubectl does: `-o json|yaml|name|wide|jsonpath=TEMPLATE`, lists as `kind: List`,
-//! aligned tables, ages.
+//! Printing as kubectl does: `-o json|yaml|name|wide|jsonpath=TEMPLATE|custom-columns=SPEC`,
+//! lists as `kind: List`, aligned tables, ages.
 
 use std::io::Write;
 
 use anyhow::{Context, bail};
-use jsonpath_rust::JsonPath;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::jsonpath::{Template, go_sprint, relaxed};
+
 /// An `-o` value.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum OutputFormat {
     Wide,
     Json,
     Yaml,
     Name,
-    /// kubectl's JSONPath template: `{.status.phase}`, `{.items[*].metadata.name}`, literal text
-    /// between expressions.
-    JsonPath(String),
+    /// kubectl's JSONPath template (`{.status.phase}`, `{range .items[*]}...{end}`, literal
+    /// text between actions), parsed.
+    JsonPath(Template),
+    /// kubectl's `custom-columns=HEADER:EXPRESSION,...`: each column's header and template.
+    CustomColumns(Vec<(String, Template)>),
 }
 
 /// Parses an `-o` value.
@@ -29,76 +32,117 @@ pub fn parse_output(text: &str) -> Result<OutputFormat, String> {
         "yaml" => Ok(OutputFormat::Yaml),
         "name" => Ok(OutputFormat::Name),
         _ => match text.split_once('=') {
-            Some(("jsonpath", template)) if !template.is_empty() => {
-                // Checked now, so a bad template is a command-line error.
-                expressions(template)?;
-                Ok(OutputFormat::JsonPath(template.to_string()))
-            }
+            // Checked now, so that a bad template is a command-line error.
+            Some(("jsonpath", template)) if !template.is_empty() => Template::parse(template)
+                .map(OutputFormat::JsonPath)
+                .map_err(|e| format!("invalid JSONPath template {template:?}: {e}")),
+            Some(("custom-columns", spec)) if !spec.is_empty() => custom_columns(spec),
             _ => Err(format!(
-                "unknown output format {text:?}: use json, yaml, name, wide or jsonpath=TEMPLATE"
+                "unknown output format {text:?}: use json, yaml, name, wide, jsonpath=TEMPLATE or custom-columns=HEADER:EXPRESSION,..."
             )),
         },
     }
 }
 
-/// The parts of a JSONPath template: literal text, and expressions as RFC 9535 queries.
-enum Part {
-    Text(String),
-    /// An RFC 9535 query, checked.
-    Query(String),
+/// `HEADER:EXPRESSION,...`, as kubectl splits it (at every comma, at the first colon).
+fn custom_columns(spec: &str) -> Result<OutputFormat, String> {
+    spec.split(',')
+        .map(|column| {
+            let (header, expression) = column.split_once(':').ok_or_else(|| {
+                format!(
+                    "unexpected custom-columns spec: {column}, expected <header>:<json-path-expr>"
+                )
+            })?;
+            let template = Template::parse(&relaxed(expression)?)
+                .map_err(|e| format!("invalid JSONPath expression {expression:?}: {e}"))?;
+            Ok((header.to_string(), template))
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map(OutputFormat::CustomColumns)
 }
 
-fn expressions(template: &str) -> Result<Vec<Part>, String> {
-    let mut parts = Vec::new();
-    let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        if open > 0 {
-            parts.push(Part::Text(rest[..open].to_string()));
-        }
-        let close = rest[open..]
-            .find('}')
-            .map(|i| open + i)
-            .ok_or_else(|| format!("unclosed {{ in JSONPath template {template:?}"))?;
-        let expression = rest[open + 1..close].trim();
-        // kubectl's `.a.b` is `$.a.b`; `@` in filters is the same in both.
-        let query = if expression.starts_with('$') {
-            expression.to_string()
-        } else {
-            format!("${expression}")
-        };
-        jsonpath_rust::parser::parse_json_path(&query)
-            .map_err(|e| format!("invalid JSONPath expression {{{expression}}}: {e}"))?;
-        parts.push(Part::Query(query));
-        rest = &rest[close + 1..];
-    }
-    if !rest.is_empty() {
-        parts.push(Part::Text(rest.to_string()));
-    }
-    Ok(parts)
+/// Applies a JSONPath template as `kubectl get -o jsonpath=...` does.
+pub fn jsonpath(template: &Template, value: &Value) -> anyhow::Result<String> {
+    template
+        .execute(value)
+        .map_err(|e| anyhow::anyhow!("error executing jsonpath: {e}"))
 }
 
-/// Applies a JSONPath template as kubectl does: several matches are joined by spaces, strings
-/// are printed bare, other values as JSON.
-pub fn jsonpath(template: &str, value: &Value) -> anyhow::Result<String> {
-    let mut out = String::new();
-    for part in expressions(template).map_err(anyhow::Error::msg)? {
-        match part {
-            Part::Text(text) => out.push_str(&text.replace("\\n", "\n").replace("\\t", "\t")),
-            Part::Query(query) => {
-                let found: Vec<String> = value
-                    .query(&query)
-                    .map_err(|e| anyhow::anyhow!("JSONPath {query}: {e}"))?
-                    .into_iter()
-                    .map(|v| match v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
+/// The rows of `custom-columns`: one per item of a `List`, else one for the object; each
+/// cell the column's values as Go prints them, joined by commas, `<none>` when there are none.
+fn custom_column_rows(
+    columns: &[(String, Template)],
+    value: &Value,
+) -> anyhow::Result<Vec<Vec<String>>> {
+    let objects: Vec<&Value> = match value {
+        Value::Array(items) => items.iter().collect(),
+        _ => match value.get("items").and_then(Value::as_array) {
+            Some(items) if value.get("kind") == Some(&json!("List")) => items.iter().collect(),
+            _ => vec![value],
+        },
+    };
+    objects
+        .into_iter()
+        .map(|object| {
+            columns
+                .iter()
+                .map(|(_, template)| {
+                    let results = template
+                        .find_results(object)
+                        .map_err(|e| anyhow::anyhow!("error executing jsonpath: {e}"))?;
+                    let texts: Vec<String> = results.iter().flatten().map(go_sprint).collect();
+                    Ok(if results.first().is_none_or(Vec::is_empty) {
+                        "<none>".to_string()
+                    } else {
+                        texts.join(",")
                     })
-                    .collect();
-                out.push_str(&found.join(" "));
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Rows aligned as kubectl's tab writer aligns them: every column but the last as wide as its
+/// widest cell plus three spaces, and at least six.
+pub fn kubectl_table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count() + 3)
+                .max()
+                .unwrap_or(0)
+                .max(6)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}", width = widths[i]));
             }
         }
+        out.push('\n');
     }
-    Ok(out)
+    out
+}
+
+/// `custom-columns` output: the header, then the rows (`header` false: the rows alone, as a
+/// watch prints each change).
+pub fn custom_columns_text(
+    columns: &[(String, Template)],
+    value: &Value,
+    header: bool,
+) -> anyhow::Result<String> {
+    let mut rows = Vec::new();
+    if header {
+        rows.push(columns.iter().map(|(h, _)| h.clone()).collect());
+    }
+    rows.extend(custom_column_rows(columns, value)?);
+    Ok(kubectl_table(&rows))
 }
 
 /// An error and its causes on one line, `a: b: c`, each cause said once. Many error types
@@ -166,6 +210,9 @@ pub fn print_structured(value: &Value, format: Option<&OutputFormat>) -> anyhow:
         Some(OutputFormat::Json) => writeln!(out, "{}", serde_json::to_string_pretty(value)?)?,
         Some(OutputFormat::Yaml) => write!(out, "{}", serde_saphyr::to_string(value)?)?,
         Some(OutputFormat::JsonPath(template)) => write!(out, "{}", jsonpath(template, value)?)?,
+        Some(OutputFormat::CustomColumns(columns)) => {
+            write!(out, "{}", custom_columns_text(columns, value, true)?)?
+        }
         Some(OutputFormat::Name) => {
             let objects = match value.get("items").and_then(Value::as_array) {
                 Some(items) if value.get("kind") == Some(&json!("List")) => items.iter().collect(),
@@ -245,10 +292,15 @@ mod tests {
         assert_eq!(parse_output("name"), Ok(OutputFormat::Name));
         assert_eq!(
             parse_output("jsonpath={.a}"),
-            Ok(OutputFormat::JsonPath("{.a}".into()))
+            Ok(OutputFormat::JsonPath(Template::parse("{.a}").unwrap()))
         );
         assert!(parse_output("jsonpath={.a").is_err());
         assert!(parse_output("table").is_err());
+        assert!(matches!(
+            parse_output("custom-columns=NAME:.metadata.name,P:status.phase"),
+            Ok(OutputFormat::CustomColumns(c)) if c.len() == 2
+        ));
+        assert!(parse_output("custom-columns=NAME").is_err());
     }
 
     #[test]
@@ -257,19 +309,41 @@ mod tests {
             {"metadata": {"name": "a"}, "status": {"phase": "Installed"}},
             {"metadata": {"name": "b"}, "status": {"phase": "Failing"}},
         ]});
-        assert_eq!(jsonpath("{.items[*].metadata.name}", &list).unwrap(), "a b");
+        let run = |t: &str| jsonpath(&Template::parse(t).unwrap(), &list).unwrap();
+        assert_eq!(run("{.items[*].metadata.name}"), "a b");
         assert_eq!(
-            jsonpath("first={.items[0].status.phase}\\n", &list).unwrap(),
-            "first=Installed\n"
+            run("{range .items[*]}{.metadata.name}={.status.phase}{\"\\n\"}{end}"),
+            "a=Installed\nb=Failing\n"
         );
         assert_eq!(
-            jsonpath(
-                "{.items[?(@.status.phase=='Failing')].metadata.name}",
-                &list
-            )
-            .unwrap(),
+            run("{.items[?(@.status.phase=='Failing')].metadata.name}"),
             "b"
         );
+    }
+
+    #[test]
+    fn custom_columns_print_as_kubectl_does() {
+        let list = json!({"kind": "List", "items": [
+            {"metadata": {"name": "hello", "finalizers": ["f"]}, "spec": {"image": "i"}},
+            {"metadata": {"name": "b"}},
+        ]});
+        let Ok(OutputFormat::CustomColumns(columns)) = parse_output(
+            "custom-columns=NAME:.metadata.name,F:metadata.finalizers,SPEC:{.spec},NONE:.x",
+        ) else {
+            panic!("custom-columns parse");
+        };
+        let expected = [
+            "NAME    F        SPEC           NONE",
+            "hello   [f]      map[image:i]   <none>",
+            "b       <none>   <none>         <none>",
+        ];
+        assert_eq!(
+            custom_columns_text(&columns, &list, true).unwrap(),
+            format!("{}\n", expected.join("\n"))
+        );
+        // One object: one row; without the header, as a watch prints a change.
+        let one = custom_columns_text(&columns, &list["items"][1], false).unwrap();
+        assert_eq!(one, "b     <none>   <none>   <none>\n");
     }
 
     #[test]

@@ -22,7 +22,8 @@ use serde_json::json;
 use super::cluster::GlobalArgs;
 use super::inspect::{bundle_events, events_table};
 use super::output::{
-    OutputFormat, clean, list_of, parse_output, print_structured, print_table, table,
+    OutputFormat, clean, custom_columns_text, list_of, parse_output, print_structured, print_table,
+    table,
 };
 
 /// The field manager of approvals: the approval's owner in `managedFields`.
@@ -33,8 +34,8 @@ const FIELD_MANAGER: &str = "kubectl-bundle";
     after_help = "Examples:\n  kubectl bundle list\n  kubectl bundle list -o wide\n  kubectl bundle list -l team=payments\n  kubectl bundle list -o jsonpath='{.items[*].metadata.name}'\n  kubectl bundle list --watch"
 )]
 pub struct ListArgs {
-    /// Output format: json, yaml, name, wide (adds the image and the resolved reference) or
-    /// jsonpath=TEMPLATE.
+    /// Output format: json, yaml, name, wide (adds the image and the resolved reference),
+    /// jsonpath=TEMPLATE or custom-columns=HEADER:EXPRESSION,...
     #[arg(short = 'o', long = "output", value_parser = parse_output)]
     output: Option<OutputFormat>,
     /// After listing, print bundles again as they change.
@@ -53,7 +54,8 @@ pub struct ListArgs {
 pub struct StatusArgs {
     /// The bundle.
     name: String,
-    /// Print the Bundle as json, yaml, name or jsonpath=TEMPLATE instead of the summary.
+    /// Print the Bundle as json, yaml, name, jsonpath=TEMPLATE or custom-columns=SPEC instead of
+    /// the summary.
     #[arg(short = 'o', long = "output", value_parser = parse_output)]
     output: Option<OutputFormat>,
     /// Print the status again each time the bundle changes.
@@ -199,7 +201,10 @@ fn print_bundles(items: &[Bundle], output: Option<&OutputFormat>) -> anyhow::Res
 
 /// Prints one changed bundle while watching: a table row, or the object alone.
 fn print_change(bundle: &Bundle, output: Option<&OutputFormat>) -> anyhow::Result<()> {
-    if !print_structured(&clean(bundle)?, output)? {
+    if let Some(OutputFormat::CustomColumns(columns)) = output {
+        // The header came with the list: a change is its row alone, as kubectl's watch prints it.
+        print!("{}", custom_columns_text(columns, &clean(bundle)?, false)?);
+    } else if !print_structured(&clean(bundle)?, output)? {
         let wide = output == Some(&OutputFormat::Wide);
         // Aligned with the header's widths as far as the row allows.
         let text = table(&[list_header(wide), list_row(bundle, wide)]);

@@ -35,7 +35,7 @@ pub struct SystemArgs {
 pub struct VersionArgs {
     #[command(flatten)]
     system: SystemArgs,
-    /// Output format: json, yaml or jsonpath=TEMPLATE.
+    /// Output format: json, yaml, jsonpath=TEMPLATE or custom-columns=SPEC.
     #[arg(short = 'o', long = "output", value_parser = parse_output)]
     output: Option<OutputFormat>,
 }

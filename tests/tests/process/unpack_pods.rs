@@ -342,8 +342,31 @@ async fn node_pull_pods_report_pull_errors_content_errors_and_content() {
         &format!("invalid bundle {image}: {text}"),
     )
     .await;
-    assert_eq!(refused.status.unwrap().content_digest, None);
+    let refused = refused.status.unwrap();
+    assert_eq!(refused.content_digest, None);
+    // No retry can fix invalid content: the bundle is Stalled, and says what must change.
+    let stalled = refused
+        .conditions
+        .iter()
+        .find(|c| c.type_ == types::STALLED)
+        .expect("a Stalled condition");
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", reasons::INVALID_BUNDLE)
+    );
+    assert!(stalled.message.contains("changes"), "{}", stalled.message);
     wait_removed(&client, &second).await;
+
+    // A change of the bundle (here a request to reconcile) lets it through at once.
+    Api::<Bundle>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": {
+                gantry_api::RECONCILE_REQUESTED_ANNOTATION: "after-the-fix" } } })),
+        )
+        .await
+        .unwrap();
 
     // The program stored the content: the bundle installs it, at the runtime's digest.
     let third = unpack_pod(&client, &name, second.uid().as_deref()).await;
@@ -360,6 +383,11 @@ async fn node_pull_pods_report_pull_errors_content_errors_and_content() {
     .await;
     let ready = wait_bundle(&client, &name, "Ready", is_ready).await;
     let status = ready.status.unwrap();
+    assert!(
+        !status.conditions.iter().any(|c| c.type_ == types::STALLED),
+        "a successful pass removes Stalled: {:?}",
+        status.conditions
+    );
     assert_eq!(
         status.resolved_image.as_deref(),
         Some(format!("{repository}@{pulled}").as_str())

@@ -1,4 +1,4 @@
-//! `kubectl bundle` as a new user meets it on day one (issue 28): `approve --wait` right after a
+//! `kubectl bundle` as a new user meets it on day one: `approve --wait` right after a
 //! `deny`, `reconcile` of a bundle that waits for a person, kubectl's habits (`-A`, `-l`,
 //! several names and `--all`, a SUSPENDED column) and errors that say each cause once. Run by
 //! kubectl itself from PATH against a running Gantry, as the other plugin tests.

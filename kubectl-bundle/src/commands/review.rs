@@ -389,6 +389,18 @@ async fn print_status(
         "Phase:",
         &status.phase.map(|p| p.to_string()).unwrap_or_default(),
     );
+    // A stalled bundle is not retried: say so before anything else, with what must change.
+    if let Some(stalled) = condition(&status, types::STALLED).filter(|c| c.status == "True") {
+        field(
+            "Stalled:",
+            &format!(
+                "{}: {} (`kubectl bundle reconcile {}` tries again at once)",
+                stalled.reason,
+                stalled.message,
+                bundle.name_any()
+            ),
+        );
+    }
     field("Resolved:", status.resolved_image.as_deref().unwrap_or("-"));
     field(
         "Installed:",

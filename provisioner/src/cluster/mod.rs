@@ -8,6 +8,7 @@ pub mod crds;
 pub mod discovery;
 pub mod drift;
 pub mod errors;
+pub mod events;
 pub mod identity;
 pub mod inventory;
 pub mod live;

@@ -53,6 +53,8 @@ pub(crate) enum Outcome {
     Gone,
     /// Finished, or waiting for a person; come back as the action says.
     Done(Action),
+    /// Waiting for a change no retry brings (a denied digest): the step set `Stalled`.
+    Stalled(Action),
 }
 
 /// Unwraps a step's [`Flow`]: its value, or the end of the pass; a failure is tagged with
@@ -194,6 +196,11 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
             ctx.backoff.success(&name);
             count("success");
             remove_condition(&mut pass.status.conditions, types::STALLED);
+            action
+        }
+        Ok(Outcome::Stalled(action)) => {
+            ctx.backoff.success(&name);
+            count("stalled");
             action
         }
         Err(failure) => {

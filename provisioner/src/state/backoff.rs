@@ -146,4 +146,20 @@ mod tests {
         }
         assert!(backoff.pending("b", 1).is_none_or(|d| d <= short));
     }
+
+    #[test]
+    fn a_stalled_bundle_waits_for_a_change_not_for_backoff() {
+        let backoff = Backoff::new(Duration::from_millis(1), CAP);
+        backoff.stall("b", 1, Duration::from_secs(60));
+        let wait = backoff
+            .pending("b", 1)
+            .expect("held back while nothing changed");
+        assert!(wait > Duration::from_secs(59), "{wait:?}");
+        assert!(
+            backoff.pending("b", 2).is_none(),
+            "a change lets it through"
+        );
+        // A later retryable failure starts its backoff at the first attempt.
+        assert_eq!(backoff.failure("b", 1, None).0, 1);
+    }
 }

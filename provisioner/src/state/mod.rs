@@ -12,7 +12,7 @@ use std::time::Duration;
 use gantry_api::{Bundle, ProvisionerClass};
 use gantry_image::{Platform, RegistryClient};
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -22,6 +22,7 @@ use self::metrics::Metrics;
 use crate::cluster::access::AccessReviews;
 use crate::cluster::discovery::KindCache;
 use crate::cluster::drift::DriftWatches;
+use crate::cluster::events::EventRecorder;
 use crate::cluster::identity::Appliers;
 use crate::error::Result;
 use crate::policy::identity::ServiceAccountDefaults;
@@ -84,7 +85,7 @@ pub struct Context {
     pub kinds: KindCache,
     pub backoff: Backoff,
     pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
+    pub recorder: EventRecorder,
     pub drift: DriftWatches,
     /// When each bundle's tag was last resolved, and for which image.
     pub resolved: ResolvedTags,
@@ -117,7 +118,7 @@ impl Context {
         let (drift, drift_events) = DriftWatches::new();
         let context = Context {
             backoff: Backoff::new(settings.backoff_base, settings.backoff_cap),
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: EventRecorder::new(client.clone(), reporter),
             appliers: Appliers::new(config, client.clone()),
             client,
             settings,

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use gantry_api::conditions::types;
+use gantry_api::conditions::{reasons, types};
 use gantry_api::{
     ApprovalPolicy, Bundle, BundleSpec, DEFAULT_CLASS_ANNOTATION, PLAIN_PROVISIONER,
     ProvisionerClass, ProvisionerClassSpec, RECONCILE_REQUESTED_ANNOTATION,
@@ -270,7 +270,68 @@ pub async fn wait_failure(
         message.contains(mention),
         "the {reason} message names {mention:?}: {message}"
     );
+    assert_retry_class(&bundle, type_, reason);
     bundle
+}
+
+/// Failures no retry can fix (docs/api.md, `Stalled`): the bundle waits for a change instead.
+/// `VerificationFailed` is either (a bad signature stalls, an unreachable key is retried), so
+/// its tests say which they expect.
+const STALLED_REASONS: &[&str] = &[
+    reasons::INVALID_BUNDLE,
+    reasons::INVALID_PARAMETERS,
+    reasons::DIGEST_REQUIRED,
+    reasons::IMAGE_NOT_ALLOWED,
+    reasons::NAMESPACE_REQUIRED,
+    reasons::SERVICE_ACCOUNT_REQUIRED,
+    reasons::SERVICE_ACCOUNT_NOT_ALLOWED,
+    reasons::FORBIDDEN,
+    reasons::DENIED,
+];
+
+/// Checks that the failure `reason` on `type_` is reported as what it is: stalled failures
+/// carry `Stalled=True` with the same reason and say what must change; every other failure is
+/// retried with backoff, says when, and has no `Stalled` condition.
+pub fn assert_retry_class(bundle: &Bundle, type_: &str, reason: &str) {
+    if reason == reasons::VERIFICATION_FAILED {
+        return;
+    }
+    let failed = condition(bundle, type_).expect("the failed condition");
+    let stalled = condition(bundle, types::STALLED);
+    if STALLED_REASONS.contains(&reason) {
+        assert_stalled(bundle, reason);
+        assert!(
+            !failed.message.contains("next retry"),
+            "a stalled failure is not retried: {}",
+            failed.message
+        );
+    } else {
+        assert!(
+            stalled.is_none(),
+            "{reason} is retried, not stalled: {stalled:?}"
+        );
+        assert!(
+            failed.message.contains("(attempt ") && failed.message.contains("next retry in"),
+            "a {reason} failure says when it is retried: {}",
+            failed.message
+        );
+    }
+}
+
+/// Checks that the bundle is `Stalled` with `reason` and says what must change.
+pub fn assert_stalled(bundle: &Bundle, reason: &str) {
+    let stalled = condition(bundle, types::STALLED)
+        .unwrap_or_else(|| panic!("a {reason} failure stalls the bundle: {:?}", bundle.status));
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", reason),
+        "{stalled:?}"
+    );
+    assert!(
+        stalled.message.contains("no retry can fix this until"),
+        "Stalled says what must change: {}",
+        stalled.message
+    );
 }
 
 /// Waits until Bundle `name` is gone; the failure shows what its conditions say it waits for.

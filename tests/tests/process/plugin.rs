@@ -1156,8 +1156,21 @@ async fn a_rejected_new_digest_is_named_and_the_installed_one_stays() {
     );
     assert_eq!(config_map_data(&client, &ns, "extra").await, None);
 
-    // kubectl bundle status tells the same.
+    // No retry fixes invalid content: the bundle is Stalled until something changes.
+    assert_stalled(&bundle, reasons::INVALID_BUNDLE);
+
+    // kubectl bundle status tells the same, the stall first.
     let shown = ok(&["status", &name]);
+    let stalled_line = shown
+        .lines()
+        .find(|l| l.starts_with("Stalled:"))
+        .unwrap_or_else(|| panic!("a Stalled line: {shown}"));
+    assert!(
+        stalled_line.contains("InvalidBundle: ")
+            && stalled_line.contains("no retry can fix this until")
+            && stalled_line.contains(&format!("kubectl bundle reconcile {name}")),
+        "{stalled_line}"
+    );
     for part in [
         "UpdateFailing",
         &format!("Resolved:   {bad}"),

@@ -1136,6 +1136,8 @@ async fn manual_approval_is_bound_to_the_digest() {
         Some("v1"),
         "nothing of the denied digest applied"
     );
+    // Only an approver or another digest brings it on: Stalled says so.
+    assert_stalled(&bundle, reasons::DENIED);
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(client.clone(), "default");
     wait_until("a Denied event", WAIT, || {
@@ -1224,4 +1226,116 @@ async fn the_controller_never_rewrites_the_approval() {
         .filter_map(|m| m.manager.clone())
         .collect();
     assert_eq!(approval_owners, ["test-approver"]);
+}
+
+/// The Events of a bundle, oldest first, by reason.
+async fn bundle_events(
+    client: &Client,
+    bundle: &Bundle,
+    reason: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    let mut found: Vec<_> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == bundle.uid().as_deref()
+        })
+        .collect();
+    found.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    found
+}
+
+#[tokio::test]
+async fn an_event_series_counts_only_the_same_message() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("series");
+    ensure_namespace(&client, &ns).await;
+    // The API server refuses this ConfigMap (a data key with a space) when it is applied: the
+    // apply fails after `Installing` is shown, and is retried with backoff.
+    let refused = push(
+        &format!("{ns}/app:refused"),
+        &[(
+            "a.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: refused\ndata:\n  \"a b\": x\n"
+                .to_string(),
+        )],
+    )
+    .await;
+    let name = unique_name("series");
+    let bundle = create_bundle(&client, &name, spec(&refused, Some(&ns))).await;
+    wait_failure(
+        &client,
+        &name,
+        types::INSTALLED,
+        reasons::APPLY_FAILED,
+        "refused",
+    )
+    .await;
+    // Every attempt is the same failure: one Event, counted again, without the attempt number.
+    let repeated = wait_until("an ApplyFailed Event counted 3 times", WAIT, || {
+        let (client, bundle) = (client.clone(), bundle.clone());
+        async move {
+            let events = bundle_events(&client, &bundle, reasons::APPLY_FAILED).await;
+            events
+                .iter()
+                .any(|e| e.series.as_ref().is_some_and(|s| s.count >= 3))
+                .then_some(events)
+        }
+    })
+    .await;
+    assert_eq!(repeated.len(), 1, "one Event for one failure: {repeated:?}");
+    let note = repeated[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("ConfigMap") && !note.contains("attempt") && !note.contains("next retry"),
+        "the note names the failure, not the attempt: {note}"
+    );
+
+    // Two installs of different digests are two Events, each counted once.
+    let mut installed = Vec::new();
+    for version in ["v1", "v2"] {
+        let image = push(
+            &format!("{ns}/app:{version}"),
+            &[("a.yaml", config_map("ok", None, version))],
+        )
+        .await;
+        Api::<Bundle>::all(client.clone())
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "image": image } })),
+            )
+            .await
+            .unwrap();
+        wait_bundle(&client, &name, "installed", |b| {
+            is_ready(b)
+                && b.status.as_ref().and_then(|s| s.installed_image.as_deref())
+                    == Some(image.as_str())
+        })
+        .await;
+        installed.push(image);
+    }
+    let succeeded = wait_until("an InstallSucceeded Event per digest", WAIT, || {
+        let (client, bundle) = (client.clone(), bundle.clone());
+        async move {
+            let events = bundle_events(&client, &bundle, reasons::INSTALL_SUCCEEDED).await;
+            (events.len() >= 2).then_some(events)
+        }
+    })
+    .await;
+    assert_eq!(succeeded.len(), 2, "{succeeded:?}");
+    for (event, image) in succeeded.iter().zip(&installed) {
+        let note = event.note.as_deref().unwrap_or_default();
+        assert!(note.contains(image.as_str()), "{image}: {note}");
+        assert!(
+            event.series.is_none(),
+            "counted once, not under another digest's message: {event:?}"
+        );
+    }
 }

@@ -122,6 +122,8 @@ async fn an_unsigned_image_is_refused_naming_the_digest() {
     .await;
     let message = &condition(&refused, types::UNPACKED).unwrap().message;
     assert!(message.contains("no signature found"), "{message}");
+    // No retry brings a signature: the bundle waits for another digest or class.
+    assert_stalled(&refused, reasons::VERIFICATION_FAILED);
     assert!(message.contains(&format!("{secret}/team.pub")), "{message}");
     let status = refused.status.unwrap();
     assert_eq!(status.content_digest, None, "nothing was stored");
@@ -387,7 +389,7 @@ async fn a_missing_keys_secret_is_named() {
     let class = verifying_class(&client, "no-such-keys").await;
     let (ns, tag, _) = image(&client, "nokeys", "nokeys").await;
     let name = bundle(&client, &class, &tag, &ns).await;
-    wait_failure(
+    let refused = wait_failure(
         &client,
         &name,
         types::UNPACKED,
@@ -395,4 +397,12 @@ async fn a_missing_keys_secret_is_named() {
         &format!("{NAMESPACE}/no-such-keys: not found"),
     )
     .await;
+    // The Secret may yet be created: retried, not stalled.
+    assert!(condition(&refused, types::STALLED).is_none());
+    assert!(
+        condition(&refused, types::UNPACKED)
+            .unwrap()
+            .message
+            .contains("next retry in")
+    );
 }

@@ -47,11 +47,23 @@ pub(crate) async fn approve(
         )
         .await;
     }
+    let visit = Action::requeue(next_visit(pass.bundle, pass.ctx));
     if verdict.approved {
         Ok(Flow::Continue(()))
+    } else if verdict.reason == reasons::DENIED {
+        // Only an approver or another digest brings a denied bundle on.
+        pass.set_condition(
+            types::STALLED,
+            true,
+            reasons::DENIED,
+            format!(
+                "{}; no retry can fix this until an approver approves it or the image resolves to another digest",
+                verdict.message
+            ),
+        );
+        Ok(Flow::Stop(Outcome::Stalled(visit)))
     } else {
-        let visit = next_visit(pass.bundle, pass.ctx);
-        Ok(Flow::Stop(Outcome::Done(Action::requeue(visit))))
+        Ok(Flow::Stop(Outcome::Done(visit)))
     }
 }
 

@@ -1,0 +1,179 @@
+//! Writing statuses: a bundle's (with the Event a change of `Ready` deserves, and the progress
+//! shown before a long step) and a class's, by server-side apply as field manager `gantry`.
+
+use gantry_api::{
+    Bundle, BundleStatus, FIELD_MANAGER, ProvisionerClass, ProvisionerClassStatus,
+    UNINSTALL_FINALIZER,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::events::{publish, ready_transition};
+use super::message::set_short_message;
+use super::{Facts, summarize};
+use crate::cluster::errors::is_not_found;
+use crate::error::Result;
+use crate::state::Context;
+
+/// Whether two statuses differ in what the controller writes (everything but `approval`,
+/// and condition times, which only move when a status flips).
+pub fn differs(current: &BundleStatus, desired: &BundleStatus) -> bool {
+    let strip = |s: &BundleStatus| {
+        let mut s = s.clone();
+        s.approval = None;
+        s.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+        for c in &mut s.conditions {
+            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        }
+        s
+    };
+    strip(current) != strip(desired)
+}
+
+/// Shows work in progress (`Unpacking`, `Installing`) before a long step: writes the status as it
+/// stands, summarised, and remembers it as what the API server holds.
+pub async fn show_progress(
+    bundle: &Bundle,
+    ctx: &Context,
+    status: &BundleStatus,
+    facts: &Facts<'_>,
+    written: &mut BundleStatus,
+) -> Result<()> {
+    let mut shown = status.clone();
+    shown.observed_generation = bundle.metadata.generation;
+    summarize(&mut shown, facts);
+    write_bundle_status(bundle, ctx, written, &shown).await?;
+    *written = shown;
+    Ok(())
+}
+
+/// Writes the status when it changed, with server-side apply as field manager `gantry`: the
+/// approval, owned by approvers, is never part of what is sent, so it is never touched. A change
+/// of `Ready` is recorded as an Event.
+pub async fn write_bundle_status(
+    bundle: &Bundle,
+    ctx: &Context,
+    current: &BundleStatus,
+    desired: &BundleStatus,
+) -> Result<()> {
+    // Derived last, from `Ready` as every step left it.
+    let mut desired = desired.clone();
+    set_short_message(&mut desired);
+    let desired = &desired;
+    if !differs(current, desired) {
+        return Ok(());
+    }
+    // A bundle that was uninstalled is gone: nothing to write.
+    if bundle.metadata.deletion_timestamp.is_some()
+        && !bundle.finalizers().iter().any(|f| f == UNINSTALL_FINALIZER)
+    {
+        return Ok(());
+    }
+    let mut owned = desired.clone();
+    owned.approval = None;
+    match apply_status::<Bundle>(ctx, &bundle.name_any(), &owned).await {
+        Ok(written) => ctx.written.record(
+            &bundle.name_any(),
+            written.metadata.resource_version.as_deref(),
+        ),
+        Err(e) if is_not_found(&e) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    ctx.metrics.status_writes.inc();
+    if let Some((type_, reason, message)) = ready_transition(current, desired) {
+        publish(ctx, bundle, type_, &reason, &message).await;
+    }
+    Ok(())
+}
+
+/// Writes a class's status when it changed (field manager `gantry`).
+pub async fn write_class_status(
+    class: &ProvisionerClass,
+    ctx: &Context,
+    current: &ProvisionerClassStatus,
+    desired: &ProvisionerClassStatus,
+) -> Result<()> {
+    if same_class_status(current, desired) {
+        return Ok(());
+    }
+    apply_status::<ProvisionerClass>(ctx, &class.name_any(), desired).await?;
+    Ok(())
+}
+
+/// Server-side applies `status` to the cluster-scoped object `name` of kind `K`, as field
+/// manager `gantry`.
+async fn apply_status<K>(ctx: &Context, name: &str, status: &impl Serialize) -> kube::Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let patch = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": { "name": name },
+        "status": status,
+    });
+    Api::<K>::all(ctx.client.clone())
+        .patch_status(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+}
+
+fn same_class_status(a: &ProvisionerClassStatus, b: &ProvisionerClassStatus) -> bool {
+    let key = |s: &ProvisionerClassStatus| {
+        (
+            s.observed_generation,
+            s.conditions
+                .iter()
+                .map(|c| {
+                    (
+                        c.type_.clone(),
+                        c.status.clone(),
+                        c.reason.clone(),
+                        c.message.clone(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        )
+    };
+    key(a) == key(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_api::conditions::{reasons, types};
+
+    use crate::status::set_condition;
+
+    fn status_with(conditions: &[(&str, bool, &str)]) -> BundleStatus {
+        let mut status = BundleStatus::default();
+        for (t, s, r) in conditions {
+            set_condition(&mut status.conditions, t, *s, r, "", Some(1));
+        }
+        status
+    }
+
+    #[test]
+    fn differs_ignores_approval_and_times() {
+        let a = status_with(&[(types::UNPACKED, true, reasons::UNPACK_SUCCEEDED)]);
+        let mut b = a.clone();
+        b.conditions[0].last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        b.approval = Some(gantry_api::Approval {
+            decision: gantry_api::ApprovalDecision::Approved,
+            digest: "sha256:00".into(),
+            reason: None,
+            time: None,
+        });
+        assert!(!differs(&a, &b));
+        b.phase = Some(gantry_api::BundlePhase::Installed);
+        assert!(differs(&a, &b));
+    }
+}

@@ -89,6 +89,7 @@ pub async fn check(
     client: &Client,
     plan: &Plan,
     bundle: &str,
+    claimed: &[Option<String>],
     identity: &str,
     settings: &ApplySettings,
     access: &AccessReviews,
@@ -126,7 +127,7 @@ pub async fn check(
             allowed_by_kind(client, &to_write(&live), identity, concurrency, access).await?;
         (live, allowed)
     };
-    check_owners(plan, &live, bundle)?;
+    check_owners(plan, &live, claimed, bundle)?;
     let to_write = to_write(&live);
     let checks: Vec<_> = to_write
         .into_iter()
@@ -261,10 +262,28 @@ pub async fn write(
     Ok(outcome)
 }
 
-/// Fails with `Conflict` when a live object carries the label of another bundle.
-fn check_owners(plan: &Plan, live: &[Option<Seen>], bundle: &str) -> Result<()> {
-    for (object, live) in plan.objects.iter().zip(live) {
-        let owner = live.as_ref().and_then(|l| l.owner.as_deref());
+/// Fails with `Conflict` when a live object carries the label of another bundle, or, unless
+/// it carries this bundle's, when another bundle's inventory lists it (`claimed`, one entry
+/// per object): absent or unlabelled, it is still that bundle's (suspended, say, or its first
+/// install cut short).
+fn check_owners(
+    plan: &Plan,
+    live: &[Option<Seen>],
+    claimed: &[Option<String>],
+    bundle: &str,
+) -> Result<()> {
+    let unclaimed = std::iter::repeat(&None);
+    for ((object, live), claimant) in plan
+        .objects
+        .iter()
+        .zip(live)
+        .zip(claimed.iter().chain(unclaimed))
+    {
+        let label = live.as_ref().and_then(|l| l.owner.as_deref());
+        let owner = match label {
+            Some(label) => Some(label),
+            None => claimant.as_deref(),
+        };
         if let Some(owner) = owner.filter(|owner| *owner != bundle) {
             return Err(Error::Conflict {
                 object: object.to_string(),
@@ -417,14 +436,53 @@ mod tests {
         let seen = |live: Value| Some(Seen::of(&live, &json!({})));
         let labelled =
             |owner: &str| seen(json!({ "metadata": { "labels": { BUNDLE_LABEL: owner } } }));
-        assert!(check_owners(&plan, &[None, labelled("mine")], "mine").is_ok());
-        assert!(check_owners(&plan, &[seen(json!({ "metadata": {} })), None], "mine").is_ok());
-        match check_owners(&plan, &[None, labelled("theirs")], "mine") {
+        let unclaimed = [None, None];
+        assert!(check_owners(&plan, &[None, labelled("mine")], &unclaimed, "mine").is_ok());
+        assert!(
+            check_owners(
+                &plan,
+                &[seen(json!({ "metadata": {} })), None],
+                &unclaimed,
+                "mine"
+            )
+            .is_ok()
+        );
+        match check_owners(&plan, &[None, labelled("theirs")], &unclaimed, "mine") {
             Err(Error::Conflict { object, owner }) => {
                 assert_eq!(owner, "theirs");
                 assert!(object.starts_with("ConfigMap n/b"), "{object}");
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn an_object_another_bundle_lists_is_a_conflict_unless_labelled_as_ours() {
+        let plan = plan_objects(
+            vec![config_map("a"), config_map("b")],
+            "mine",
+            Some("n"),
+            served,
+        )
+        .unwrap();
+        let labelled = |owner: &str| {
+            Some(Seen::of(
+                &json!({ "metadata": { "labels": { BUNDLE_LABEL: owner } } }),
+                &json!({}),
+            ))
+        };
+        let claimed = [None, Some("theirs".to_string())];
+        // Absent (their bundle suspended, the object deleted) or unlabelled: still theirs.
+        for live in [None, Some(Seen::of(&json!({ "metadata": {} }), &json!({})))] {
+            match check_owners(&plan, &[None, live], &claimed, "mine") {
+                Err(Error::Conflict { object, owner }) => {
+                    assert_eq!(owner, "theirs");
+                    assert!(object.starts_with("ConfigMap n/b"), "{object}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // Labelled as ours live: ours (the label is what the cluster says).
+        assert!(check_owners(&plan, &[None, labelled("mine")], &claimed, "mine").is_ok());
     }
 }

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use gantry_api::{Bundle, ProvisionerClass};
 use kube::api::Api;
 use kube::runtime::controller::{self, Action, Controller};
@@ -55,15 +55,6 @@ pub async fn run(
     // The Bundles are kept in memory, one copy each, for as long as the provisioner runs:
     // nothing reads their managedFields, which with thousands of bundles add up, so the
     // store keeps them without.
-    let (bundle_store, bundle_writer) = reflector::store::<Bundle>();
-    let bundle_events = watcher::watcher(bundles_api.clone(), watcher::Config::default())
-        .default_backoff()
-        .modify(|bundle| bundle.managed_fields_mut().clear())
-        .reflect(bundle_writer)
-        .applied_objects()
-        .predicate_filter(reconcile_trigger, Default::default());
-    let bundle_controller = Controller::for_stream(bundle_events, bundle_store.clone());
-
     let (ctx, drift_events) = Context::new(
         client.clone(),
         config,
@@ -74,6 +65,17 @@ pub async fn run(
         reporter,
     );
     let ctx = Arc::new(ctx);
+    let (bundle_store, bundle_writer) = reflector::store::<Bundle>();
+    let claims = ctx.claims.clone();
+    let bundle_events = watcher::watcher(bundles_api.clone(), watcher::Config::default())
+        .default_backoff()
+        .modify(|bundle| bundle.managed_fields_mut().clear())
+        .reflect(bundle_writer)
+        // Every bundle's inventory, so that no bundle takes an object another one lists.
+        .inspect_ok(move |event| claims.observe(event))
+        .applied_objects()
+        .predicate_filter(reconcile_trigger, Default::default());
+    let bundle_controller = Controller::for_stream(bundle_events, bundle_store.clone());
 
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let signal = {

@@ -3,6 +3,7 @@
 
 pub mod backoff;
 pub mod caches;
+pub mod claims;
 pub mod metrics;
 
 use std::path::PathBuf;
@@ -29,6 +30,7 @@ use crate::policy::identity::ServiceAccountDefaults;
 use crate::source::node_pull::NodePullSettings;
 use crate::source::registry::{RegistryClients, registry_client};
 use crate::source::storage::StorageClient;
+use crate::state::claims::Claims;
 
 /// Settings of the controller (from flags).
 #[derive(Clone, Debug)]
@@ -101,6 +103,8 @@ pub struct Context {
     pub appliers: Appliers,
     /// Registry clients, one per set of credentials and TLS settings.
     pub registries: RegistryClients,
+    /// Which bundles' inventories list each object, kept by the Bundle watch.
+    pub claims: Arc<Claims>,
 }
 
 impl Context {
@@ -133,6 +137,7 @@ impl Context {
             access: Default::default(),
             verified: Default::default(),
             registries: Default::default(),
+            claims: Default::default(),
         };
         (context, drift_events)
     }

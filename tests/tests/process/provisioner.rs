@@ -773,6 +773,126 @@ async fn two_bundles_claiming_one_object_conflict_on_the_second() {
         is_ready(&bundles.get(&first).await.unwrap()),
         "the first bundle stays Ready"
     );
+
+    // The owner suspended and the object deleted: it is still the first bundle's (its
+    // inventory lists it), so the second does not take it.
+    let suspend = |on: bool| {
+        let bundles = bundles.clone();
+        let first = first.clone();
+        async move {
+            bundles
+                .patch(
+                    &first,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "spec": { "suspend": on } })),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    suspend(true).await;
+    wait_bundle(&client, &first, "Suspended", |b| {
+        condition(b, types::READY).is_some_and(|c| c.reason == reasons::SUSPENDED)
+    })
+    .await;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .delete("shared", &DeleteParams::default())
+        .await
+        .unwrap();
+    let bundle = reconcile_handled(&client, &second).await;
+    let installed = condition(&bundle, types::INSTALLED).unwrap();
+    assert_eq!(installed.reason, reasons::CONFLICT, "{installed:?}");
+    assert!(installed.message.contains(&first), "{}", installed.message);
+    assert_eq!(config_map_data(&client, &ns, "shared").await, None);
+    assert!(bundle.status.unwrap().inventory.is_empty());
+
+    // Resumed, the first bundle puts its object back as its own.
+    suspend(false).await;
+    wait_until("the first bundle's object back", WAIT, || {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            (config_map_data(&client, &ns, "shared").await.as_deref() == Some("first"))
+                .then_some(())
+        }
+    })
+    .await;
+    wait_bundle(&client, &first, "Ready again", is_ready).await;
+
+    // Deleted while suspended, the first bundle uninstalls and lets go: the second installs.
+    suspend(true).await;
+    bundles
+        .delete(&first, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_bundle_gone(&client, &first).await;
+    reconcile_handled(&client, &second).await;
+    wait_bundle(&client, &second, "Ready once the object is free", is_ready).await;
+    assert_eq!(
+        config_map_data(&client, &ns, "shared").await.as_deref(),
+        Some("second")
+    );
+}
+
+#[tokio::test]
+async fn an_object_of_a_failed_first_install_stays_that_bundle_s() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("cut-short");
+    ensure_namespace(&client, &ns).await;
+    // The first wave (a Namespace the API server refuses: a label value with a space) fails,
+    // so the ConfigMap of the second wave is never written; the inventory lists both.
+    let refused_namespace = unique_name("refused");
+    let failing = push(
+        &format!("{ns}/failing:v1"),
+        &[
+            (
+                "00-namespace.yaml",
+                format!(
+                    "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {refused_namespace}\n  labels:\n    bad: \"a b\"\n"
+                ),
+            ),
+            ("10-config.yaml", config_map("shared", Some(&ns), "failing")),
+        ],
+    )
+    .await;
+    let owner = unique_name("failing");
+    create_bundle(&client, &owner, spec(&failing, None)).await;
+    let bundle = wait_failure(
+        &client,
+        &owner,
+        types::INSTALLED,
+        reasons::APPLY_FAILED,
+        &refused_namespace,
+    )
+    .await;
+    assert_eq!(config_map_data(&client, &ns, "shared").await, None);
+    assert!(
+        bundle
+            .status
+            .unwrap()
+            .inventory
+            .iter()
+            .any(|e| e.kind == "ConfigMap" && e.name == "shared"),
+        "recorded before applying"
+    );
+
+    let other = push(
+        &format!("{ns}/other:v1"),
+        &[("a.yaml", config_map("shared", None, "other"))],
+    )
+    .await;
+    let claimant = unique_name("claimant");
+    create_bundle(&client, &claimant, spec(&other, Some(&ns))).await;
+    wait_failure(
+        &client,
+        &claimant,
+        types::INSTALLED,
+        reasons::CONFLICT,
+        &owner,
+    )
+    .await;
+    assert_eq!(config_map_data(&client, &ns, "shared").await, None);
 }
 
 #[tokio::test]

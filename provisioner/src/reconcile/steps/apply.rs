@@ -57,11 +57,16 @@ pub(crate) async fn apply_and_prune(
         write_all,
     };
     let (name, identity) = (pass.name.clone(), applier.describe());
+    let claimed: Vec<Option<String>> = planned
+        .iter()
+        .map(|entry| ctx.claims.claimant(entry, &name))
+        .collect();
     let applying = async {
         let checked = check(
             &applier.client,
             plan,
             &name,
+            &claimed,
             &identity,
             &settings,
             &ctx.access,

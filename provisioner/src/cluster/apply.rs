@@ -12,7 +12,7 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use crate::cluster::access::AccessReviews;
-use crate::cluster::crds::wait_served;
+use crate::cluster::crds::{served_kinds, wait_served};
 use crate::cluster::discovery::KindCache;
 use crate::cluster::errors::{api_message, is_forbidden, is_not_found};
 use crate::cluster::live::live_matches;
@@ -249,6 +249,29 @@ pub async fn write(
         let results: Vec<Applied> = stream::iter(writes)
             .buffered(concurrency)
             .try_collect()
+            .await?;
+        // Nothing of a later wave goes out before the CRDs this wave wrote are established and
+        // their kinds served: an operator's Deployment started earlier finds its CRDs missing,
+        // and many check them only once at start.
+        let crds: Vec<(&str, GroupVersionKind)> = wave
+            .iter()
+            .zip(&results)
+            .filter(|(_, applied)| applied.written)
+            .filter_map(|(object, _)| object.defines_crd.as_deref().map(|crd| (crd, object)))
+            .flat_map(|(crd, object)| {
+                served_kinds(&object.value())
+                    .into_iter()
+                    .map(move |gvk| (crd, gvk))
+            })
+            .filter(|(_, gvk)| served.insert(gvk.clone()))
+            .collect();
+        let waits: Vec<_> = crds
+            .iter()
+            .map(|(crd, gvk)| wait_served(client, kinds, crd, gvk, settings.crd_timeout))
+            .collect();
+        stream::iter(waits)
+            .buffer_unordered(concurrency)
+            .try_collect::<()>()
             .await?;
         for applied in results {
             if applied.written {

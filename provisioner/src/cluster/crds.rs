@@ -13,6 +13,23 @@ use crate::cluster::discovery::KindCache;
 use crate::cluster::live;
 use crate::error::{Error, Result};
 
+/// The kinds a CRD (as applied) serves: one per served version.
+pub fn served_kinds(crd: &Value) -> Vec<GroupVersionKind> {
+    let group = crd.pointer("/spec/group").and_then(Value::as_str);
+    let kind = crd.pointer("/spec/names/kind").and_then(Value::as_str);
+    let (Some(group), Some(kind)) = (group, kind) else {
+        return Vec::new();
+    };
+    crd.pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| v.get("served").and_then(Value::as_bool).unwrap_or(false))
+        .filter_map(|v| v.get("name").and_then(Value::as_str))
+        .map(|version| GroupVersionKind::gvk(group, version, kind))
+        .collect()
+}
+
 /// Waits until CRD `crd` is established and the API server serves `gvk`. What was cached for
 /// `gvk` is forgotten first: the CRD may have changed (a new version, another scope).
 pub async fn wait_served(
@@ -50,5 +67,33 @@ pub async fn wait_served(
             });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_crd_serves_a_kind_per_served_version() {
+        let crd = json!({ "spec": {
+            "group": "example.com",
+            "names": { "kind": "Widget", "plural": "widgets" },
+            "versions": [
+                { "name": "v1", "served": true, "storage": true },
+                { "name": "v1beta1", "served": false, "storage": false },
+                { "name": "v2", "served": true, "storage": false },
+            ],
+        }});
+        assert_eq!(
+            served_kinds(&crd),
+            vec![
+                GroupVersionKind::gvk("example.com", "v1", "Widget"),
+                GroupVersionKind::gvk("example.com", "v2", "Widget"),
+            ]
+        );
+        assert!(served_kinds(&json!({ "spec": {} })).is_empty());
     }
 }

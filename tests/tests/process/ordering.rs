@@ -346,6 +346,117 @@ async fn a_custom_resource_after_its_crd_installs() {
     crd_bundle_installs(&client, false).await;
 }
 
+/// A CRD of kind `kind` in `group`, served in two versions.
+fn two_version_crd_yaml(group: &str, kind: &str) -> String {
+    let plural = format!("{}s", kind.to_lowercase());
+    let schema = "    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n";
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names:\n    kind: {kind}\n    plural: {plural}\n  versions:\n  - name: v1beta1\n    served: true\n    storage: false\n{schema}  - name: v1\n    served: true\n    storage: true\n{schema}"
+    )
+}
+
+#[tokio::test]
+async fn objects_after_crds_wait_until_every_crd_is_established() {
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ListParams, WatchEvent, WatchParams};
+
+    let cluster = CLUSTER.get();
+    let client = cluster.client().await;
+    let ns = unique_name("crds-first");
+    ensure_namespace(&client, &ns).await;
+    let group = format!("{ns}.example.com");
+    // No custom resource in the bundle: what comes after the CRDs is a workload that would use
+    // them (an operator's Deployment; here a ConfigMap standing in for it).
+    let kinds = ["Alpha", "Beta", "Gamma", "Delta"];
+    let mut files: Vec<(String, String)> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, kind)| (format!("0{i}-crd.yaml"), two_version_crd_yaml(&group, kind)))
+        .collect();
+    files.push((
+        "10-operator.yaml".into(),
+        config_map("operator", None, "v1"),
+    ));
+    let files: Vec<(&str, String)> = files.iter().map(|(f, c)| (f.as_str(), c.clone())).collect();
+    let pinned = push(&format!("{ns}/app:v1"), &files).await;
+
+    // Both watches start at one revision of the one etcd: resourceVersions are comparable.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let start = crds
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let crd_events = crds
+        .watch(&WatchParams::default(), &start)
+        .await
+        .unwrap()
+        .boxed();
+    let cm_events = config_maps
+        .watch(&WatchParams::default(), &start)
+        .await
+        .unwrap()
+        .boxed();
+
+    let name = unique_name("crds-first");
+    create_bundle(&client, &name, spec(&pinned, Some(&ns))).await;
+
+    // The revision at which each CRD of the bundle was first seen Established.
+    let suffix = format!(".{group}");
+    let established = async {
+        let mut seen: std::collections::BTreeMap<String, u64> = Default::default();
+        let mut events = crd_events;
+        while seen.len() < kinds.len() {
+            let Some(event) = events.try_next().await.unwrap() else {
+                break;
+            };
+            let (WatchEvent::Added(crd) | WatchEvent::Modified(crd)) = event else {
+                continue;
+            };
+            let crd_name = crd.metadata.name.clone().unwrap_or_default();
+            let is_established = crd.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+            if crd_name.ends_with(&suffix) && is_established {
+                let revision = crd.metadata.resource_version.unwrap().parse().unwrap();
+                seen.entry(crd_name).or_insert(revision);
+            }
+        }
+        seen
+    };
+    let created = async {
+        let mut events = cm_events;
+        loop {
+            if let Some(WatchEvent::Added(cm)) = events.try_next().await.unwrap()
+                && cm.metadata.name.as_deref() == Some("operator")
+            {
+                let revision: u64 = cm.metadata.resource_version.unwrap().parse().unwrap();
+                return revision;
+            }
+        }
+    };
+    let (established, created) =
+        tokio::time::timeout(WAIT, async { futures::join!(established, created) })
+            .await
+            .expect("the CRDs established and the ConfigMap created");
+    assert_eq!(established.len(), kinds.len(), "{established:?}");
+    for (crd, revision) in &established {
+        assert!(
+            *revision < created,
+            "{crd} was established at revision {revision}, after the object of the next wave \
+             was created at {created}"
+        );
+    }
+    wait_bundle(&client, &name, "Ready", is_ready).await;
+}
+
 #[tokio::test]
 async fn deletion_waits_for_objects_with_finalizers() {
     let cluster = CLUSTER.get();

@@ -2,23 +2,71 @@
 //! (found on the PATH) when completing `kubectl bundle ARGS WORD`, and reads one candidate per
 //! line (`candidate<TAB>description`) followed by cobra's directive line (`:4`, no file
 //! completion). `kubectl_complete-bundle` runs `kubectl-bundle __complete ARGS WORD`.
+//! Where a verb takes a bundle's name, the candidates are the names of the Bundles in the
+//! cluster, read with the kubeconfig flags among ARGS as the verb itself would read them.
+
+use std::time::Duration;
 
 use clap::{Arg, Command};
+use gantry_api::Bundle;
+use kube::api::{Api, ListParams};
+
+use super::cluster::{GlobalArgs, parse_timeout};
 
 /// cobra's `ShellCompDirectiveDefault`: the shell may complete file names.
 const FILES: u8 = 0;
+/// cobra's `ShellCompDirectiveNoSpace`: no space after the candidate (`jsonpath=`).
+const NO_SPACE: u8 = 2;
 /// cobra's `ShellCompDirectiveNoFileComp`.
 const NO_FILES: u8 = 4;
 
+/// The ids of the positional arguments that take bundle names (`status NAME`,
+/// `suspend NAME...`).
+const BUNDLE_NAME_ARGS: [&str; 2] = ["name", "names"];
+
+/// How long completion waits for the cluster: a shell waits on it.
+const CLUSTER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What completes the word being typed.
+#[derive(Debug, PartialEq)]
+pub enum Completion {
+    /// These candidates, with cobra's directive.
+    Candidates(Vec<String>, u8),
+    /// The names of the cluster's Bundles that start with `prefix`, but for those in `typed`
+    /// (already on the command line).
+    BundleNames { prefix: String, typed: Vec<String> },
+}
+
+/// The `-o` formats a verb takes, as its help says (`jsonpath=` and `custom-columns=` are
+/// completed up to the `=`).
+fn output_formats(verb: &str) -> &'static [&'static str] {
+    const ALL: [&str; 6] = [
+        "json",
+        "yaml",
+        "name",
+        "wide",
+        "jsonpath=",
+        "custom-columns=",
+    ];
+    match verb {
+        "list" => &ALL,
+        "status" | "events" | "tree" => &["json", "yaml", "name", "jsonpath=", "custom-columns="],
+        "history" | "version" => &["json", "yaml", "jsonpath=", "custom-columns="],
+        _ => &[],
+    }
+}
+
 /// The candidates for the last of `words` (the word being completed, possibly empty), given
 /// the words before it; and cobra's directive.
-pub fn complete(root: &Command, words: &[String]) -> (Vec<String>, u8) {
+pub fn complete(root: &Command, words: &[String]) -> Completion {
     let (word, before) = match words.split_last() {
         Some((word, before)) => (word.as_str(), before),
         None => ("", &[][..]),
     };
     let mut command = root;
     let mut value_of: Option<&Arg> = None;
+    // The positional words given to the verb, in order.
+    let mut positionals: Vec<&str> = Vec::new();
     for w in before {
         if value_of.take().is_some() {
             continue;
@@ -37,10 +85,16 @@ pub fn complete(root: &Command, words: &[String]) -> (Vec<String>, u8) {
             }
         } else if let Some(sub) = command.find_subcommand(w) {
             command = sub;
+        } else {
+            positionals.push(w);
         }
     }
     if let Some(arg) = value_of {
-        return values(arg, word);
+        if arg.get_long() == Some("output") {
+            return formats(output_formats(command.get_name()), word);
+        }
+        let (candidates, directive) = values(arg, word);
+        return Completion::Candidates(candidates, directive);
     }
     if word.starts_with('-') {
         let mut flags: Vec<String> = command
@@ -53,7 +107,7 @@ pub fn complete(root: &Command, words: &[String]) -> (Vec<String>, u8) {
             })
             .collect();
         flags.sort();
-        return (flags, NO_FILES);
+        return Completion::Candidates(flags, NO_FILES);
     }
     let subcommands: Vec<String> = command
         .get_subcommands()
@@ -61,19 +115,99 @@ pub fn complete(root: &Command, words: &[String]) -> (Vec<String>, u8) {
         .map(|s| with_help(s.get_name(), s.get_about().map(ToString::to_string)))
         .collect();
     if !subcommands.is_empty() || command.has_subcommands() {
-        return (subcommands, NO_FILES);
+        return Completion::Candidates(subcommands, NO_FILES);
     }
-    // A positional value: one of a fixed set (`completion SHELL`), else anything (files).
-    let known: Vec<String> = command
+    // The positional argument the word is a value of: the next one, or the last one when it
+    // takes several values.
+    let next = command
         .get_positionals()
-        .flat_map(|a| a.get_possible_values())
-        .filter(|v| !v.is_hide_set() && v.get_name().starts_with(word))
-        .map(|v| v.get_name().to_string())
+        .nth(positionals.len())
+        .or_else(|| {
+            command
+                .get_positionals()
+                .last()
+                .filter(|a| a.get_num_args().is_some_and(|n| n.max_values() > 1))
+        });
+    let Some(next) = next else {
+        return Completion::Candidates(Vec::new(), NO_FILES);
+    };
+    if BUNDLE_NAME_ARGS.contains(&next.get_id().as_str()) {
+        return Completion::BundleNames {
+            prefix: word.to_string(),
+            typed: positionals.iter().map(ToString::to_string).collect(),
+        };
+    }
+    // A value of a fixed set (`completion SHELL`), else anything (files).
+    let (candidates, directive) = values(next, word);
+    Completion::Candidates(candidates, directive)
+}
+
+/// The formats of `-o` starting with `word`; no space after one that ends with `=`.
+fn formats(known: &[&str], word: &str) -> Completion {
+    let matching: Vec<String> = known
+        .iter()
+        .filter(|f| f.starts_with(word))
+        .map(ToString::to_string)
         .collect();
-    if known.is_empty() {
-        (Vec::new(), FILES)
+    let directive = if !matching.is_empty() && matching.iter().all(|f| f.ends_with('=')) {
+        NO_FILES | NO_SPACE
     } else {
-        (known, NO_FILES)
+        NO_FILES
+    };
+    Completion::Candidates(matching, directive)
+}
+
+/// The kubeconfig flags among `words` (the last value of each), as the verb would take them;
+/// a request timeout of [`CLUSTER_TIMEOUT`] unless one is given.
+fn cluster_flags(words: &[String]) -> GlobalArgs {
+    let flag = |name: &str| -> Option<String> {
+        let with_equals = format!("--{name}=");
+        let mut found = None;
+        for (i, w) in words.iter().enumerate() {
+            if w == &format!("--{name}") {
+                found = words.get(i + 1).cloned().or(found);
+            } else if let Some(value) = w.strip_prefix(&with_equals) {
+                found = Some(value.to_string());
+            }
+        }
+        found
+    };
+    GlobalArgs {
+        kubeconfig: flag("kubeconfig").map(Into::into),
+        context: flag("context"),
+        cluster: flag("cluster"),
+        user: flag("user"),
+        request_timeout: Some(
+            flag("request-timeout")
+                .and_then(|t| parse_timeout(&t).ok())
+                .filter(|t| !t.is_zero())
+                .unwrap_or(CLUSTER_TIMEOUT),
+        ),
+        ..Default::default()
+    }
+}
+
+/// The names of the cluster's Bundles, sorted; none when the cluster cannot be read.
+async fn bundle_names(global: &GlobalArgs) -> Vec<String> {
+    let list = async {
+        let client = global.client().await?;
+        let bundles: Api<Bundle> = Api::all(client);
+        let listed = bundles.list_metadata(&ListParams::default()).await?;
+        anyhow::Ok(
+            listed
+                .items
+                .into_iter()
+                .filter_map(|b| b.metadata.name)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let wait = global.request_timeout.unwrap_or(CLUSTER_TIMEOUT);
+    match tokio::time::timeout(wait, list).await {
+        Ok(Ok(mut names)) => {
+            names.sort();
+            names
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -109,8 +243,19 @@ fn with_help(candidate: &str, help: Option<String>) -> String {
 }
 
 /// Prints the candidates and the directive as kubectl reads them.
-pub fn print(root: &Command, words: &[String]) {
-    let (candidates, directive) = complete(root, words);
+pub async fn print(root: &Command, words: &[String]) {
+    let before = words.split_last().map_or(&[][..], |(_, before)| before);
+    let (candidates, directive) = match complete(root, words) {
+        Completion::Candidates(candidates, directive) => (candidates, directive),
+        Completion::BundleNames { prefix, typed } => {
+            let names = bundle_names(&cluster_flags(before)).await;
+            let matching = names
+                .into_iter()
+                .filter(|n| n.starts_with(&prefix) && !typed.contains(n))
+                .collect();
+            (matching, NO_FILES)
+        }
+    };
     for candidate in candidates {
         println!("{candidate}");
     }
@@ -130,14 +275,110 @@ mod tests {
         words
     }
 
-    fn names(text: &str) -> Vec<String> {
+    fn root() -> Command {
         let mut root = super::super::Cli::command();
         root.build();
-        complete(&root, &words(text))
-            .0
-            .into_iter()
-            .map(|c| c.split('\t').next().unwrap_or_default().to_string())
-            .collect()
+        root
+    }
+
+    fn names(text: &str) -> Vec<String> {
+        match complete(&root(), &words(text)) {
+            Completion::Candidates(candidates, _) => candidates
+                .into_iter()
+                .map(|c| c.split('\t').next().unwrap_or_default().to_string())
+                .collect(),
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn verbs_taking_a_bundle_complete_bundle_names() {
+        for verb in [
+            "status",
+            "events",
+            "tree",
+            "history",
+            "rollback",
+            "diff",
+            "approve",
+            "deny",
+            "suspend",
+            "resume",
+            "reconcile",
+        ] {
+            assert_eq!(
+                complete(&root(), &words(&format!("{verb} --context c my"))),
+                Completion::BundleNames {
+                    prefix: "my".into(),
+                    typed: vec![]
+                },
+                "{verb}"
+            );
+        }
+        // One name taken: nothing more; several taken: the others.
+        assert!(names("status my-app ").is_empty());
+        assert_eq!(
+            complete(&root(), &words("suspend app-a ")),
+            Completion::BundleNames {
+                prefix: String::new(),
+                typed: vec!["app-a".into()]
+            }
+        );
+        assert!(names("validate ").is_empty(), "a directory: files");
+        assert_eq!(
+            complete(&root(), &words("validate ")),
+            Completion::Candidates(vec![], FILES)
+        );
+    }
+
+    #[test]
+    fn output_formats_are_the_verbs_own() {
+        assert_eq!(names("list -o w"), ["wide"]);
+        assert_eq!(
+            names("status my-app -o "),
+            ["json", "yaml", "name", "jsonpath=", "custom-columns="]
+        );
+        assert_eq!(names("history my-app --output j"), ["json", "jsonpath="]);
+        assert_eq!(
+            complete(&root(), &words("tree x -o jsonp")),
+            Completion::Candidates(vec!["jsonpath=".into()], NO_FILES | NO_SPACE)
+        );
+        // Every verb with -o has its formats, each one its help names.
+        for verb in root().get_subcommands() {
+            let Some(output) = verb
+                .get_arguments()
+                .find(|a| a.get_long() == Some("output"))
+            else {
+                continue;
+            };
+            let help = output
+                .get_help()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            let formats = output_formats(verb.get_name());
+            assert!(!formats.is_empty(), "{}", verb.get_name());
+            for format in formats {
+                assert!(
+                    help.contains(format.trim_end_matches('=')),
+                    "{}: {format} not in {help:?}",
+                    verb.get_name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn cluster_flags_come_from_the_words() {
+        let flags = cluster_flags(&words(
+            "status --kubeconfig /k --context=c --request-timeout 2s",
+        ));
+        assert_eq!(flags.kubeconfig, Some("/k".into()));
+        assert_eq!(flags.context.as_deref(), Some("c"));
+        assert_eq!(flags.request_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(
+            cluster_flags(&words("status")).request_timeout,
+            Some(CLUSTER_TIMEOUT)
+        );
     }
 
     #[test]

@@ -124,7 +124,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Complete { words } => {
             let mut command = Cli::command();
             command.build();
-            complete::print(&command, &words);
+            complete::print(&command, &words).await;
             Ok(())
         }
     };

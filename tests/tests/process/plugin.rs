@@ -1084,6 +1084,129 @@ fn kubectl_completes_the_plugins_verbs_and_flags() {
     assert_eq!(complete(&["completion", "z"]), ["zsh"]);
 }
 
+/// `kubectl __complete bundle WORDS` with `env` set: the candidates and cobra's directive line.
+fn kubectl_complete(words: &[&str], env: &[(&str, &str)]) -> (Vec<String>, String) {
+    let out = std::process::Command::new("kubectl")
+        .arg("__complete")
+        .arg("bundle")
+        .args(words)
+        .env("PATH", plugin_path())
+        .env_remove("KUBECONFIG")
+        .envs(env.iter().copied())
+        .output()
+        .expect("running kubectl __complete");
+    assert!(out.status.success(), "{words:?}: {}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (directives, candidates): (Vec<&str>, Vec<&str>) =
+        stdout.lines().partition(|l| l.starts_with(':'));
+    (
+        candidates
+            .iter()
+            .map(|l| l.split('\t').next().unwrap_or_default().to_string())
+            .collect(),
+        directives.last().unwrap_or(&"").to_string(),
+    )
+}
+
+/// kubectl completes bundle names from the cluster the kubeconfig names, and `-o` values.
+#[tokio::test]
+async fn kubectl_completes_bundle_names_and_output_formats() {
+    gantry();
+    let client = control_plane().client().await;
+    let prefix = unique_name("completed");
+    let names = [format!("{prefix}-a"), format!("{prefix}-b")];
+    let image = registry().reference(&format!("{prefix}/app:v1"));
+    for name in &names {
+        create_bundle(&client, name, spec(&image, None)).await;
+    }
+    let other = unique_name("not-completed");
+    create_bundle(&client, &other, spec(&image, None)).await;
+    let kc = kubeconfig();
+
+    let (candidates, directive) = kubectl_complete(&["status", "--kubeconfig", &kc, &prefix], &[]);
+    assert_eq!(candidates, names, "filtered by the typed prefix");
+    assert_eq!(directive, ":4", "no file names");
+    // $KUBECONFIG, as the verbs read it.
+    let (candidates, _) = kubectl_complete(&["events", &prefix], &[("KUBECONFIG", &kc)]);
+    assert_eq!(candidates, names);
+    // Every verb that takes a bundle's name.
+    for verb in [
+        "status",
+        "events",
+        "tree",
+        "history",
+        "rollback",
+        "diff",
+        "approve",
+        "deny",
+        "suspend",
+        "resume",
+        "reconcile",
+    ] {
+        let (candidates, _) = kubectl_complete(&[verb, "--kubeconfig", &kc, &prefix], &[]);
+        assert_eq!(candidates, names, "{verb}");
+    }
+    // A verb taking several names offers those not typed yet; one taking one offers no more.
+    let (candidates, _) =
+        kubectl_complete(&["suspend", "--kubeconfig", &kc, &names[0], &prefix], &[]);
+    assert_eq!(candidates, [names[1].clone()]);
+    let (candidates, _) =
+        kubectl_complete(&["status", "--kubeconfig", &kc, &names[0], &prefix], &[]);
+    assert!(candidates.is_empty(), "{candidates:?}");
+    // A cluster that cannot be reached gives no candidates, and no error.
+    let dir = tempfile::tempdir().unwrap();
+    let refused = kubeconfig_file(
+        dir.path(),
+        "refused",
+        &Kubeconfig {
+            clusters: vec![named_cluster("refused", "https://127.0.0.1:1")],
+            auth_infos: vec![NamedAuthInfo {
+                name: "nobody".into(),
+                auth_info: Some(AuthInfo::default()),
+                other: Default::default(),
+            }],
+            contexts: vec![named_context("refused", "refused", "nobody")],
+            current_context: Some("refused".into()),
+            ..Kubeconfig::default()
+        },
+    );
+    let (candidates, directive) =
+        kubectl_complete(&["status", "--kubeconfig", &refused, &prefix], &[]);
+    assert!(candidates.is_empty(), "{candidates:?}");
+    assert_eq!(directive, ":4");
+    let (candidates, _) = kubectl_complete(&["status", &prefix], &[("KUBECONFIG", "/no/such")]);
+    assert!(candidates.is_empty(), "{candidates:?}");
+
+    // -o: the formats the verb takes.
+    let (formats, _) = kubectl_complete(&["list", "-o", ""], &[]);
+    assert_eq!(
+        formats,
+        [
+            "json",
+            "yaml",
+            "name",
+            "wide",
+            "jsonpath=",
+            "custom-columns="
+        ]
+    );
+    let (formats, _) = kubectl_complete(&["status", &names[0], "--output", ""], &[]);
+    assert_eq!(
+        formats,
+        ["json", "yaml", "name", "jsonpath=", "custom-columns="]
+    );
+    let (formats, _) = kubectl_complete(&["history", &names[0], "-o", "j"], &[]);
+    assert_eq!(formats, ["json", "jsonpath="]);
+    let (formats, directive) = kubectl_complete(&["tree", &names[0], "-o", "custom"], &[]);
+    assert_eq!(formats, ["custom-columns="]);
+    assert_eq!(directive, ":6", "no space after the =");
+
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    for name in names.iter().chain([&other]) {
+        bundles.delete(name, &Default::default()).await.unwrap();
+    }
+}
+
 /// A class with `maxObjects: 1`: content of two objects passes push's checks and is refused by
 /// the controller, as any invalid content would be.
 async fn one_object_class(client: &Client) -> String {

@@ -117,6 +117,10 @@ impl GlobalArgs {
                 .join(", ");
             let mut merged = Kubeconfig::default();
             for file in &files {
+                // Opened here first: kube's own message names the path a second time, quoted
+                // twice (`from '"FILE"'`).
+                std::fs::File::open(file)
+                    .with_context(|| format!("reading kubeconfig {}", file.display()))?;
                 let next = Kubeconfig::read_from(file)
                     .with_context(|| format!("reading kubeconfig {}", file.display()))?;
                 merged = merged

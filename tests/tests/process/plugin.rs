@@ -986,6 +986,67 @@ async fn validate_push_and_pull_name_the_cause_and_the_fix() {
     );
 }
 
+/// The `error:` line of a failed run says `cause` once, and no cause twice in a row (error
+/// types that print their source in their own message and also return it as their source).
+fn assert_each_cause_once(output: &std::process::Output, cause: &str) {
+    assert!(!output.status.success(), "{}", text(output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"));
+    assert_eq!(line.matches(cause).count(), 1, "{cause:?} once in {line:?}");
+    let parts: Vec<&str> = line.split(": ").collect();
+    for pair in parts.windows(2) {
+        assert_ne!(pair[0], pair[1], "a cause said twice: {line:?}");
+    }
+}
+
+#[test]
+fn errors_say_each_cause_once() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path().display().to_string();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        kubectl_bundle_command(args)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .envs(env.iter().copied())
+            .output()
+            .expect("running kubectl bundle")
+    };
+    // $KUBECONFIG names a missing file, no ~/.kube/config, not in a cluster: kube reads the
+    // in-cluster variables, which are not set.
+    let missing_kubeconfig = run(
+        &["list"],
+        &[("KUBECONFIG", "/no/such/kubeconfig"), ("HOME", &home)],
+    );
+    assert_each_cause_once(&missing_kubeconfig, "environment variable not found");
+    // No $HOME at all: the same.
+    let no_home = kubectl_bundle_command(&["status", "x"])
+        .env_remove("HOME")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert_each_cause_once(&no_home, "environment variable not found");
+    let kubeconfig_flag = run(&["list", "--kubeconfig", "/no/such/kubeconfig"], &[]);
+    assert_each_cause_once(&kubeconfig_flag, "(os error 2)");
+    assert_each_cause_once(&kubeconfig_flag, "/no/such/kubeconfig");
+
+    let bundle = bundle_dir(&[("a.yaml", &config_map("cm", Some("x"), "v1"))]);
+    let dir = bundle.path().display().to_string();
+    let image = registry().reference(&format!("{}/app:v1", unique_name("errors")));
+    let missing_dir = run(&["push", "/no/such/bundle", &image], &[]);
+    assert_each_cause_once(&missing_dir, "/no/such/bundle");
+    let missing_ca = run(&["push", &dir, &image, "--ca-file", "/no/such/ca.pem"], &[]);
+    assert_each_cause_once(&missing_ca, "(os error 2)");
+    assert_each_cause_once(&missing_ca, "/no/such/ca.pem");
+    let pull_ca = run(
+        &["pull", &image, "-d", &dir, "--ca-file", "/no/such/ca.pem"],
+        &[],
+    );
+    assert_each_cause_once(&pull_ca, "(os error 2)");
+}
+
 #[tokio::test]
 async fn push_draws_its_progress_on_a_terminal() {
     // A bundle of about 1 MB: packing and sending it outlasts the first draws.

@@ -14,6 +14,7 @@ pub mod e2e;
 mod error;
 mod gantry;
 mod gantry_images;
+pub mod helm;
 mod node;
 mod oci_image;
 mod pki;
@@ -31,6 +32,7 @@ pub use cosign::{COSIGN_DIR_ENV, CosignKey, SignatureFormat, cosign_binary};
 pub use error::HarnessError;
 pub use gantry::{Provisioner, ProvisionerOptions, StorageOptions, StorageServer, binary};
 pub use gantry_images::{GantryImages, gantry_images, script_command};
+pub use helm::{HELM_DIR_ENV, helm_binary};
 pub use node::{
     BRIDGE, BRIDGE_IP, CLUSTER_DOMAIN, DNS_IP, DROP_CHAIN, HOST_STATE, KEEP_LOGS_ENV,
     KUBERNETES_SERVICE_IP, NODE_NAME, NodeCluster, POD_CIDR, SERVICE_CIDR, node_cluster,

@@ -2,6 +2,8 @@
 //! on the cluster, as `kubectl diff` shows it: each object is applied server-side as a dry run,
 //! with the provisioner's field manager, and compared with the live object; objects of the
 //! inventory the content no longer has are shown as pruned. Secrets' values are masked.
+//! With `--dir DIR`, the content compared is a bundle directory's instead (as `push` would read
+//! it), and nothing is pushed.
 //! Exit status: 0 no changes, 1 changes, 2 (and more) an error.
 
 use std::collections::BTreeMap;
@@ -26,7 +28,8 @@ use super::review::get_bundle;
 #[command(after_help = "Examples:\n  kubectl bundle diff my-app\n  \
     kubectl -n gantry-system port-forward svc/gantry-storage 8080 &\n  \
     kubectl bundle diff my-app --storage-url http://127.0.0.1:8080 --storage-token-file token\n  \
-    kubectl bundle diff my-app --from-registry\n\n\
+    kubectl bundle diff my-app --from-registry\n  \
+    kubectl bundle diff my-app --dir ./my-app\n\n\
     Exit status: 0 when nothing would change, 1 when something would, 2 on an error.")]
 pub struct DiffArgs {
     /// The bundle.
@@ -51,6 +54,11 @@ pub struct DiffArgs {
     /// stops.
     #[arg(long, conflicts_with_all = ["storage_url", "storage_token_file", "storage_token", "storage_ca_file"])]
     from_registry: bool,
+    /// Compare a bundle directory (it holds `manifests/`, as `push` takes it) with what the
+    /// bundle installed, instead of the bundle's stored content: what pushing DIR and
+    /// installing it in this bundle would change. Nothing is pushed or applied.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["storage_url", "storage_token_file", "storage_ca_file", "from_registry"])]
+    dir: Option<PathBuf>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -76,19 +84,12 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
     let bundle = get_bundle(&bundles, &args.name).await?;
     let name = bundle.name_any();
     let status = bundle.status.clone().unwrap_or_default();
-    let (Some(url), Some(digest)) = (status.content_url.clone(), status.content_digest.clone())
-    else {
-        bail!("bundle {name} has no stored content yet (status.contentURL is empty)");
-    };
-    let limits = class_limits(&client, &bundle).await;
-    let objects = if args.from_registry {
-        from_registry(&args, &bundle, &digest, limits).await?
-    } else {
-        let body = download(&args, &url, limits.max_compressed_bytes).await?;
-        tokio::task::spawn_blocking(move || read_canonical(&body[..], Some(&digest), &limits))
+    let objects = if let Some(dir) = args.dir.clone() {
+        tokio::task::spawn_blocking(move || super::image::load_dir(&dir))
             .await
-            .context("reading the stored content")?
-            .with_context(|| format!("stored content of bundle {name}"))?
+            .context("reading the bundle directory")??
+    } else {
+        stored_content(&args, &client, &bundle).await?
     };
 
     let mut changed = false;
@@ -141,6 +142,30 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
         );
     }
     Ok(changed)
+}
+
+/// The bundle's stored content (awaiting approval, or current): from the storage server, or
+/// with `--from-registry` from the image it resolved to.
+async fn stored_content(
+    args: &DiffArgs,
+    client: &Client,
+    bundle: &Bundle,
+) -> anyhow::Result<Vec<BundleObject>> {
+    let name = bundle.name_any();
+    let status = bundle.status.clone().unwrap_or_default();
+    let (Some(url), Some(digest)) = (status.content_url, status.content_digest) else {
+        bail!("bundle {name} has no stored content yet (status.contentURL is empty)");
+    };
+    let limits = class_limits(client, bundle).await;
+    Ok(if args.from_registry {
+        from_registry(args, bundle, &digest, limits).await?
+    } else {
+        let body = download(args, &url, limits.max_compressed_bytes).await?;
+        tokio::task::spawn_blocking(move || read_canonical(&body[..], Some(&digest), &limits))
+            .await
+            .context("reading the stored content")?
+            .with_context(|| format!("stored content of bundle {name}"))?
+    })
 }
 
 /// The class's limits, so content the provisioner accepted is read back here too.

@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Args;
 use gantry_image::{
-    DockerConfig, EffectiveLimits, ImageError, Platform, PullRequest, PullStats, PushStats,
-    RegistryClient, RegistryOptions, RegistryProtocol, parse_reference, prepare_dir,
+    BundleObject, DockerConfig, EffectiveLimits, ImageError, Platform, PullRequest, PullStats,
+    PushStats, RegistryClient, RegistryOptions, RegistryProtocol, parse_reference, prepare_dir,
+    write_canonical_objects,
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -113,6 +114,18 @@ fn check_bundle_dir(dir: &Path) -> anyhow::Result<()> {
     bail!(
         "{shown} has no manifests/ directory: a bundle directory holds manifests/ with the objects' YAML files"
     )
+}
+
+/// The objects of bundle directory `dir`, checked as `push` checks them (the default limits),
+/// read as the provisioner reads them from the image `push` would make.
+pub(crate) fn load_dir(dir: &Path) -> anyhow::Result<Vec<BundleObject>> {
+    check_bundle_dir(dir)?;
+    let limits = EffectiveLimits::default();
+    let prepared = prepare_dir(dir, &limits)
+        .with_context(|| format!("{} is not a valid bundle", dir.display()))?;
+    let (_, objects) = write_canonical_objects(&prepared.files, std::io::sink(), &limits)
+        .with_context(|| format!("reading {}", dir.display()))?;
+    Ok(objects)
 }
 
 fn parent(dir: &Path) -> String {

@@ -51,8 +51,9 @@ pub enum Command {
     History(history::HistoryArgs),
     /// Pin a bundle to a digest it installed before (`spec.image` becomes `repo@DIGEST`).
     Rollback(history::RollbackArgs),
-    /// Show what applying a bundle's stored content (awaiting approval, or current) would
-    /// change: a server-side dry run per object, as a unified diff, and what would be pruned.
+    /// Show what applying a bundle's stored content (awaiting approval, or current), or a bundle
+    /// directory (`--dir`), would change: a server-side dry run per object, as a unified diff,
+    /// and what would be pruned.
     /// Exit status 0: no changes, 1: changes, 2: an error.
     Diff(diff::DiffArgs),
     /// Approve the digest a bundle resolves to, after showing what it will create.

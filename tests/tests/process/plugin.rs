@@ -1145,6 +1145,105 @@ fn kubectl_completes_the_plugins_verbs_and_flags() {
     assert_eq!(complete(&["completion", "z"]), ["zsh"]);
 }
 
+/// `diff --dir` compares a bundle directory with what the bundle installed: changed, added and
+/// pruned objects are shown, and nothing is pushed or applied.
+#[tokio::test]
+async fn diff_of_a_directory_shows_what_it_would_change_and_changes_nothing() {
+    gantry();
+    let client = control_plane().client().await;
+    let (name, ns) = installed_with(
+        &client,
+        "dir-diff",
+        None,
+        &[
+            ("changed.yaml", config_map("changed", None, "v1")),
+            ("same.yaml", config_map("same", None, "v1")),
+            ("removed.yaml", config_map("removed", None, "v1")),
+        ],
+    )
+    .await;
+    let kc = kubeconfig();
+    let before: Bundle = Api::all(client.clone()).get(&name).await.unwrap();
+
+    let edited = bundle_dir(&[
+        ("changed.yaml", &config_map("changed", None, "v2")),
+        ("same.yaml", &config_map("same", None, "v1")),
+        ("added.yaml", &config_map("added", None, "v1")),
+    ]);
+    let dir = edited.path().display().to_string();
+    let out = kubectl_bundle(&["diff", "--dir", &dir, &name, "--kubeconfig", &kc]);
+    assert_eq!(out.status.code(), Some(1), "changes: {}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    for header in [
+        format!("+++ ConfigMap {ns}/changed (after apply)"),
+        format!("+++ ConfigMap {ns}/added (after apply)"),
+        format!("+++ ConfigMap {ns}/removed (pruned)"),
+    ] {
+        assert!(shown.contains(&header), "{header}: {shown}");
+    }
+    assert!(
+        shown.contains("-  value: v1") && shown.contains("+  value: v2"),
+        "{shown}"
+    );
+    assert!(!shown.contains(&format!("{ns}/same")), "{shown}");
+
+    // Nothing changed in the cluster, and the bundle still installs what it did.
+    assert_eq!(
+        config_map_data(&client, &ns, "changed").await.as_deref(),
+        Some("v1")
+    );
+    assert_eq!(config_map_data(&client, &ns, "added").await, None);
+    assert_eq!(
+        config_map_data(&client, &ns, "removed").await.as_deref(),
+        Some("v1")
+    );
+    let after: Bundle = Api::all(client.clone()).get(&name).await.unwrap();
+    assert_eq!(after.spec, before.spec);
+    assert_eq!(
+        after
+            .status
+            .as_ref()
+            .and_then(|s| s.installed_image.clone()),
+        before
+            .status
+            .as_ref()
+            .and_then(|s| s.installed_image.clone())
+    );
+
+    // The directory the bundle was made from: no differences.
+    let unchanged = bundle_dir(&[
+        ("changed.yaml", &config_map("changed", None, "v1")),
+        ("same.yaml", &config_map("same", None, "v1")),
+        ("removed.yaml", &config_map("removed", None, "v1")),
+    ]);
+    let out = kubectl_bundle(&[
+        "diff",
+        "--dir",
+        &unchanged.path().display().to_string(),
+        &name,
+        "--kubeconfig",
+        &kc,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(out.stdout.is_empty(), "{}", text(&out));
+
+    // A directory push would refuse is an error (2), named as push names it.
+    let out = kubectl_bundle(&[
+        "diff",
+        "--dir",
+        "/no/such/bundle",
+        &name,
+        "--kubeconfig",
+        &kc,
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("/no/such/bundle does not exist"),
+        "{}",
+        text(&out)
+    );
+}
+
 /// `kubectl __complete bundle WORDS` with `env` set: the candidates and cobra's directive line.
 fn kubectl_complete(words: &[&str], env: &[(&str, &str)]) -> (Vec<String>, String) {
     let out = std::process::Command::new("kubectl")

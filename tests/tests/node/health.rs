@@ -25,10 +25,10 @@ const START: Duration = Duration::from_secs(180);
 /// The provisioner's namespace (its Lease); its own, so it leads at once.
 const NAMESPACE: &str = "gantry-health";
 
-struct HostGantry {
+pub(super) struct HostGantry {
     _storage: StorageServer,
     _provisioner: Provisioner,
-    class: String,
+    pub(super) class: String,
     /// Held until the provisioner is gone: it reconciles every Bundle of the cluster, so the
     /// tests of Gantry as Pods wait.
     _alone: tokio::sync::RwLockWriteGuard<'static, ()>,
@@ -36,7 +36,7 @@ struct HostGantry {
 
 /// A storage server and a provisioner on this host, serving a class of their own, while no
 /// other provisioner runs.
-async fn host_gantry(cluster: &'static NodeCluster) -> HostGantry {
+pub(super) async fn host_gantry(cluster: &'static NodeCluster) -> HostGantry {
     let alone = HOST_PROVISIONER.write().await;
     {
         let class = unique_name("health");
@@ -90,7 +90,7 @@ async fn host_gantry(cluster: &'static NodeCluster) -> HostGantry {
 
 /// Waits (with [`START`] as deadline) for `check`; on a timeout, tells where the bundles of the
 /// test's `namespace` stand and what the node did.
-async fn wait<T, Fut>(
+pub(super) async fn wait<T, Fut>(
     cluster: &NodeCluster,
     namespace: &str,
     what: &str,
@@ -139,7 +139,7 @@ async fn create_bundle(
 }
 
 /// `(status, reason, message)` of condition `type_`.
-fn condition(bundle: &Bundle, type_: &str) -> Option<(String, String, String)> {
+pub(super) fn condition(bundle: &Bundle, type_: &str) -> Option<(String, String, String)> {
     bundle
         .status
         .as_ref()?

@@ -4,4 +4,5 @@
 mod cluster;
 mod gantry;
 mod health;
+mod operators;
 mod pull;

@@ -228,7 +228,10 @@ fn install_yaml_holds_the_manifests_with_the_images_of_the_release() {
 #[test]
 fn the_charts_crds_are_those_of_manifests() {
     let root = workspace_root();
-    for name in ["gantry.dev_bundles.yaml", "gantry.dev_provisionerclasses.yaml"] {
+    for name in [
+        "gantry.dev_bundles.yaml",
+        "gantry.dev_provisionerclasses.yaml",
+    ] {
         let read = |path: &str| {
             let path = root.join(path).join(name);
             std::fs::read_to_string(&path)
@@ -239,5 +242,41 @@ fn the_charts_crds_are_those_of_manifests() {
             "charts/gantry/crds/{name} differs from manifests/crds/{name}: \
              run `cargo run -p gantry-api --bin crdgen`, which writes both"
         );
+    }
+}
+
+#[test]
+fn krew_manifest_names_each_archive_with_its_sha256() {
+    use sha2::{Digest, Sha256};
+    let dir = tempfile::tempdir().unwrap();
+    let mut archives = Vec::new();
+    for platform in ["linux_amd64", "linux_arm64"] {
+        let path = dir.path().join(format!("kubectl-bundle_{platform}.tar.gz"));
+        std::fs::write(&path, format!("an archive for {platform}")).unwrap();
+        archives.push(path);
+    }
+    let base = "https://github.com/owner/gantry/releases/download/v7.8.9";
+    let script = workspace_root().join("scripts/krew-manifest");
+    let yaml = stdout_of(
+        gantry_tests::script_command()
+            .arg(&script)
+            .args(["v7.8.9", base])
+            .args(&archives),
+    );
+    let manifest: Value = serde_saphyr::from_str(&yaml).expect("krew's manifest is YAML");
+    assert_eq!(manifest["kind"], "Plugin");
+    assert_eq!(manifest["metadata"]["name"], "bundle");
+    assert_eq!(manifest["spec"]["version"], "v7.8.9");
+    let platforms = manifest["spec"]["platforms"].as_array().unwrap();
+    assert_eq!(platforms.len(), 2, "{yaml}");
+    for (platform, archive) in platforms.iter().zip(&archives) {
+        let file = archive.file_name().unwrap().to_str().unwrap();
+        let arch = file.trim_end_matches(".tar.gz").rsplit('_').next().unwrap();
+        assert_eq!(platform["selector"]["matchLabels"]["os"], "linux");
+        assert_eq!(platform["selector"]["matchLabels"]["arch"], arch);
+        assert_eq!(platform["uri"], format!("{base}/{file}"));
+        let sha256 = hex::encode(Sha256::digest(std::fs::read(archive).unwrap()));
+        assert_eq!(platform["sha256"], sha256, "{file}");
+        assert_eq!(platform["bin"], "kubectl-bundle");
     }
 }

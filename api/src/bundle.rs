@@ -318,6 +318,12 @@ pub struct Approval {
     /// When the decision was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+    /// Who decided: the username the API server authenticated for the credentials that wrote
+    /// the decision, as a SelfSubjectReview made with them reports it. Absent when the API
+    /// server would not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub approved_by: Option<String>,
 }
 
 /// An approver's decision.
@@ -365,6 +371,10 @@ pub struct HistoryEntry {
     /// The approver's reason (`Manual` only, when one was given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_reason: Option<String>,
+    /// Who approved (`Manual` only, when the approval names them): the approval's
+    /// `approvedBy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
 }
 
 /// How an installed digest was approved.

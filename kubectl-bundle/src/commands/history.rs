@@ -75,12 +75,15 @@ pub async fn history(global: &GlobalArgs, args: HistoryArgs) -> anyhow::Result<(
     Ok(())
 }
 
-/// `Automatic`, or `Manual` with the approver's time and reason.
+/// `Automatic`, or `Manual` with the approver, the time and the reason.
 fn approval(entry: &HistoryEntry) -> String {
     match entry.approval {
         HistoryApproval::Automatic => "Automatic".to_string(),
         HistoryApproval::Manual => {
             let mut text = "Manual".to_string();
+            if let Some(who) = &entry.approved_by {
+                text.push_str(&format!(" by {who}"));
+            }
             if let Some(at) = &entry.approved_at {
                 text.push_str(&format!(" at {}", at.0));
             }
@@ -174,7 +177,32 @@ mod tests {
             approval: HistoryApproval::Automatic,
             approved_at: None,
             approval_reason: None,
+            approved_by: None,
         }
+    }
+
+    #[test]
+    fn a_manual_approval_names_the_approver_the_time_and_the_reason() {
+        assert_eq!(approval(&entry("aa")), "Automatic");
+        let manual = HistoryEntry {
+            approval: HistoryApproval::Manual,
+            approved_at: Some(Time(Timestamp::UNIX_EPOCH)),
+            approval_reason: Some("reviewed".into()),
+            approved_by: Some("alice".into()),
+            ..entry("aa")
+        };
+        assert_eq!(
+            approval(&manual),
+            "Manual by alice at 1970-01-01T00:00:00Z: reviewed"
+        );
+        let anonymous = HistoryEntry {
+            approved_by: None,
+            ..manual
+        };
+        assert_eq!(
+            approval(&anonymous),
+            "Manual at 1970-01-01T00:00:00Z: reviewed"
+        );
     }
 
     #[test]

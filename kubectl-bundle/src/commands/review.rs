@@ -12,9 +12,10 @@ use gantry_api::{
     Approval, ApprovalDecision, ApprovalPolicy, Bundle, BundlePhase, BundleStatus, Condition,
     DEFAULT_CLASS_ANNOTATION, ProvisionerClass, RequestedPermissions,
 };
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -89,7 +90,9 @@ pub struct ApproveArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = "Example:\n  kubectl bundle deny my-app --reason \"grants cluster-admin\"")]
+#[command(
+    after_help = "Examples:\n  kubectl bundle deny my-app --reason \"grants cluster-admin\"\n  kubectl bundle deny my-app --reason \"grants cluster-admin\" --digest sha256:... --wait --timeout 1m"
+)]
 pub struct DenyArgs {
     /// The bundle.
     name: String,
@@ -99,6 +102,13 @@ pub struct DenyArgs {
     /// Deny only if the bundle resolves to this digest.
     #[arg(long)]
     digest: Option<String>,
+    /// After denying, wait until the provisioner has handled the denial: the bundle's phase
+    /// `Denied` and its `Approved` condition False (reason `Denied`) for this digest.
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait waits (e.g. 90s, 5m).
+    #[arg(long, default_value = "5m", value_parser = super::cluster::parse_timeout, requires = "wait")]
+    timeout: Duration,
 }
 
 fn condition<'a>(status: &'a BundleStatus, type_: &str) -> Option<&'a Condition> {
@@ -137,6 +147,25 @@ fn approval_state(status: &BundleStatus) -> &'static str {
             _ => "-",
         },
     }
+}
+
+/// A decision in one line: `Approved sha256:... by alice: reason`.
+fn decision_text(approval: &Approval) -> String {
+    format!(
+        "{:?} {}{}{}",
+        approval.decision,
+        approval.digest,
+        approval
+            .approved_by
+            .as_deref()
+            .map(|who| format!(" by {who}"))
+            .unwrap_or_default(),
+        approval
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    )
 }
 
 /// The class serving the bundle, as the controller recorded it; before it did, the class the
@@ -414,19 +443,7 @@ async fn print_status(
     field("Content:", status.content_digest.as_deref().unwrap_or("-"));
     field("Approval:", approval_state(&status));
     if let Some(approval) = &status.approval {
-        field(
-            "",
-            &format!(
-                "{:?} {}{}",
-                approval.decision,
-                approval.digest,
-                approval
-                    .reason
-                    .as_deref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
-            ),
-        );
+        field("", &decision_text(approval));
     }
     out.push_str("\nConditions:\n");
     let mut rows = vec![vec![
@@ -577,12 +594,43 @@ async fn reviewable(
     Ok((bundle.clone(), digest.to_string()))
 }
 
+/// Who the API server takes these credentials for: the username a SelfSubjectReview made with
+/// them reports.
+async fn who_am_i(client: &Client) -> anyhow::Result<String> {
+    let review = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .context("SelfSubjectReview")?;
+    review
+        .status
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username)
+        .filter(|u| !u.is_empty())
+        .context("the SelfSubjectReview names no user")
+}
+
+/// The approver to record with a decision; when the API server will not say (a server before
+/// Kubernetes 1.28, RBAC refusing SelfSubjectReviews), none, and a line saying so.
+async fn approver(client: &Client) -> Option<String> {
+    match who_am_i(client).await {
+        Ok(user) => Some(user),
+        Err(e) => {
+            eprintln!(
+                "warning: the API server did not say who you are ({}): the decision is recorded without approvedBy",
+                super::output::causes(&e).replace('\n', " ")
+            );
+            None
+        }
+    }
+}
+
 async fn decide(
     bundles: &Api<Bundle>,
     shown: &Bundle,
     digest: &str,
     decision: ApprovalDecision,
     reason: Option<&str>,
+    approved_by: Option<&str>,
 ) -> anyhow::Result<Approval> {
     let name = shown.name_any();
     let mut approval = json!({
@@ -592,6 +640,9 @@ async fn decide(
     });
     if let Some(reason) = reason {
         approval["reason"] = json!(reason);
+    }
+    if let Some(who) = approved_by {
+        approval["approvedBy"] = json!(who);
     }
     // The resourceVersion makes the write fail if the bundle changed since it was shown.
     let patch = json!({
@@ -662,17 +713,23 @@ pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<(
             bail!("not approved");
         }
     }
+    let approved_by = approver(&client).await;
     let approval = decide(
         &bundles,
         &bundle,
         &digest,
         ApprovalDecision::Approved,
         args.reason.as_deref(),
+        approved_by.as_deref(),
     )
     .await?;
-    println!("bundle {} approved for {digest}", args.name);
+    println!(
+        "bundle {} approved for {digest}{}",
+        args.name,
+        by(approved_by.as_deref())
+    );
     if args.wait {
-        wait_installed(&bundles, &args.name, &approval, args.timeout).await?;
+        wait_decided(&bundles, &args.name, &approval, args.timeout).await?;
     }
     Ok(())
 }
@@ -684,6 +741,9 @@ enum AfterApproval {
     Waiting,
     /// Ready with the approved digest.
     Ready,
+    /// The provisioner handled this denial: phase `Denied`, and `Approved` False with reason
+    /// `Denied` for this digest and this decision's reason.
+    Denied,
     /// The approved content failed: the phase and the `Ready` condition.
     Failed(String),
     /// Another decision replaced this one before the outcome.
@@ -707,6 +767,9 @@ enum AfterApproval {
 /// record already. So the outcome counts once `Approved` is `True` with reason `Approved` for
 /// this digest, as long as `status.approval` is still this decision and the digest still the
 /// resolved one.
+///
+/// A denial is handled once `Approved` is False with reason `Denied` and the message the
+/// provisioner derives from this denial (its digest and reason), and the phase is `Denied`.
 fn after_approval(bundle: Option<&Bundle>, approval: &Approval) -> AfterApproval {
     let Some(bundle) = bundle else {
         return AfterApproval::Deleted;
@@ -715,15 +778,7 @@ fn after_approval(bundle: Option<&Bundle>, approval: &Approval) -> AfterApproval
     match &status.approval {
         Some(now) if now == approval => {}
         Some(now) => {
-            return AfterApproval::Replaced(format!(
-                "{:?} {}{}",
-                now.decision,
-                now.digest,
-                now.reason
-                    .as_deref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
-            ));
+            return AfterApproval::Replaced(decision_text(now));
         }
         None => return AfterApproval::Replaced("the approval was removed".into()),
     }
@@ -735,6 +790,20 @@ fn after_approval(bundle: Option<&Bundle>, approval: &Approval) -> AfterApproval
                 .clone()
                 .unwrap_or_else(|| "another digest".into()),
         );
+    }
+    if approval.decision == ApprovalDecision::Denied {
+        let expected = match approval.reason.as_deref().filter(|r| !r.is_empty()) {
+            Some(reason) => format!("{digest} denied: {reason}"),
+            None => format!("{digest} denied"),
+        };
+        let handled = condition(&status, types::APPROVED).is_some_and(|c| {
+            c.status == "False" && c.reason == reasons::DENIED && c.message == expected
+        });
+        return if handled && status.phase == Some(BundlePhase::Denied) {
+            AfterApproval::Denied
+        } else {
+            AfterApproval::Waiting
+        };
     }
     let seen = condition(&status, types::APPROVED).is_some_and(|c| {
         c.status == "True"
@@ -763,8 +832,9 @@ fn after_approval(bundle: Option<&Bundle>, approval: &Approval) -> AfterApproval
     }
 }
 
-/// Waits for the outcome of `approval`: the bundle Ready with its digest, or failing.
-async fn wait_installed(
+/// Waits for the outcome of `approval`: for an approval, the bundle Ready with its digest, or
+/// failing; for a denial, the provisioner having handled it.
+async fn wait_decided(
     bundles: &Api<Bundle>,
     name: &str,
     approval: &Approval,
@@ -772,13 +842,35 @@ async fn wait_installed(
 ) -> anyhow::Result<()> {
     let settled =
         |bundle: Option<&Bundle>| after_approval(bundle, approval) != AfterApproval::Waiting;
-    eprintln!("waiting up to {timeout:?} for bundle {name} to be Ready");
+    let denial = approval.decision == ApprovalDecision::Denied;
+    if denial {
+        eprintln!(
+            "waiting up to {timeout:?} for the provisioner to handle the denial of bundle {name}"
+        );
+    } else {
+        eprintln!("waiting up to {timeout:?} for bundle {name} to be Ready");
+    }
     let outcome = tokio::time::timeout(
         timeout,
         kube::runtime::wait::await_condition(bundles.clone(), name, settled),
     )
     .await;
     let bundle = match outcome {
+        Err(_) if denial => {
+            let now = bundles.get_opt(name).await.ok().flatten();
+            let status = now.as_ref().and_then(|b| b.status.as_ref());
+            bail!(
+                "the provisioner has not handled the denial of bundle {name} after {timeout:?}{}{}: is it running? See `kubectl bundle check` and `kubectl bundle status {name}`",
+                status
+                    .and_then(|s| s.phase)
+                    .map(|p| format!(" (phase {p}"))
+                    .unwrap_or_else(|| " (".into()),
+                status
+                    .and_then(|s| condition(s, types::APPROVED))
+                    .map(|c| format!(", Approved {}: {}: {})", c.status, c.reason, c.message))
+                    .unwrap_or_else(|| ")".into())
+            )
+        }
         Err(_) => {
             let now = bundles.get_opt(name).await.ok().flatten();
             bail!(
@@ -797,9 +889,19 @@ async fn wait_installed(
             println!("bundle {name} is Ready");
             Ok(())
         }
+        AfterApproval::Denied => {
+            println!(
+                "bundle {name} is Denied: the provisioner handled the denial of {}, which will not be installed",
+                approval.digest
+            );
+            Ok(())
+        }
         AfterApproval::Failed(why) => bail!("bundle {name} failed: {why}"),
         AfterApproval::Replaced(by) => {
-            bail!("a later decision replaced this approval of bundle {name}: {by}")
+            bail!(
+                "a later decision replaced this {} of bundle {name}: {by}",
+                if denial { "denial" } else { "approval" }
+            )
         }
         AfterApproval::Moved(to) => {
             bail!("bundle {name} moved to {to} while waiting: that digest needs its own decision")
@@ -811,17 +913,34 @@ async fn wait_installed(
 
 pub async fn deny(global: &GlobalArgs, args: DenyArgs) -> anyhow::Result<()> {
     let client = global.client().await?;
+    let bundles: Api<Bundle> = Api::all(client.clone());
     let (bundle, digest) = reviewable(&client, &args.name, args.digest.as_deref(), "deny").await?;
-    decide(
-        &Api::all(client),
+    let approved_by = approver(&client).await;
+    let denial = decide(
+        &bundles,
         &bundle,
         &digest,
         ApprovalDecision::Denied,
         Some(&args.reason),
+        approved_by.as_deref(),
     )
     .await?;
-    println!("bundle {} denied for {digest}", args.name);
+    println!(
+        "bundle {} denied for {digest}{}",
+        args.name,
+        by(approved_by.as_deref())
+    );
+    if args.wait {
+        wait_decided(&bundles, &args.name, &denial, args.timeout).await?;
+    }
     Ok(())
+}
+
+/// ` by USER` when the approver is known.
+fn by(approved_by: Option<&str>) -> String {
+    approved_by
+        .map(|who| format!(" by {who}"))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -837,6 +956,7 @@ mod tests {
                 digest: digest.into(),
                 reason: None,
                 time: None,
+                approved_by: None,
             }),
             ..Default::default()
         }
@@ -897,6 +1017,7 @@ mod tests {
             digest: "sha256:aa".into(),
             reason: Some("ok".into()),
             time: Some(Time(Timestamp::UNIX_EPOCH)),
+            approved_by: Some("alice".into()),
         };
         // Right after a deny, the status is the deny's: not this approval's outcome.
         let denied_before = decided(
@@ -973,6 +1094,63 @@ mod tests {
             AfterApproval::Moved("r/app@sha256:bb".into())
         );
         assert_eq!(after_approval(None, &approval), AfterApproval::Deleted);
+    }
+
+    #[test]
+    fn a_denial_waits_until_the_provisioner_handled_it() {
+        let denial = Approval {
+            decision: ApprovalDecision::Denied,
+            digest: "sha256:aa".into(),
+            reason: Some("not now".into()),
+            time: Some(Time(Timestamp::UNIX_EPOCH)),
+            approved_by: Some("alice".into()),
+        };
+        assert_eq!(decision_text(&denial), "Denied sha256:aa by alice: not now");
+        // Still awaiting approval: the provisioner has not read the denial.
+        let awaiting = decided(
+            &denial,
+            BundlePhase::AwaitingApproval,
+            vec![condition_(
+                types::APPROVED,
+                false,
+                reasons::AWAITING_APPROVAL,
+                "waiting for an approver to approve sha256:aa",
+            )],
+        );
+        assert_eq!(
+            after_approval(Some(&awaiting), &denial),
+            AfterApproval::Waiting
+        );
+        // An earlier denial of the same digest, for another reason, is not this one's outcome.
+        let denied = |message: &str| {
+            decided(
+                &denial,
+                BundlePhase::Denied,
+                vec![condition_(types::APPROVED, false, reasons::DENIED, message)],
+            )
+        };
+        assert_eq!(
+            after_approval(Some(&denied("sha256:aa denied: too big")), &denial),
+            AfterApproval::Waiting
+        );
+        assert_eq!(
+            after_approval(Some(&denied("sha256:aa denied: not now")), &denial),
+            AfterApproval::Denied
+        );
+        // The condition written, the phase not yet.
+        let mut half = denied("sha256:aa denied: not now");
+        half.status.as_mut().unwrap().phase = Some(BundlePhase::AwaitingApproval);
+        assert_eq!(after_approval(Some(&half), &denial), AfterApproval::Waiting);
+        // A later approval replaces it.
+        let mut replaced = denied("sha256:aa denied: not now");
+        replaced.status.as_mut().unwrap().approval = Some(Approval {
+            decision: ApprovalDecision::Approved,
+            ..denial.clone()
+        });
+        assert!(matches!(
+            after_approval(Some(&replaced), &denial),
+            AfterApproval::Replaced(_)
+        ));
     }
 
     #[test]

@@ -66,6 +66,45 @@ fn controller_version(deployment: &Deployment) -> Option<(String, String)> {
     Some((tag.to_string(), format!("image {image}")))
 }
 
+/// `(major, minor)` of a release version: `0.1.0`, `v0.1.0`, `0.1.0-rc.1`, `v0.1`. None for
+/// anything else (`latest`, a commit), which cannot be compared.
+fn major_minor(version: &str) -> Option<(u64, u64)> {
+    let version = version.strip_prefix('v').unwrap_or(version);
+    let core = version.split(['-', '+']).next()?;
+    let numbers = core
+        .split('.')
+        .map(|n| n.parse::<u64>().ok())
+        .collect::<Option<Vec<u64>>>()?;
+    match numbers.as_slice() {
+        [major, minor] | [major, minor, _] => Some((*major, *minor)),
+        _ => None,
+    }
+}
+
+/// The supported skew between the plugin and the controller, in words.
+const SUPPORTED_SKEW: &str = "the plugin and the provisioner are supported at the same major.minor version (patch releases may differ)";
+
+/// A warning when the plugin and the controller differ in major or minor version, naming both
+/// and which to upgrade; None when they agree or either cannot be compared.
+fn skew_warning(plugin: &str, controller: &str) -> Option<String> {
+    let ours = major_minor(plugin)?;
+    let theirs = major_minor(controller)?;
+    if ours == theirs {
+        return None;
+    }
+    let fix = if ours < theirs {
+        format!("upgrade the plugin to {}.{}", theirs.0, theirs.1)
+    } else {
+        format!(
+            "upgrade the provisioner to {}.{} (CRDs first, see \"Upgrading Gantry\" in docs/operations.md) or use a {}.{} plugin",
+            ours.0, ours.1, theirs.0, theirs.1
+        )
+    };
+    Some(format!(
+        "warning: plugin version {plugin} and controller version {controller} differ: {SUPPORTED_SKEW}; {fix}"
+    ))
+}
+
 pub async fn version(global: &GlobalArgs, args: VersionArgs) -> anyhow::Result<()> {
     let plugin = env!("CARGO_PKG_VERSION");
     let client = global.client().await?;
@@ -86,7 +125,14 @@ pub async fn version(global: &GlobalArgs, args: VersionArgs) -> anyhow::Result<(
         "controller": controller.as_ref().map(|(v, _)| v),
         "controllerSource": controller.as_ref().map(|(_, from)| format!("Deployment {namespace}/{PROVISIONER}, {from}")),
     });
+    // On stderr, as kubectl's own skew warning: the output stays what scripts read.
+    let warning = controller
+        .as_ref()
+        .and_then(|(version, _)| skew_warning(plugin, version));
     if print_structured(&value, args.output.as_ref())? {
+        if let Some(warning) = &warning {
+            eprintln!("{warning}");
+        }
         return Ok(());
     }
     println!("Plugin version:     {plugin}");
@@ -98,6 +144,10 @@ pub async fn version(global: &GlobalArgs, args: VersionArgs) -> anyhow::Result<(
         None => println!(
             "Controller version: unknown (no Deployment {namespace}/{PROVISIONER}: is Gantry installed?)"
         ),
+    }
+    if let Some(warning) = &warning {
+        std::io::Write::flush(&mut std::io::stdout())?;
+        eprintln!("{warning}");
     }
     Ok(())
 }
@@ -299,6 +349,52 @@ mod tests {
             ]}}},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn versions_compare_by_major_and_minor() {
+        assert_eq!(major_minor("0.1.0"), Some((0, 1)));
+        assert_eq!(major_minor("v1.12.3"), Some((1, 12)));
+        assert_eq!(major_minor("v0.2.0-rc.1+abc"), Some((0, 2)));
+        assert_eq!(major_minor("0.3"), Some((0, 3)));
+        for odd in [
+            "latest",
+            "v2",
+            "",
+            "1.x.0",
+            "1.2.3.4",
+            "sha-1a2b3c",
+            "1.2.x",
+        ] {
+            assert_eq!(major_minor(odd), None, "{odd}");
+        }
+    }
+
+    #[test]
+    fn only_a_major_or_minor_difference_is_skew() {
+        // Patch releases, a leading v and pre-releases are within the supported skew.
+        assert_eq!(skew_warning("0.1.0", "0.1.0"), None);
+        assert_eq!(skew_warning("0.1.0", "v0.1.7"), None);
+        assert_eq!(skew_warning("0.1.3", "0.1.0-rc.2"), None);
+        // What cannot be compared warns of nothing.
+        assert_eq!(skew_warning("0.1.0", "latest"), None);
+        // An older plugin: upgrade it.
+        let old_plugin = skew_warning("0.1.0", "v0.2.0").unwrap();
+        assert!(
+            old_plugin.contains("plugin version 0.1.0")
+                && old_plugin.contains("controller version v0.2.0")
+                && old_plugin.contains("same major.minor")
+                && old_plugin.contains("upgrade the plugin to 0.2"),
+            "{old_plugin}"
+        );
+        // An older provisioner: upgrade it, CRDs first.
+        let old_controller = skew_warning("1.0.0", "0.9.4").unwrap();
+        assert!(
+            old_controller.contains("upgrade the provisioner to 1.0")
+                && old_controller.contains("CRDs first"),
+            "{old_controller}"
+        );
+        assert!(skew_warning("2.1.0", "1.1.0").is_some());
     }
 
     #[test]

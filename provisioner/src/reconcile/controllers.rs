@@ -234,6 +234,7 @@ mod tests {
                     digest: "sha256:00".into(),
                     reason: None,
                     time: None,
+                    approved_by: None,
                 })
             },
         ];

@@ -31,6 +31,7 @@ pub fn record_history(status: &mut BundleStatus, image: &str, installed_at: Time
         },
         approved_at: decision.and_then(|a| a.time.clone()),
         approval_reason: decision.and_then(|a| a.reason.clone()),
+        approved_by: decision.and_then(|a| a.approved_by.clone()),
     };
     status.history.retain(|e| e.digest != digest);
     status.history.insert(0, entry);
@@ -63,12 +64,14 @@ mod tests {
             digest: digest('a'),
             reason: Some("reviewed".into()),
             time: Some(Time(Timestamp::UNIX_EPOCH)),
+            approved_by: Some("alice".into()),
         });
         let image = |c| format!("r.test/app@{}", digest(c));
         record_history(&mut status, &image('a'), Time(Timestamp::now()));
         let first = &status.history[0];
         assert_eq!(first.approval, HistoryApproval::Manual);
         assert_eq!(first.approval_reason.as_deref(), Some("reviewed"));
+        assert_eq!(first.approved_by.as_deref(), Some("alice"));
         for c in "bcdefghijklm".chars() {
             record_history(&mut status, &image(c), Time(Timestamp::now()));
         }

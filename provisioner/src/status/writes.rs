@@ -171,6 +171,7 @@ mod tests {
             digest: "sha256:00".into(),
             reason: None,
             time: None,
+            approved_by: None,
         });
         assert!(!differs(&a, &b));
         b.phase = Some(gantry_api::BundlePhase::Installed);

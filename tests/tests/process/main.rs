@@ -18,6 +18,7 @@ mod logs;
 mod manifests;
 mod ordering;
 mod plugin;
+mod plugin_approver;
 mod plugin_day_one;
 mod provisioner;
 mod registry;

@@ -212,7 +212,9 @@ async fn approve_and_deny_through_kubectl() {
         .unwrap_or_else(|| panic!("the approved digest in history: {history}"));
     let approved_at = manual_approval_time(row);
     assert!(
-        row.contains(&format!("Manual at {approved_at}: reviewed")) && row.contains(" ago ("),
+        row.contains(&format!(
+            "Manual by gantry-tests-admin at {approved_at}: reviewed"
+        )) && row.contains(" ago ("),
         "{history}"
     );
     let again = kubectl_bundle(&["approve", &name, "--yes", "--kubeconfig", &kc]);
@@ -426,10 +428,11 @@ async fn kubectl_flags_and_output_formats() {
     assert!(wide.lines().next().unwrap().contains("RESOLVED"), "{wide}");
 }
 
-/// The first RFC 3339 time after "Manual at " in a history row.
+/// The first RFC 3339 time after "Manual [by USER] at " in a history row.
 fn manual_approval_time(row: &str) -> &str {
     let after = row
-        .split_once("Manual at ")
+        .split_once("Manual ")
+        .and_then(|(_, after)| after.split_once("at "))
         .unwrap_or_else(|| panic!("no manual approval in {row:?}"))
         .1;
     let end = after.find(": ").expect("a reason after the time");

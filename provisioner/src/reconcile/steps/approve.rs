@@ -132,6 +132,7 @@ mod tests {
             digest: digest.into(),
             reason: reason.map(Into::into),
             time: None,
+            approved_by: None,
         }
     }
 

@@ -8,6 +8,7 @@ mod health;
 mod history;
 mod image;
 mod inspect;
+mod install;
 mod jsonpath;
 mod output;
 mod review;
@@ -71,6 +72,12 @@ pub enum Command {
     Version(system::VersionArgs),
     /// Check that Gantry can serve bundles: CRDs, provisioner, leader, storage, classes.
     Check(system::CheckArgs),
+    /// Install Gantry (CRDs, RBAC, storage server, provisioner, default classes) from the
+    /// manifests of this plugin's version, and wait until it is ready.
+    Install(install::InstallArgs),
+    /// Remove what `install` created, in reverse order; refuses while Bundles exist unless
+    /// told to delete them.
+    Uninstall(install::UninstallArgs),
     /// Print a shell completion script for kubectl-bundle.
     #[command(
         after_help = "Examples:\n  source <(kubectl bundle completion bash)\n  kubectl bundle completion zsh > \"${fpath[1]}/_kubectl-bundle\"\n  kubectl bundle completion fish > ~/.config/fish/completions/kubectl-bundle.fish"
@@ -112,6 +119,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reconcile(args) => control::reconcile(global, args).await,
         Command::Version(args) => system::version(global, args).await,
         Command::Check(args) => system::check(global, args).await,
+        Command::Install(args) => install::install(global, args).await,
+        Command::Uninstall(args) => install::uninstall(global, args).await,
         Command::Completion { shell } => {
             let mut command = Cli::command();
             clap_complete::generate(

@@ -7,12 +7,13 @@
 //! (`gantry_tests::e2e::gantry()`). A module whose provisioner must be the only one on its
 //! cluster, runs with flags of its own, or must have none at all gets a control plane of its
 //! own (`gantry_tests::e2e::Isolated`, a `static CLUSTER` in the module, and why in its
-//! comment): leader, manifests, ordering, restart, smoke, tenancy, timing, unpack_pods.
+//! comment): install, leader, manifests, ordering, restart, smoke, tenancy, timing, unpack_pods.
 
 mod approval_race;
 mod crd_versions;
 mod demo;
 mod health;
+mod install;
 mod leader;
 mod logs;
 mod manifests;

@@ -29,8 +29,8 @@ pub(super) const NAMESPACE: &str = "gantry-system";
 const START: Duration = Duration::from_secs(300);
 /// A bundle installing, a Pod replaced, a leader taking over.
 pub(super) const WAIT: Duration = Duration::from_secs(180);
-const PROVISIONER: &str = "gantry-provisioner";
-const STORAGE: &str = "gantry-storage";
+pub(super) const PROVISIONER: &str = "gantry-provisioner";
+pub(super) const STORAGE: &str = "gantry-storage";
 /// The namespace of the Pod that calls Services.
 const PROBE_NAMESPACE: &str = "gantry-node-probe";
 
@@ -229,6 +229,11 @@ pub(super) async fn installed(cluster: &'static NodeCluster, client: &Client) {
             volume
         })
         .await;
+    running(cluster, client).await;
+}
+
+/// Waits until Gantry runs: the storage server's claim bound, both Deployments rolled out.
+pub(super) async fn running(cluster: &NodeCluster, client: &Client) {
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
     wait(
         cluster,
@@ -263,7 +268,7 @@ fn install(cluster: &NodeCluster, dir: &Path) {
 
 /// A host directory the storage server (UID and GID 65532) may write, as a PersistentVolume
 /// reserved for the shipped claim, in the default StorageClass if the cluster has one.
-async fn storage_volume(client: &Client) -> tempfile::TempDir {
+pub(super) async fn storage_volume(client: &Client) -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
         .prefix("gantry-storage-volume")
         .tempdir()
@@ -679,7 +684,7 @@ pub(super) fn kubectl(cluster: &NodeCluster, args: &[&str]) -> Output {
         .expect("running kubectl")
 }
 
-fn kubectl_ok(cluster: &NodeCluster, args: &[&str]) -> Output {
+pub(super) fn kubectl_ok(cluster: &NodeCluster, args: &[&str]) -> Output {
     let output = kubectl(cluster, args);
     assert!(
         output.status.success(),

@@ -4,5 +4,6 @@
 mod cluster;
 mod gantry;
 mod health;
+mod helm;
 mod operators;
 mod pull;

@@ -14,7 +14,9 @@ use gantry_image::{
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use super::cluster::GlobalArgs;
 use super::output::{count, print_table};
+use super::scope::check_namespaces;
 
 /// How to reach the registry.
 #[derive(Args, Debug)]
@@ -85,10 +87,17 @@ pub(crate) fn client_for(image: &str, args: &RegistryArgs) -> anyhow::Result<Reg
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = "Example:\n  kubectl bundle validate ./my-app")]
+#[command(
+    after_help = "Examples:\n  kubectl bundle validate ./my-app\n  kubectl bundle validate ./my-app --against-cluster --context prod"
+)]
 pub struct ValidateArgs {
     /// Bundle directory: it holds `manifests/`.
     pub dir: PathBuf,
+    /// Also check every kind against the cluster's discovery (read with the kubeconfig): a kind
+    /// the cluster does not serve, and no CRD of the bundle defines, is an error; whether a kind
+    /// is namespaced comes from the cluster.
+    #[arg(long)]
+    pub against_cluster: bool,
 }
 
 /// Refuses what is not a bundle directory, saying what to give instead.
@@ -288,11 +297,21 @@ pub async fn pull(args: PullArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The checks `push` makes, without a registry.
-pub fn validate(args: ValidateArgs) -> anyhow::Result<()> {
+/// The checks `push` makes, without a registry; and the namespaces of namespaced objects
+/// (warnings), against the cluster's kinds with `--against-cluster`.
+pub async fn validate(global: &GlobalArgs, args: ValidateArgs) -> anyhow::Result<()> {
     check_bundle_dir(&args.dir)?;
-    let prepared = prepare_dir(&args.dir, &EffectiveLimits::default())
+    let limits = EffectiveLimits::default();
+    let prepared = prepare_dir(&args.dir, &limits)
         .with_context(|| format!("{} is not a valid bundle", args.dir.display()))?;
+    let (_, objects) = write_canonical_objects(&prepared.files, std::io::sink(), &limits)
+        .with_context(|| format!("reading {}", args.dir.display()))?;
+    let client = if args.against_cluster {
+        Some(global.client().await?)
+    } else {
+        None
+    };
+    let findings = check_namespaces(&objects, client.as_ref()).await?;
     let mut rows = vec![
         ["FILE", "KIND", "NAMESPACE", "NAME"]
             .map(String::from)
@@ -307,6 +326,17 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<()> {
         ]);
     }
     print_table(&rows);
+    for warning in &findings.warnings {
+        eprintln!("warning: {warning}");
+    }
+    if !findings.errors.is_empty() {
+        bail!(
+            "{} of {} not served by the cluster:\n  {}",
+            count(findings.errors.len(), "object"),
+            args.dir.display(),
+            findings.errors.join("\n  ")
+        );
+    }
     eprintln!(
         "{}: a valid plain+v0 bundle, {} in {}",
         args.dir.display(),

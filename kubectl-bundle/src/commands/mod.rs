@@ -12,6 +12,7 @@ mod install;
 mod jsonpath;
 mod output;
 mod review;
+mod scope;
 mod system;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -105,7 +106,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Diff(args) => return Ok(diff::diff(global, args).await),
         Command::Push(args) => image::push(args).await,
         Command::Pull(args) => image::pull(args).await,
-        Command::Validate(args) => image::validate(args),
+        Command::Validate(args) => image::validate(global, args).await,
         Command::List(args) => review::list(global, args).await,
         Command::Status(args) => review::status(global, args).await,
         Command::Events(args) => inspect::events(global, args).await,

@@ -1050,6 +1050,160 @@ fn errors_say_each_cause_once() {
     assert_each_cause_once(&pull_ca, "(os error 2)");
 }
 
+/// A CustomResourceDefinition of `kind` (plural `plural`, version v1) in `group`.
+fn crd_yaml(group: &str, kind: &str, plural: &str, scope: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  \
+         name: {plural}.{group}\nspec:\n  group: {group}\n  scope: {scope}\n  names:\n    \
+         kind: {kind}\n    plural: {plural}\n  versions:\n  - name: v1\n    served: true\n    \
+         storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        \
+         x-kubernetes-preserve-unknown-fields: true\n"
+    )
+}
+
+/// An object of `api_version` and `kind` named `name`, in no namespace.
+fn bare_object(api_version: &str, kind: &str, name: &str) -> String {
+    format!("apiVersion: {api_version}\nkind: {kind}\nmetadata:\n  name: {name}\n")
+}
+
+/// The `warning:` lines of a run.
+fn warnings(output: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .filter(|l| l.starts_with("warning: "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn validate_warns_about_namespaced_objects_without_a_namespace() {
+    let dir = bundle_dir(&[
+        ("a.yaml", &config_map("bare", None, "v1")),
+        ("b.yaml", &bare_object("apps/v1", "Deployment", "web")),
+        ("c.yaml", &config_map("placed", Some("team"), "v1")),
+        ("d.yaml", &bare_object("example.com/v1", "Unknown", "u")),
+        ("e.yaml", &namespace_yaml("team")),
+    ]);
+    let out = kubectl_bundle(&["validate", &dir.path().display().to_string()]);
+    assert!(out.status.success(), "warnings only: {}", text(&out));
+    let warned = warnings(&out);
+    assert_eq!(warned.len(), 2, "{}", text(&out));
+    assert!(
+        warned[0].contains(
+            "a.yaml: ConfigMap bare (apiVersion v1) is namespaced and has no metadata.namespace"
+        ) && warned[0].contains("installNamespace"),
+        "{warned:?}"
+    );
+    assert!(
+        warned[1].contains("b.yaml: Deployment web (apiVersion apps/v1)"),
+        "{warned:?}"
+    );
+    assert!(
+        text(&out).contains("a valid plain+v0 bundle, 5 objects in 5 files"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[tokio::test]
+async fn validate_against_the_cluster_checks_kinds_with_its_discovery() {
+    gantry();
+    let client = control_plane().client().await;
+    // A namespaced kind the cluster serves and no built-in table knows.
+    let group = format!("{}.example.com", unique_name("validate"));
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    let crd = serde_saphyr::from_str(&crd_yaml(&group, "Widget", "widgets", "Namespaced")).unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let gvk = kube::core::GroupVersionKind::gvk(&group, "v1", "Widget");
+    wait_until("the Widget kind is served", WAIT, || async {
+        kube::discovery::pinned_kind(&client, &gvk)
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+
+    let api_version = format!("{group}/v1");
+    let mut files = vec![
+        ("widget.yaml", bare_object(&api_version, "Widget", "w")),
+        // Defined by a CRD of the bundle only: not served yet, namespaced by that CRD.
+        (
+            "sprockets.yaml",
+            crd_yaml(&group, "Sprocket", "sprockets", "Namespaced"),
+        ),
+        ("sprocket.yaml", bare_object(&api_version, "Sprocket", "s")),
+        // Served, cluster-scoped.
+        (
+            "class.yaml",
+            bare_object("gantry.dev/v1alpha1", "ProvisionerClass", "c"),
+        ),
+        ("cm.yaml", config_map("placed", Some("team"), "v1")),
+        ("gizmo.yaml", bare_object(&api_version, "Gizmo", "g")),
+    ];
+    let kc = kubeconfig();
+    let dir = bundle_dir(
+        &files
+            .iter()
+            .map(|(f, c)| (*f, c.as_str()))
+            .collect::<Vec<_>>(),
+    );
+    let path = dir.path().display().to_string();
+    let out = kubectl_bundle(&["validate", &path, "--against-cluster", "--kubeconfig", &kc]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "gizmo.yaml: Gizmo g (apiVersion {api_version}): the cluster does not serve {api_version}/Gizmo and no CustomResourceDefinition of the bundle defines it"
+        )),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !text(&out).contains(&format!(
+            "Sprocket s (apiVersion {api_version}): the cluster"
+        )),
+        "a kind the bundle's CRD defines: {}",
+        text(&out)
+    );
+
+    files.retain(|(f, _)| *f != "gizmo.yaml");
+    let dir = bundle_dir(
+        &files
+            .iter()
+            .map(|(f, c)| (*f, c.as_str()))
+            .collect::<Vec<_>>(),
+    );
+    let path = dir.path().display().to_string();
+    let out = kubectl_bundle(&["validate", &path, "--against-cluster", "--kubeconfig", &kc]);
+    assert!(out.status.success(), "{}", text(&out));
+    let warned = warnings(&out);
+    assert_eq!(warned.len(), 2, "{}", text(&out));
+    assert!(
+        warned.iter().any(|w| w.contains(&format!(
+            "widget.yaml: Widget w (apiVersion {api_version}) is namespaced"
+        ))),
+        "namespaced as discovery says: {warned:?}"
+    );
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.contains("sprocket.yaml: Sprocket s")),
+        "namespaced as the bundle's CRD says: {warned:?}"
+    );
+    // Without the cluster the Widget's scope is not known: no warning about it.
+    let offline = kubectl_bundle(&["validate", &path]);
+    assert!(offline.status.success(), "{}", text(&offline));
+    let warned = warnings(&offline);
+    assert!(
+        warned.len() == 1 && warned[0].contains("sprocket.yaml"),
+        "{}",
+        text(&offline)
+    );
+    crds.delete(&format!("widgets.{group}"), &Default::default())
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn push_draws_its_progress_on_a_terminal() {
     // A bundle of about 1 MB: packing and sending it outlasts the first draws.

@@ -60,10 +60,18 @@ fn controller_version(deployment: &Deployment) -> Option<(String, String)> {
     if let Some(version) = deployment.labels().get(VERSION_LABEL) {
         return Some((version.clone(), format!("label {VERSION_LABEL}")));
     }
-    let without_digest = image.split('@').next().unwrap_or_default();
+    let (without_digest, digest) = match image.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (image.as_str(), None),
+    };
     let last = without_digest.rsplit('/').next().unwrap_or_default();
-    let tag = last.split_once(':').map(|(_, tag)| tag).unwrap_or("latest");
-    Some((tag.to_string(), format!("image {image}")))
+    let version = match (last.split_once(':'), digest) {
+        (Some((_, tag)), _) => tag.to_string(),
+        // Pinned by digest alone: the digest is what is known, not "latest".
+        (None, Some(digest)) => digest.to_string(),
+        (None, None) => "latest".to_string(),
+    };
+    Some((version, format!("image {image}")))
 }
 
 /// `(major, minor)` of a release version: `0.1.0`, `v0.1.0`, `0.1.0-rc.1`, `v0.1`. None for
@@ -406,6 +414,10 @@ mod tests {
             "v2"
         );
         assert_eq!(tag("localhost:5000/gantry/provisioner", None), "latest");
+        assert_eq!(
+            tag("localhost:5000/gantry/provisioner@sha256:ab", None),
+            "sha256:ab"
+        );
         assert_eq!(tag("gantry/provisioner:0.1.0", Some("0.2.0")), "0.2.0");
     }
 }

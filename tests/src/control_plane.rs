@@ -290,6 +290,72 @@ impl ControlPlane {
         Ok(plane)
     }
 
+    /// Starts kube-controller-manager for this (loopback) control plane, living as long as
+    /// `lifetime` says: every on-by-default controller but those that need a cloud or a Pod
+    /// network, as `system:kube-controller-manager` with a ServiceAccount per controller,
+    /// signing tokens with the API server's key; serving on loopback. With it, deleted
+    /// namespaces finish terminating, the garbage collector runs, and Deployments get
+    /// ReplicaSets and Pods (which stay Pending: no scheduler or kubelet runs). Returns its
+    /// log file, once it serves.
+    pub fn start_controller_manager(&self, lifetime: &Lifetime) -> Result<PathBuf, HarnessError> {
+        let binaries = built_tools(
+            CONTROL_PLANE_DIR_ENV,
+            "tools/control-plane/build.sh",
+            &["kube-controller-manager"],
+            &["kube-controller-manager"],
+        )?;
+        let kubeconfig = self.dir.join("kube-controller-manager.kubeconfig");
+        self.write_user_kubeconfig(&kubeconfig, "system:kube-controller-manager", None)?;
+        let port = free_port()?;
+        let log = self.dir.join("kube-controller-manager.log");
+        let mut command = Command::new(binaries.join("kube-controller-manager"));
+        command
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!(
+                "--authentication-kubeconfig={}",
+                kubeconfig.display()
+            ))
+            .arg(format!(
+                "--authorization-kubeconfig={}",
+                kubeconfig.display()
+            ))
+            .arg("--leader-elect=false")
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            .arg(
+                "--controllers=*,-cloud-node-lifecycle-controller,-node-route-controller,\
+                 -service-lb-controller,-node-ipam-controller",
+            )
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                self.pki_file("sa.key").display()
+            ))
+            .arg(format!(
+                "--root-ca-file={}",
+                self.pki_file("ca.crt").display()
+            ))
+            .arg("--use-service-account-credentials=true")
+            .arg("--service-cluster-ip-range=127.16.0.0/16")
+            .arg("--allocate-node-cidrs=false")
+            .arg("--v=1");
+        let mut child = spawn_daemon(lifetime, command, &log)?;
+        let waited = wait_for_port(
+            "kube-controller-manager",
+            port,
+            &mut child,
+            &log,
+            START_TIMEOUT,
+        );
+        if waited.is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        waited?;
+        // It lives as long as `lifetime` says: the watchdog or `stop_detached` ends it.
+        std::mem::forget(child);
+        Ok(log)
+    }
+
     /// The admin kubeconfig (user in `system:masters`).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig

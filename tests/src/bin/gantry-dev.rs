@@ -38,8 +38,13 @@ enum Command {
         provisioner_args: Vec<String>,
         /// Start a real single-node cluster (kubelet, containerd, kube-proxy, CoreDNS, a
         /// registry on the node's bridge) instead; needs root. Gantry itself is not started.
-        #[arg(long, conflicts_with = "provisioner_args")]
+        #[arg(long, conflicts_with_all = ["provisioner_args", "controller_manager"])]
         node: bool,
+        /// Also run kube-controller-manager (built by `tools/control-plane/build.sh
+        /// kube-controller-manager`): deleted namespaces finish terminating, the garbage
+        /// collector runs. Pods are created but never run: there is no scheduler or kubelet.
+        #[arg(long)]
+        controller_manager: bool,
     },
     /// Stop everything and remove the state directory.
     Down,
@@ -54,11 +59,13 @@ async fn main() -> anyhow::Result<()> {
         Command::Up {
             node: true,
             provisioner_args: _,
+            controller_manager: _,
         } => up_node(&state).await,
         Command::Up {
             node: false,
             provisioner_args,
-        } => up(&state, provisioner_args).await,
+            controller_manager,
+        } => up(&state, provisioner_args, controller_manager).await,
         Command::Down => {
             let grace = Duration::from_secs(10);
             // A node cluster leaves mounts, a bridge and iptables rules: its own stop removes them.
@@ -129,12 +136,20 @@ async fn up_node(state: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn up(state: &Path, provisioner_args: Vec<String>) -> anyhow::Result<()> {
+async fn up(
+    state: &Path,
+    provisioner_args: Vec<String>,
+    controller_manager: bool,
+) -> anyhow::Result<()> {
     let env_file = prepare(state)?;
     let lifetime = Lifetime::Detached(state.to_path_buf());
     let started = async {
         eprintln!("starting kube-apiserver and etcd (the first run builds them from the Go modules; that takes minutes)");
         let plane = ControlPlane::start(&lifetime).await?;
+        if controller_manager {
+            eprintln!("starting kube-controller-manager");
+            plane.start_controller_manager(&lifetime)?;
+        }
         eprintln!("starting docker-registry");
         let registry = Registry::start_with(RegistryOptions::default(), &lifetime)?;
         eprintln!("starting gantry-storage");

@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod canonical;
 pub mod client;
+pub mod copy;
 pub mod dir;
 pub mod error;
 pub mod layer;
@@ -26,11 +27,13 @@ pub use canonical::{
     write_canonical_file_objects, write_canonical_objects,
 };
 pub use client::{RegistryClient, RegistryOptions, ResolvedReference, parse_reference, pinned};
+pub use copy::{CopiedImage, CopyStats, RawManifest};
 pub use dir::canonical_from_root;
 pub use error::{BlobSize, ImageError, RegistryProtocol};
 pub use layer::{BundleFiles, StoredFile};
 pub use limits::{EffectiveLimits, LimitKind};
 pub use objects::{BundleObject, ObjectSummary, parse_file, validate_files};
+pub use oci_client::Reference;
 pub use platform::Platform;
 pub use pull::{CanonicalTarball, PullRequest, PullStats, PulledBundle, PulledImage};
 pub use push::{PreparedBundle, PushStats, PushedImage, prepare_dir};

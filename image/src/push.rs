@@ -2,6 +2,7 @@
 //! same directory always gives the same layer), an OCI image config per platform, and one
 //! manifest, or an image index when several platforms are named.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,6 +106,21 @@ impl RegistryClient {
         limits: &EffectiveLimits,
         stats: Option<Arc<PushStats>>,
     ) -> Result<PushedImage, ImageError> {
+        self.push_dir_annotated(dir, reference, platforms, limits, stats, &BTreeMap::new())
+            .await
+    }
+
+    /// [`Self::push_dir_with_stats`], adding `annotations` to every image manifest and to the
+    /// image index (none: the image is exactly the one [`Self::push_dir`] makes).
+    pub async fn push_dir_annotated(
+        &self,
+        dir: &Path,
+        reference: &str,
+        platforms: &[Platform],
+        limits: &EffectiveLimits,
+        stats: Option<Arc<PushStats>>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<PushedImage, ImageError> {
         let stats = stats.unwrap_or_default();
         let target = parse_reference(reference)?;
         if target.digest().is_some() {
@@ -156,12 +172,14 @@ impl RegistryClient {
             let config_digest = sha256(&config);
             self.push_small_blob(&target, config.clone(), &config_digest)
                 .await?;
+            let mut manifest_annotations = annotations.clone();
+            manifest_annotations.insert(BUNDLE_MEDIATYPE_LABEL.into(), BUNDLE_MEDIATYPE.into());
             let manifest = serde_json::json!({
                 "schemaVersion": 2,
                 "mediaType": MANIFEST_MEDIA_TYPE,
                 "config": descriptor(CONFIG_MEDIA_TYPE, &config_digest, config.len() as u64),
                 "layers": [descriptor(LAYER_MEDIA_TYPE, &layer.digest, layer.size)],
-                "annotations": {BUNDLE_MEDIATYPE_LABEL: BUNDLE_MEDIATYPE},
+                "annotations": manifest_annotations,
             });
             let manifest =
                 serde_json::to_vec(&manifest).map_err(|e| ImageError::Config(e.to_string()))?;
@@ -188,11 +206,14 @@ impl RegistryClient {
                 entries.push(entry);
                 per_platform.push((platform, digest));
             }
-            let index = serde_json::json!({
+            let mut index = serde_json::json!({
                 "schemaVersion": 2,
                 "mediaType": INDEX_MEDIA_TYPE,
                 "manifests": entries,
             });
+            if !annotations.is_empty() {
+                index["annotations"] = serde_json::json!(annotations);
+            }
             let index =
                 serde_json::to_vec(&index).map_err(|e| ImageError::Config(e.to_string()))?;
             let digest = self

@@ -1,5 +1,6 @@
 //! `push` and `pull`: the authoring side, built on `gantry_image`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -8,14 +9,15 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Args;
 use gantry_image::{
-    BundleObject, DockerConfig, EffectiveLimits, ImageError, Platform, PullRequest, PullStats,
-    PushStats, RegistryClient, RegistryOptions, RegistryProtocol, parse_reference, prepare_dir,
-    write_canonical_objects,
+    BundleObject, CopyStats, DockerConfig, EffectiveLimits, ImageError, Platform, PullRequest,
+    PullStats, PushStats, RegistryClient, RegistryOptions, RegistryProtocol, parse_reference,
+    prepare_dir, write_canonical_objects,
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::cluster::GlobalArgs;
 use super::output::{count, print_table};
+use super::pin::{ImagesLock, LOCK_ANNOTATION, LockedImage, image_uses, rewrite_dir};
 use super::scope::check_namespaces;
 
 /// How to reach the registry.
@@ -42,8 +44,40 @@ pub struct PushArgs {
     /// Default: the platform of this machine.
     #[arg(long = "platform", value_name = "PLATFORM")]
     pub platforms: Vec<String>,
+    /// Resolve every container image the manifests name to its digest in its registry, push
+    /// the manifests naming `repo@sha256:...`, and record what was pinned in the image (the
+    /// `dev.gantry.images.lock` manifest annotation).
+    #[arg(long)]
+    pub pin_images: bool,
     #[command(flatten)]
     pub registry: RegistryArgs,
+    #[command(flatten)]
+    pub other_registries: OtherRegistryArgs,
+}
+
+/// Registries other than the ones named on the command line.
+#[derive(Args, Debug)]
+pub struct OtherRegistryArgs {
+    /// Also reach this registry (`host[:port]`) over plain HTTP: a registry of the container
+    /// images pinned or copied. Repeatable.
+    #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
+    pub insecure_registries: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  kubectl bundle relocate registry.example.com/team/my-app:v1 mirror.internal:5000/mirror\n  kubectl bundle relocate localhost:5000/my-app:v1 127.0.0.1:5001/mirror --plain-http"
+)]
+pub struct RelocateArgs {
+    /// The bundle image to relocate, pushed with `--pin-images`: a tag or digest reference.
+    pub image: String,
+    /// Where to copy to, `registry[:port][/path]`: each image goes to
+    /// `TARGET_REPO/<its repository without the registry>`.
+    pub target_repo: String,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+    #[command(flatten)]
+    pub other_registries: OtherRegistryArgs,
 }
 
 #[derive(Args, Debug)]
@@ -66,17 +100,30 @@ pub struct PullArgs {
 
 /// A client with the user's docker credentials, plain HTTP for IMAGE's registry when asked.
 pub(crate) fn client_for(image: &str, args: &RegistryArgs) -> anyhow::Result<RegistryClient> {
-    let reference = parse_reference(image)?;
+    client_for_all(&[image], args, &[])
+}
+
+/// A client with the user's docker credentials, plain HTTP for the registries of `images`
+/// when asked, and for the registries `insecure` lists.
+fn client_for_all(
+    images: &[&str],
+    args: &RegistryArgs,
+    insecure: &[String],
+) -> anyhow::Result<RegistryClient> {
     let credentials =
         DockerConfig::from_default_location().context("reading the docker config file")?;
     let mut options = RegistryOptions {
         credentials,
+        insecure_registries: insecure.to_vec(),
         ..Default::default()
     };
     if args.plain_http {
-        options
-            .insecure_registries
-            .push(reference.resolve_registry().to_string());
+        for image in images {
+            let reference = parse_reference(image)?;
+            options
+                .insecure_registries
+                .push(reference.resolve_registry().to_string());
+        }
     }
     if let Some(path) = &args.ca_file {
         let pem = std::fs::read(path)
@@ -194,7 +241,26 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
         .iter()
         .map(|p| p.parse::<Platform>())
         .collect::<Result<Vec<_>, _>>()?;
-    let client = client_for(&args.image, &args.registry)?;
+    let client = client_for_all(
+        &[&args.image],
+        &args.registry,
+        &args.other_registries.insecure_registries,
+    )?;
+    // Pinning rewrites a copy of the directory; the lock goes into the manifests' annotations.
+    let mut dir = args.dir.clone();
+    let mut annotations = BTreeMap::new();
+    let mut lock = None;
+    let _scratch = if args.pin_images {
+        let dir_ = args.dir.clone();
+        tokio::task::spawn_blocking(move || load_dir(&dir_)).await??;
+        let (scratch, pinned) = pin_images(&client, &args.dir).await?;
+        dir = scratch.path().to_path_buf();
+        annotations.insert(LOCK_ANNOTATION.to_string(), pinned.to_json()?);
+        lock = Some(pinned);
+        Some(scratch)
+    } else {
+        None
+    };
     let bar = progress(format!("pushing {}", args.image));
     let stats = Arc::new(PushStats::default());
     let ticker = {
@@ -207,12 +273,13 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
         })
     };
     let pushed = client
-        .push_dir_with_stats(
-            &args.dir,
+        .push_dir_annotated(
+            &dir,
             &args.image,
             &platforms,
             &EffectiveLimits::default(),
             Some(stats.clone()),
+            &annotations,
         )
         .await
         .map_err(|e| {
@@ -235,6 +302,258 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    if let Some(lock) = &lock {
+        print_lock(lock);
+    }
+    println!("{}", pushed.pinned);
+    Ok(())
+}
+
+/// The lock as a table on stderr (stdout carries the pinned reference).
+fn print_lock(lock: &ImagesLock) {
+    if lock.images.is_empty() {
+        eprintln!("images lock: the manifests name no container images");
+        return;
+    }
+    eprintln!("images lock ({}):", count(lock.images.len(), "container"));
+    eprint!("{}", super::output::table(&lock.rows()));
+}
+
+/// Resolves every container image of bundle directory `dir` to its digest and writes the
+/// manifests naming the digests into a scratch directory. Nothing is written when an image
+/// cannot be resolved: the error names each such image and where it is used.
+async fn pin_images(
+    client: &RegistryClient,
+    dir: &Path,
+) -> anyhow::Result<(tempfile::TempDir, ImagesLock)> {
+    let uses = image_uses(dir)?;
+    let mut resolved: BTreeMap<String, Result<String, ImageError>> = BTreeMap::new();
+    for image in uses.iter().map(|u| &u.image) {
+        if resolved.contains_key(image) {
+            continue;
+        }
+        let result = client.resolve(image).await.map(|r| r.pinned());
+        resolved.insert(image.clone(), result);
+    }
+    let mut failures = Vec::new();
+    for (image, result) in &resolved {
+        if let Err(error) = result {
+            let places: Vec<String> = uses
+                .iter()
+                .filter(|u| &u.image == image)
+                .map(|u| format!("{}: {} container {}", u.file, u.object, u.container))
+                .collect();
+            failures.push(format!(
+                "image {image} ({}) cannot be resolved: {error}",
+                places.join("; ")
+            ));
+        }
+    }
+    if !failures.is_empty() {
+        bail!(
+            "{} of {} could not be pinned, nothing was pushed:\n  {}",
+            count(failures.len(), "image"),
+            dir.display(),
+            failures.join("\n  ")
+        );
+    }
+    let map: BTreeMap<String, String> = resolved
+        .into_iter()
+        .filter_map(|(image, result)| result.ok().map(|pinned| (image, pinned)))
+        .collect();
+    let lock = ImagesLock {
+        images: uses
+            .iter()
+            .map(|u| LockedImage {
+                file: u.file.clone(),
+                object: u.object.clone(),
+                container: u.container.clone(),
+                original: u.image.clone(),
+                pinned: map[&u.image].clone(),
+                relocated_from: None,
+            })
+            .collect(),
+    };
+    let scratch = tempfile::Builder::new()
+        .prefix("gantry-pin-")
+        .tempdir()
+        .context("creating a scratch directory")?;
+    let done = rewrite_dir(dir, scratch.path(), &map)?;
+    for file in &done.reserialised {
+        eprintln!(
+            "note: {file}: a document naming an image could not be rewritten in place and was written anew (comments and formatting of that document are not kept)"
+        );
+    }
+    Ok((scratch, lock))
+}
+
+/// `TARGET_REPO/<repository of reference, without its registry>`.
+fn relocated_repository(target_repo: &str, reference: &gantry_image::Reference) -> String {
+    format!(
+        "{}/{}",
+        target_repo.trim_end_matches('/'),
+        reference.repository()
+    )
+}
+
+/// The copy of one image, with a progress bar.
+async fn copy_with_progress(
+    client: &RegistryClient,
+    source: &str,
+    target: &str,
+) -> anyhow::Result<gantry_image::CopiedImage> {
+    let bar = progress(format!("copying {source}"));
+    let stats = Arc::new(CopyStats::default());
+    let ticker = {
+        let (bar, stats) = (bar.clone(), stats.clone());
+        tokio::spawn(async move {
+            loop {
+                bar.set_position(stats.bytes_sent.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let copied = client
+        .copy_image(source, target, Some(stats))
+        .await
+        .map_err(|e| explain(&format!("copying {source} to {target}:"), source, e));
+    ticker.abort();
+    bar.finish_and_clear();
+    let copied = copied?;
+    eprintln!(
+        "copied {source} to {target}@{} ({}, {} sent, {} already there)",
+        copied.digest,
+        count(copied.manifests, "manifest"),
+        count(copied.blobs_sent, "blob"),
+        copied.blobs_present
+    );
+    Ok(copied)
+}
+
+pub async fn relocate(args: RelocateArgs) -> anyhow::Result<()> {
+    let target_repo = args.target_repo.trim_end_matches('/').to_string();
+    // The target is checked as a repository: `TARGET_REPO/x` must be a valid reference.
+    let probe = format!("{target_repo}/x");
+    parse_reference(&probe)
+        .with_context(|| format!("{} is not a registry[:port][/path]", args.target_repo))?;
+    let source = parse_reference(&args.image)?;
+    let client = client_for_all(
+        &[&args.image, &probe],
+        &args.registry,
+        &args.other_registries.insecure_registries,
+    )?;
+    let top = client
+        .raw_manifest(&args.image)
+        .await
+        .map_err(|e| explain("reading", &args.image, e))?;
+    let Some(lock) = top.annotations.get(LOCK_ANNOTATION) else {
+        bail!(
+            "{} has no images lock (the {LOCK_ANNOTATION} annotation): push the bundle with --pin-images first",
+            args.image
+        );
+    };
+    let lock = ImagesLock::from_json(lock)
+        .with_context(|| format!("reading the images lock of {}", args.image))?;
+    let source_pinned = gantry_image::pinned(&source, &top.digest);
+    let bundle_repo = relocated_repository(&target_repo, &source);
+
+    // The bundle image as it is, by digest, then every image of the lock.
+    copy_with_progress(&client, &source_pinned, &bundle_repo).await?;
+    let mut map = BTreeMap::new();
+    for locked in &lock.images {
+        if map.contains_key(&locked.pinned) {
+            continue;
+        }
+        let pinned = parse_reference(&locked.pinned)?;
+        let repository = relocated_repository(&target_repo, &pinned);
+        // Tagged as the original was, for people browsing the registry; manifests name digests.
+        let target = match parse_reference(&locked.original)
+            .ok()
+            .and_then(|o| o.tag().map(str::to_string))
+        {
+            Some(tag) => format!("{repository}:{tag}"),
+            None => repository.clone(),
+        };
+        let copied = copy_with_progress(&client, &locked.pinned, &target).await?;
+        map.insert(
+            locked.pinned.clone(),
+            format!("{repository}@{}", copied.digest),
+        );
+    }
+
+    // The bundle's manifests naming the copies, pushed under the bundle's tag.
+    let scratch = tempfile::Builder::new()
+        .prefix("gantry-relocate-")
+        .tempdir()
+        .context("creating a scratch directory")?;
+    let pulled_dir = scratch.path().join("pulled");
+    let mut request = PullRequest::new(&source_pinned);
+    request.platform = top.platforms.first().cloned();
+    let bundle = client
+        .pull(&request)
+        .await
+        .map_err(|e| explain("pulling", &args.image, e))?;
+    let platforms = if top.index {
+        top.platforms.clone()
+    } else {
+        vec![bundle.image.platform.clone()]
+    };
+    bundle
+        .persist_to(&pulled_dir)
+        .with_context(|| format!("writing {} to {}", args.image, pulled_dir.display()))?;
+    let rewritten_dir = scratch.path().join("relocated");
+    let done = rewrite_dir(&pulled_dir, &rewritten_dir, &map)?;
+    for file in &done.reserialised {
+        eprintln!(
+            "note: {file}: a document naming an image could not be rewritten in place and was written anew"
+        );
+    }
+    let relocated = ImagesLock {
+        images: lock
+            .images
+            .iter()
+            .map(|l| LockedImage {
+                pinned: map[&l.pinned].clone(),
+                relocated_from: Some(l.pinned.clone()),
+                ..l.clone()
+            })
+            .collect(),
+    };
+    let mut annotations = BTreeMap::new();
+    annotations.insert(LOCK_ANNOTATION.to_string(), relocated.to_json()?);
+    let target = format!("{bundle_repo}:{}", source.tag().unwrap_or("latest"));
+    let bar = progress(format!("pushing {target}"));
+    let stats = Arc::new(PushStats::default());
+    let ticker = {
+        let (bar, stats) = (bar.clone(), stats.clone());
+        tokio::spawn(async move {
+            loop {
+                bar.set_position(stats.layer_bytes_sent.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let pushed = client
+        .push_dir_annotated(
+            &rewritten_dir,
+            &target,
+            &platforms,
+            &EffectiveLimits::default(),
+            Some(stats),
+            &annotations,
+        )
+        .await
+        .map_err(|e| explain("pushing the relocated bundle to", &target, e));
+    ticker.abort();
+    bar.finish_and_clear();
+    let pushed = pushed?;
+    eprintln!(
+        "relocated {} to {}: {} copied, the bundle's manifests name them",
+        args.image,
+        target,
+        count(map.len(), "image")
+    );
+    print_lock(&relocated);
     println!("{}", pushed.pinned);
     Ok(())
 }

@@ -11,6 +11,7 @@ mod inspect;
 mod install;
 mod jsonpath;
 mod output;
+mod pin;
 mod review;
 mod scope;
 mod system;
@@ -41,6 +42,9 @@ pub enum Command {
     Pull(image::PullArgs),
     /// Check a bundle directory as push does, without a registry.
     Validate(image::ValidateArgs),
+    /// Copy a bundle image pushed with --pin-images, and every image its lock names, to
+    /// another registry, and push the bundle naming the copies.
+    Relocate(image::RelocateArgs),
     /// List bundles with their class, phase, readiness, digest and approval.
     List(review::ListArgs),
     /// Show a bundle: conditions, digests, requested permissions, inventory, recent Events.
@@ -107,6 +111,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Push(args) => image::push(args).await,
         Command::Pull(args) => image::pull(args).await,
         Command::Validate(args) => image::validate(global, args).await,
+        Command::Relocate(args) => image::relocate(args).await,
         Command::List(args) => review::list(global, args).await,
         Command::Status(args) => review::status(global, args).await,
         Command::Events(args) => inspect::events(global, args).await,

@@ -23,6 +23,7 @@ mod plugin_approver;
 mod plugin_day_one;
 mod provisioner;
 mod registry;
+mod relocate;
 mod restart;
 mod smoke;
 mod tenancy;

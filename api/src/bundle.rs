@@ -120,6 +120,13 @@ pub struct BundleSpec {
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
     )]
     pub service_account_name: Option<String>,
+
+    /// Container images rewritten before the objects are applied, as Kustomize's `images:`:
+    /// every container image named `name` gets `newName`, `newTag` or `digest`. The approval
+    /// of a digest covers the rewrite it was given with: a change here needs a new approval.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub images: Vec<crate::ImageOverride>,
 }
 
 /// Where a bundle stands. Written by the controller, except `approval`, which only approvers write.
@@ -324,6 +331,11 @@ pub struct Approval {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     pub approved_by: Option<String>,
+    /// `spec.images` when the decision was made: an approval holds only while they are the
+    /// same (the approved objects are the ones that run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub images: Vec<crate::ImageOverride>,
 }
 
 /// An approver's decision.

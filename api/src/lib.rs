@@ -8,6 +8,7 @@ pub mod conditions;
 pub mod crd;
 pub mod health;
 mod identity;
+pub mod images;
 mod names;
 pub mod storage;
 pub mod unpack;
@@ -23,6 +24,7 @@ pub use class::{
 };
 pub use health::{EffectiveHealth, HealthPolicy};
 pub use identity::ServiceAccountReference;
+pub use images::ImageOverride;
 pub use names::*;
 
 /// Re-exported so users of the API name one `Condition` type.

@@ -302,6 +302,8 @@ async fn diff_object(
     let name = str_at(&object, "/metadata/name").to_string();
     let gvk = GroupVersionKind::gvk(&group, &version, &kind);
     let discovered = kube::discovery::pinned_kind(client, &gvk).await;
+    // Images as the provisioner rewrites them (`spec.images`): what would run is compared.
+    gantry_api::images::rewrite_images(&mut object, &bundle.spec.images);
     let metadata = object
         .get_mut("metadata")
         .and_then(Value::as_object_mut)

@@ -405,6 +405,12 @@ async fn print_status(
     let mut field = |label: &str, value: &str| out.push_str(&format!("{label:<12}{value}\n"));
     field("Name:", &bundle.name_any());
     field("Image:", &bundle.spec.image);
+    if !bundle.spec.images.is_empty() {
+        field("Images:", "rewritten before applying (spec.images):");
+        for line in images_lines(&bundle.spec.images).lines() {
+            field("", line.trim_start());
+        }
+    }
     let class = class_name(bundle);
     field(
         "Class:",
@@ -644,6 +650,10 @@ async fn decide(
     if let Some(who) = approved_by {
         approval["approvedBy"] = json!(who);
     }
+    // The decision covers the image rewrites shown with it: a change of them needs a new one.
+    if !shown.spec.images.is_empty() {
+        approval["images"] = json!(shown.spec.images);
+    }
     // The resourceVersion makes the write fail if the bundle changed since it was shown.
     let patch = json!({
         "apiVersion": "gantry.dev/v1alpha1",
@@ -683,11 +693,11 @@ pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<(
     let (bundle, digest) =
         reviewable(&client, &args.name, args.digest.as_deref(), "approve").await?;
     let status = bundle.status.clone().unwrap_or_default();
-    if status
-        .approval
-        .as_ref()
-        .is_some_and(|a| a.digest == digest && a.decision == ApprovalDecision::Approved)
-    {
+    if status.approval.as_ref().is_some_and(|a| {
+        a.digest == digest
+            && a.decision == ApprovalDecision::Approved
+            && a.images == bundle.spec.images
+    }) {
         bail!("bundle {} is already approved for {digest}", args.name);
     }
     println!(
@@ -698,6 +708,10 @@ pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<(
     if let Some(permissions) = &status.requested_permissions {
         println!("It will create:");
         print!("{}", permissions_table(permissions));
+    }
+    if !bundle.spec.images.is_empty() {
+        println!("With its images rewritten (spec.images):");
+        print!("{}", images_lines(&bundle.spec.images));
     }
     if !args.yes {
         if !std::io::stdin().is_terminal() {
@@ -937,6 +951,22 @@ pub async fn deny(global: &GlobalArgs, args: DenyArgs) -> anyhow::Result<()> {
 }
 
 /// ` by USER` when the approver is known.
+/// `spec.images`, one rewrite per line: `NAME -> NEW`.
+fn images_lines(images: &[gantry_api::ImageOverride]) -> String {
+    images
+        .iter()
+        .map(|image| {
+            let name = image.new_name.as_deref().unwrap_or(&image.name);
+            let target = match (&image.digest, &image.new_tag) {
+                (Some(digest), _) => format!("{name}@{digest}"),
+                (None, Some(tag)) => format!("{name}:{tag}"),
+                (None, None) => format!("{name} (tag or digest kept)"),
+            };
+            format!("  {} -> {target}\n", image.name)
+        })
+        .collect()
+}
+
 fn by(approved_by: Option<&str>) -> String {
     approved_by
         .map(|who| format!(" by {who}"))
@@ -957,6 +987,7 @@ mod tests {
                 reason: None,
                 time: None,
                 approved_by: None,
+                images: Vec::new(),
             }),
             ..Default::default()
         }
@@ -1018,6 +1049,7 @@ mod tests {
             reason: Some("ok".into()),
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
+            images: Vec::new(),
         };
         // Right after a deny, the status is the deny's: not this approval's outcome.
         let denied_before = decided(
@@ -1104,6 +1136,7 @@ mod tests {
             reason: Some("not now".into()),
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
+            images: Vec::new(),
         };
         assert_eq!(decision_text(&denial), "Denied sha256:aa by alice: not now");
         // Still awaiting approval: the provisioner has not read the denial.

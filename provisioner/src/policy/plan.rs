@@ -204,6 +204,34 @@ pub fn bundle_crd_kinds(objects: &[BundleObject]) -> HashMap<GroupVersionKind, (
     crd_kinds
 }
 
+impl Plan {
+    /// Rewrites the container images `overrides` name (`Bundle.spec.images`) in every object:
+    /// what is applied, reviewed and compared is the rewritten object.
+    pub fn rewrite_images(&mut self, overrides: &[gantry_api::ImageOverride]) -> Result<usize> {
+        let mut rewritten = 0;
+        if overrides.is_empty() {
+            return Ok(0);
+        }
+        for object in &mut self.objects {
+            // Most objects name no image at all: not parsed.
+            if !object.object.get().contains("\"image\"") {
+                continue;
+            }
+            let mut value = object.value();
+            let changed = gantry_api::images::rewrite_images(&mut value, overrides);
+            if changed.is_empty() {
+                continue;
+            }
+            rewritten += changed.len();
+            object.object = serde_json::value::to_raw_value(&value).map_err(|e| Error::Apply {
+                object: object.to_string(),
+                message: format!("rewriting its images: {e}"),
+            })?;
+        }
+        Ok(rewritten)
+    }
+}
+
 /// Plans `objects` for bundle `bundle` without asking anything: kinds come from the bundle's
 /// own CRDs first, then from `served` (what the API server serves; `None` when it does not);
 /// namespaced objects without a namespace get `install_namespace`; every object gets the
@@ -462,5 +490,50 @@ pub(crate) mod tests {
                 .contains("serves no kind Widget in example.com/v2"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn images_are_rewritten_in_the_planned_objects_only_where_named() {
+        let deployment = object(
+            "op.yaml",
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "op" },
+                "spec": { "template": { "spec": { "containers": [
+                    { "name": "op", "image": "quay.io/team/op:v1" },
+                ]}}},
+            }),
+        );
+        let with_deployments = |gvk: &GroupVersionKind| {
+            served(gvk).or_else(|| {
+                (gvk.kind == "Deployment").then(|| Kind {
+                    resource: ApiResource::from_gvk_with_plural(gvk, "deployments"),
+                    namespaced: true,
+                })
+            })
+        };
+        let mut plan = plan_objects(
+            vec![deployment, config_map("settings")],
+            "b",
+            Some("app"),
+            with_deployments,
+        )
+        .unwrap();
+        let before = plan.objects[1].object.get().to_string();
+        let overrides = [gantry_api::ImageOverride {
+            name: "quay.io/team/op".into(),
+            new_name: Some("127.0.0.1:5000/mirror/op".into()),
+            ..Default::default()
+        }];
+        assert_eq!(plan.rewrite_images(&overrides).unwrap(), 1);
+        let deployment = plan.objects.iter().find(|o| o.name == "op").unwrap();
+        assert_eq!(
+            deployment
+                .value()
+                .pointer("/spec/template/spec/containers/0/image"),
+            Some(&json!("127.0.0.1:5000/mirror/op:v1"))
+        );
+        // The bundle label is kept; other objects are untouched.
+        assert!(deployment.object.get().contains(BUNDLE_LABEL));
+        assert_eq!(plan.objects[1].object.get(), before);
     }
 }

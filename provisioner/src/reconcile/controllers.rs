@@ -235,6 +235,7 @@ mod tests {
                     reason: None,
                     time: None,
                     approved_by: None,
+                    images: Vec::new(),
                 })
             },
         ];

@@ -65,6 +65,7 @@ mod tests {
             reason: Some("reviewed".into()),
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
+            images: Vec::new(),
         });
         let image = |c| format!("r.test/app@{}", digest(c));
         record_history(&mut status, &image('a'), Time(Timestamp::now()));

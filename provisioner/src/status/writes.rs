@@ -172,6 +172,7 @@ mod tests {
             reason: None,
             time: None,
             approved_by: None,
+            images: Vec::new(),
         });
         assert!(!differs(&a, &b));
         b.phase = Some(gantry_api::BundlePhase::Installed);

@@ -1896,3 +1896,111 @@ fn pull_names_the_protocol_the_registry_speaks() {
         text(&out)
     );
 }
+
+#[tokio::test]
+async fn spec_images_rewrite_what_is_applied_and_an_approval_covers_the_rewrite() {
+    gantry();
+    let client = control_plane().client().await;
+    let deployment = |ns: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: op\n  namespace: {ns}\nspec:\n  selector:\n    matchLabels: {{app: op}}\n  template:\n    metadata:\n      labels: {{app: op}}\n    spec:\n      initContainers:\n      - name: init\n        image: registry.example/tools/init:v1\n      containers:\n      - name: op\n        image: registry.example/team/op:v1\n      - name: side\n        image: registry.example/team/sidecar:v1\n"
+        )
+    };
+    let UnderReview {
+        name,
+        namespace: ns,
+        ..
+    } = under_review(&client, "images", |ns| vec![("a.yaml", deployment(ns))]).await;
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let set_images = |images: serde_json::Value| {
+        let (bundles, name) = (bundles.clone(), name.clone());
+        async move {
+            bundles
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "spec": { "images": images } })),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_images(json!([
+        { "name": "registry.example/team/op", "newName": "mirror.example/team/op" },
+        { "name": "registry.example/tools/init", "newTag": "v2" },
+    ]))
+    .await;
+    wait_bundle(&client, &name, "awaiting approval of the new spec", |b| {
+        b.status.as_ref().and_then(|s| s.observed_generation) == b.metadata.generation
+            && b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
+    })
+    .await;
+    let shown = ok(&["status", &name]);
+    assert!(
+        shown.contains("registry.example/team/op -> mirror.example/team/op (tag or digest kept)"),
+        "{shown}"
+    );
+
+    // The approver sees the rewrites, and the decision records them.
+    let approved = ok(&["approve", &name, "--yes", "--wait"]);
+    assert!(
+        approved.contains("With its images rewritten")
+            && approved.contains("registry.example/tools/init -> registry.example/tools/init:v2"),
+        "{approved}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let images = |d: &Deployment| {
+        let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let mut all: Vec<String> = pod
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&pod.containers)
+            .filter_map(|c| c.image.clone())
+            .collect();
+        all.sort();
+        all
+    };
+    assert_eq!(
+        images(&deployments.get("op").await.unwrap()),
+        [
+            "mirror.example/team/op:v1",
+            "registry.example/team/sidecar:v1",
+            "registry.example/tools/init:v2",
+        ]
+    );
+
+    // Other rewrites are other objects: the approval of the digest does not cover them.
+    set_images(json!([
+        { "name": "registry.example/team/op", "newName": "elsewhere.example/op" },
+    ]))
+    .await;
+    let bundle = wait_bundle(&client, &name, "a new approval needed", |b| {
+        b.status.as_ref().and_then(|s| s.observed_generation) == b.metadata.generation
+            && condition(b, types::APPROVED).is_some_and(|c| c.reason == reasons::AWAITING_APPROVAL)
+    })
+    .await;
+    let message = &condition(&bundle, types::APPROVED).unwrap().message;
+    assert!(message.contains("spec.images changed"), "{message}");
+    assert_eq!(
+        images(&deployments.get("op").await.unwrap())[0],
+        "mirror.example/team/op:v1",
+        "nothing applied before the approval"
+    );
+    // kubectl bundle diff shows the rewritten object that an approval would apply.
+    let diff = kubectl_bundle(&["diff", &name, "--kubeconfig", &kubeconfig()]);
+    let shown = text(&diff);
+    assert_eq!(diff.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("+          image: elsewhere.example/op:v1")
+            || shown
+                .lines()
+                .any(|l| l.starts_with('+') && l.contains("elsewhere.example/op:v1")),
+        "{shown}"
+    );
+    ok(&["approve", &name, "--yes", "--wait"]);
+    assert!(
+        images(&deployments.get("op").await.unwrap())
+            .contains(&"elsewhere.example/op:v1".to_string())
+    );
+}

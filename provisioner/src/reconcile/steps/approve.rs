@@ -1,7 +1,7 @@
 //! Step 5: approval, bound to the resolved digest.
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{Approval, ApprovalDecision, ApprovalPolicy, ProvisionerClass};
+use gantry_api::{Approval, ApprovalDecision, ApprovalPolicy, ImageOverride, ProvisionerClass};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -25,6 +25,7 @@ pub(crate) async fn approve(
         &class.name_any(),
         &pass.name,
         digest,
+        &pass.bundle.spec.images,
         pass.status.approval.as_ref(),
     );
     // A denial is announced once, not on every visit.
@@ -82,6 +83,7 @@ fn verdict(
     class: &str,
     bundle: &str,
     digest: &str,
+    images: &[ImageOverride],
     approval: Option<&Approval>,
 ) -> Verdict {
     if policy == ApprovalPolicy::Automatic {
@@ -95,6 +97,20 @@ fn verdict(
         Some(reason) => format!("{digest} {what}: {reason}"),
         None => format!("{digest} {what}"),
     };
+    // A decision covers the objects it was given for: the digest and the image rewrites.
+    if let Some(a) = approval.filter(|a| a.digest == digest && a.images != images) {
+        return Verdict {
+            approved: false,
+            reason: reasons::AWAITING_APPROVAL,
+            message: format!(
+                "spec.images changed since {digest} was {}: the objects to apply are not the ones decided on; waiting for an approver (kubectl bundle approve {bundle})",
+                match a.decision {
+                    ApprovalDecision::Approved => "approved",
+                    ApprovalDecision::Denied => "denied",
+                }
+            ),
+        };
+    }
     match approval.filter(|a| a.digest == digest) {
         Some(a) if a.decision == ApprovalDecision::Approved => Verdict {
             approved: true,
@@ -133,6 +149,7 @@ mod tests {
             reason: reason.map(Into::into),
             time: None,
             approved_by: None,
+            images: Vec::new(),
         }
     }
 
@@ -142,13 +159,21 @@ mod tests {
             "reviewed",
             "b",
             "sha256:new",
+            &[],
             approval,
         )
     }
 
     #[test]
     fn automatic_approves_every_digest() {
-        let v = verdict(ApprovalPolicy::Automatic, "plain", "b", "sha256:x", None);
+        let v = verdict(
+            ApprovalPolicy::Automatic,
+            "plain",
+            "b",
+            "sha256:x",
+            &[],
+            None,
+        );
         assert!(v.approved);
         assert_eq!(v.reason, reasons::AUTOMATIC_APPROVAL);
     }
@@ -186,5 +211,35 @@ mod tests {
                 message: "sha256:new denied".into()
             }
         );
+    }
+
+    #[test]
+    fn a_decision_covers_the_image_rewrites_it_was_given_with() {
+        let mirror = ImageOverride {
+            name: "quay.io/op".into(),
+            new_name: Some("127.0.0.1:5000/op".into()),
+            ..Default::default()
+        };
+        let mut approved = decision(ApprovalDecision::Approved, "sha256:new", None);
+        approved.images = vec![mirror.clone()];
+        let with = |images: &[ImageOverride]| {
+            verdict(
+                ApprovalPolicy::Manual,
+                "reviewed",
+                "b",
+                "sha256:new",
+                images,
+                Some(&approved),
+            )
+        };
+        assert!(with(std::slice::from_ref(&mirror)).approved);
+        let changed = ImageOverride {
+            new_name: Some("127.0.0.1:5000/elsewhere/op".into()),
+            ..mirror
+        };
+        let v = with(&[changed]);
+        assert_eq!((v.approved, v.reason), (false, reasons::AWAITING_APPROVAL));
+        assert!(v.message.contains("spec.images changed"), "{}", v.message);
+        assert!(!with(&[]).approved, "rewrites removed: a new decision too");
     }
 }

@@ -20,12 +20,13 @@ pub(crate) async fn plan(
     // that a bundle of large CRDs is not held twice through the apply.
     let objects = std::mem::take(&mut content.objects);
     let served = served_kinds(&ctx.client, &ctx.kinds, &objects).await?;
-    let plan = plan_objects(
+    let mut plan = plan_objects(
         objects,
         &pass.name,
         pass.bundle.spec.install_namespace.as_deref(),
         |gvk| served.get(gvk).cloned(),
     )?;
+    plan.rewrite_images(&pass.bundle.spec.images)?;
     let mut permissions = requested_permissions(
         &plan.objects,
         &Scope {

@@ -136,6 +136,10 @@ pub mod reasons {
         PRUNE_FAILED = "PruneFailed" => Failure;
         /// A CRD of the bundle was not established in time.
         CRD_NOT_ESTABLISHED = "CRDNotEstablished" => Failure;
+        /// The new content changes a CRD in the cluster unsafely (a stored version removed, the
+        /// scope changed, a served version with objects no longer served, a schema that
+        /// accepts less); the message names each change. Nothing was applied.
+        UNSAFE_CRD_UPGRADE = "UnsafeCRDUpgrade" => Failure;
 
         // `Ready`, when the bundle is held back (set over the summary).
         /// `spec.suspend` is true: nothing is applied, pruned or repaired. `Ready` keeps the

@@ -28,3 +28,9 @@ pub const UNINSTALL_FINALIZER: &str = "gantry.dev/uninstall";
 /// Annotation on a Bundle: any new value makes it reconcile at once, skipping its backoff and
 /// resolving its tag again; `status.lastHandledReconcileAt` echoes the value handled.
 pub const RECONCILE_REQUESTED_ANNOTATION: &str = "gantry.dev/reconcile-requested-at";
+
+/// Annotation on a CRD of a bundle: [`CRD_UPGRADE_UNSAFE_ALLOWED`] applies a change to the CRD
+/// in the cluster that would otherwise be refused as unsafe (`UnsafeCRDUpgrade`).
+pub const CRD_UPGRADE_ANNOTATION: &str = "gantry.dev/crd-upgrade";
+/// The value of [`CRD_UPGRADE_ANNOTATION`] that accepts unsafe changes knowingly.
+pub const CRD_UPGRADE_UNSAFE_ALLOWED: &str = "unsafe-allowed";

@@ -85,6 +85,18 @@ pub enum Error {
     #[error("CustomResourceDefinition {crd} was not established within {seconds}s")]
     CrdNotEstablished { crd: String, seconds: u64 },
 
+    /// The new content changes CRDs in the cluster unsafely; each finding names the CRD, the
+    /// version, the path in the CRD and what changed.
+    #[error(
+        "unsafe change to CustomResourceDefinition {} (annotate it gantry.dev/crd-upgrade: unsafe-allowed to apply it anyway): {}",
+        .crds.join(", "),
+        .findings.join("; ")
+    )]
+    UnsafeCrdUpgrade {
+        crds: Vec<String>,
+        findings: Vec<String>,
+    },
+
     #[error("applying {object}: {message}")]
     Apply { object: String, message: String },
 
@@ -250,9 +262,9 @@ impl Error {
             | Error::ImageNotAllowed { .. }
             | Error::ServiceAccountRequired { .. }
             | Error::ServiceAccountNotAllowed { .. } => Some(Stall::Spec),
-            Error::InvalidBundle { .. } | Error::InvalidBundleReported { .. } => {
-                Some(Stall::Digest)
-            }
+            Error::InvalidBundle { .. }
+            | Error::InvalidBundleReported { .. }
+            | Error::UnsafeCrdUpgrade { .. } => Some(Stall::Digest),
             Error::Verification {
                 source: ImageError::VerificationFailed { .. },
                 ..
@@ -303,6 +315,7 @@ impl Error {
             Error::NamespaceNotFound(_) => (INSTALLED, reasons::NAMESPACE_NOT_FOUND),
             Error::Conflict { .. } => (INSTALLED, reasons::CONFLICT),
             Error::CrdNotEstablished { .. } => (INSTALLED, reasons::CRD_NOT_ESTABLISHED),
+            Error::UnsafeCrdUpgrade { .. } => (INSTALLED, reasons::UNSAFE_CRD_UPGRADE),
             Error::Apply { .. } | Error::Kube(_) => (INSTALLED, reasons::APPLY_FAILED),
             Error::Prune { .. } => (INSTALLED, reasons::PRUNE_FAILED),
             Error::Uninstall { .. } => (INSTALLED, reasons::UNINSTALL_FAILED),
@@ -444,6 +457,16 @@ mod tests {
                 Error::InvalidBundleReported {
                     image: "r/x:1".into(),
                     message: "no manifests/".into(),
+                },
+                Stall::Digest,
+            ),
+            (
+                Error::UnsafeCrdUpgrade {
+                    crds: vec!["widgets.example.com".into()],
+                    findings: vec![
+                        "widgets.example.com v1 spec.versions[v1].served: version no longer served"
+                            .into(),
+                    ],
                 },
                 Stall::Digest,
             ),

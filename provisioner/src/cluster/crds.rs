@@ -1,12 +1,13 @@
 //! Waiting for a bundle's CRDs: a kind a CRD of the bundle defines is applied only once the
-//! CRD is established and the API server serves the kind.
+//! CRD is established and the API server serves the kind. And what the upgrade check of a CRD
+//! reads: the CRD as it is live, and whether objects are read through one of its versions.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, DynamicObject};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
 use crate::cluster::discovery::KindCache;
@@ -28,6 +29,34 @@ pub fn served_kinds(crd: &Value) -> Vec<GroupVersionKind> {
         .filter_map(|v| v.get("name").and_then(Value::as_str))
         .map(|version| GroupVersionKind::gvk(group, version, kind))
         .collect()
+}
+
+/// The CRD `name` as it is live, with its status; `None` when it does not exist.
+pub async fn read_live(client: &Client, name: &str) -> Result<Option<Value>> {
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::erase::<CustomResourceDefinition>(&()),
+    );
+    Ok(live::for_health(client, &crds, name, true).await?)
+}
+
+/// Whether any object of `group`/`version`, resource `plural`, exists (a list with limit 1). A
+/// version the API server does not serve (any more) has none to show.
+pub async fn has_objects(
+    client: &Client,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Result<bool> {
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(list) => Ok(!list.items.is_empty()),
+        Err(e) if crate::cluster::errors::is_not_found(&e) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Waits until CRD `crd` is established and the API server serves `gvk`. What was cached for

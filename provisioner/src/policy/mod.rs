@@ -1,9 +1,10 @@
 //! Decisions made from data alone, without a cluster: planning a bundle's objects, the
-//! permissions it requests, which class serves a bundle, allowed images, whose identity applies
+//! permissions it requests, whether a CRD's new content is a safe upgrade, which class serves a bundle, allowed images, whose identity applies
 //! it, and the kstatus rules and health verdicts. Tested without a cluster.
 
 pub mod allowed_images;
 pub mod class_selection;
+pub mod crd_upgrade;
 pub mod health;
 pub mod identity;
 pub mod kstatus;

@@ -287,6 +287,7 @@ const STALLED_REASONS: &[&str] = &[
     reasons::SERVICE_ACCOUNT_NOT_ALLOWED,
     reasons::FORBIDDEN,
     reasons::DENIED,
+    reasons::UNSAFE_CRD_UPGRADE,
 ];
 
 /// Checks that the failure `reason` on `type_` is reported as what it is: stalled failures

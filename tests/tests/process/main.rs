@@ -10,6 +10,7 @@
 //! comment): install, leader, manifests, ordering, restart, smoke, tenancy, timing, unpack_pods.
 
 mod approval_race;
+mod crd_upgrade;
 mod crd_versions;
 mod demo;
 mod health;

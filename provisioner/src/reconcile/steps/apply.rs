@@ -13,8 +13,10 @@ use kube::api::Api;
 
 use super::unpack::Content;
 use crate::cluster::apply::{ApplySettings, check, write};
+use crate::cluster::crds;
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
+use crate::policy::crd_upgrade::{self, Change};
 use crate::policy::plan::Plan;
 use crate::reconcile::{Flow, Pass, installed_fingerprint, remove_objects, timing};
 use crate::state::Context;
@@ -40,6 +42,7 @@ pub(crate) async fn apply_and_prune(
         || content.content_before != pass.status.content_digest
         || pass.status.installed_image.as_deref() != Some(content.resolved_image.as_str());
     check_install_namespace(pass, plan).await?;
+    check_crd_upgrades(ctx, plan).await?;
     let planned: Vec<InventoryEntry> = plan.objects.iter().map(|o| o.inventory_entry()).collect();
     if write_all {
         // Shown with the first status write below, once the checks passed.
@@ -217,6 +220,68 @@ async fn check_install_namespace(pass: &Pass<'_>, plan: &Plan) -> Result<()> {
         Some(_) => Ok(()),
         None => Err(Error::NamespaceNotFound(namespace.to_string())),
     }
+}
+
+/// Before anything is written: every CRD of the plan that exists live is compared with its new
+/// content, and unsafe changes refuse the whole apply. A served version no longer served counts
+/// only when objects are read through it. A CRD annotated `gantry.dev/crd-upgrade:
+/// unsafe-allowed` is applied anyway; its findings are logged.
+async fn check_crd_upgrades(ctx: &Context, plan: &Plan) -> Result<()> {
+    let (mut refused, mut findings) = (Vec::new(), Vec::new());
+    for object in &plan.objects {
+        let Some(name) = object.defines_crd.as_deref() else {
+            continue;
+        };
+        let Some(live) = crds::read_live(&ctx.client, name).await? else {
+            continue;
+        };
+        let new = object.value();
+        let mut found = Vec::new();
+        for finding in crd_upgrade::compare(&live, &new) {
+            if finding.change == Change::NoLongerServed
+                && let Some(version) = finding.version.as_deref()
+                && !read_through(ctx, &live, version).await?
+            {
+                continue;
+            }
+            found.push(finding);
+        }
+        if found.is_empty() {
+            continue;
+        }
+        let said: Vec<String> = found.iter().map(ToString::to_string).collect();
+        if crd_upgrade::unsafe_allowed(&new) {
+            tracing::warn!(crd = %name, findings = %said.join("; "), "unsafe CRD change applied: the CRD allows it");
+            continue;
+        }
+        refused.push(name.to_string());
+        findings.extend(said);
+    }
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::UnsafeCrdUpgrade {
+            crds: refused,
+            findings,
+        })
+    }
+}
+
+/// Whether objects of the live CRD `crd` are read through `version`.
+async fn read_through(ctx: &Context, crd: &serde_json::Value, version: &str) -> Result<bool> {
+    let text = |pointer: &str| {
+        crd.pointer(pointer)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+    };
+    crds::has_objects(
+        &ctx.client,
+        text("/spec/group"),
+        version,
+        text("/spec/names/kind"),
+        text("/spec/names/plural"),
+    )
+    .await
 }
 
 /// Once content is installed, the tarballs of any other content are of no use: remove them.

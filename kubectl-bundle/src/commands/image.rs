@@ -10,8 +10,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 use gantry_image::{
     BundleObject, CopyStats, DockerConfig, EffectiveLimits, ImageError, Platform, PullRequest,
-    PullStats, PushStats, RegistryClient, RegistryOptions, RegistryProtocol, parse_reference,
-    prepare_dir, write_canonical_objects,
+    PullStats, PushStats, PushedImage, RegistryClient, RegistryOptions, RegistryProtocol,
+    parse_reference, prepare_dir, write_canonical_objects,
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -219,6 +219,40 @@ pub(crate) fn explain(action: &str, image: &str, error: ImageError) -> anyhow::E
 }
 
 /// A progress bar on stderr, hidden when stderr is not a terminal.
+/// Pushes `dir` as `target` while a progress bar on a terminal shows the bytes sent.
+async fn push_with_progress(
+    client: &RegistryClient,
+    dir: &Path,
+    target: &str,
+    platforms: &[Platform],
+    annotations: &BTreeMap<String, String>,
+) -> Result<PushedImage, ImageError> {
+    let bar = progress(format!("pushing {target}"));
+    let stats = Arc::new(PushStats::default());
+    let ticker = {
+        let (bar, stats) = (bar.clone(), stats.clone());
+        tokio::spawn(async move {
+            loop {
+                bar.set_position(stats.layer_bytes_sent.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let pushed = client
+        .push_dir_annotated(
+            dir,
+            target,
+            platforms,
+            &EffectiveLimits::default(),
+            Some(stats),
+            annotations,
+        )
+        .await;
+    ticker.abort();
+    bar.finish_and_clear();
+    pushed
+}
+
 fn progress(message: String) -> ProgressBar {
     if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         return ProgressBar::hidden();
@@ -261,26 +295,7 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let bar = progress(format!("pushing {}", args.image));
-    let stats = Arc::new(PushStats::default());
-    let ticker = {
-        let (bar, stats) = (bar.clone(), stats.clone());
-        tokio::spawn(async move {
-            loop {
-                bar.set_position(stats.layer_bytes_sent.load(Ordering::Relaxed));
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
-    let pushed = client
-        .push_dir_annotated(
-            &dir,
-            &args.image,
-            &platforms,
-            &EffectiveLimits::default(),
-            Some(stats.clone()),
-            &annotations,
-        )
+    let pushed = push_with_progress(&client, &dir, &args.image, &platforms, &annotations)
         .await
         .map_err(|e| {
             explain(
@@ -288,10 +303,7 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
                 &args.image,
                 e,
             )
-        });
-    ticker.abort();
-    bar.finish_and_clear();
-    let pushed = pushed?;
+        })?;
     eprintln!(
         "pushed {} as {}",
         count(pushed.objects.len(), "object"),
@@ -522,31 +534,9 @@ pub async fn relocate(args: RelocateArgs) -> anyhow::Result<()> {
     let mut annotations = BTreeMap::new();
     annotations.insert(LOCK_ANNOTATION.to_string(), relocated.to_json()?);
     let target = format!("{bundle_repo}:{}", source.tag().unwrap_or("latest"));
-    let bar = progress(format!("pushing {target}"));
-    let stats = Arc::new(PushStats::default());
-    let ticker = {
-        let (bar, stats) = (bar.clone(), stats.clone());
-        tokio::spawn(async move {
-            loop {
-                bar.set_position(stats.layer_bytes_sent.load(Ordering::Relaxed));
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
-    let pushed = client
-        .push_dir_annotated(
-            &rewritten_dir,
-            &target,
-            &platforms,
-            &EffectiveLimits::default(),
-            Some(stats),
-            &annotations,
-        )
+    let pushed = push_with_progress(&client, &rewritten_dir, &target, &platforms, &annotations)
         .await
-        .map_err(|e| explain("pushing the relocated bundle to", &target, e));
-    ticker.abort();
-    bar.finish_and_clear();
-    let pushed = pushed?;
+        .map_err(|e| explain("pushing the relocated bundle to", &target, e))?;
     eprintln!(
         "relocated {} to {}: {} copied, the bundle's manifests name them",
         args.image,

@@ -124,6 +124,32 @@ impl Plan {
             .filter(|o| o.gvk.group.is_empty() && o.gvk.kind == "Namespace")
             .map(|o| o.name.as_str())
     }
+
+    /// Rewrites the container images `overrides` name (`Bundle.spec.images`) in every object:
+    /// what is applied, reviewed and compared is the rewritten object.
+    pub fn rewrite_images(&mut self, overrides: &[gantry_api::ImageOverride]) -> Result<usize> {
+        let mut rewritten = 0;
+        if overrides.is_empty() {
+            return Ok(0);
+        }
+        for object in &mut self.objects {
+            // Most objects name no image at all: not parsed.
+            if !object.object.get().contains("\"image\"") {
+                continue;
+            }
+            let mut value = object.value();
+            let changed = gantry_api::images::rewrite_images(&mut value, overrides);
+            if changed.is_empty() {
+                continue;
+            }
+            rewritten += changed.len();
+            object.object = serde_json::value::to_raw_value(&value).map_err(|e| Error::Apply {
+                object: object.to_string(),
+                message: format!("rewriting its images: {e}"),
+            })?;
+        }
+        Ok(rewritten)
+    }
 }
 
 /// A CRD of the bundle: the kinds it serves.
@@ -202,34 +228,6 @@ pub fn bundle_crd_kinds(objects: &[BundleObject]) -> HashMap<GroupVersionKind, (
         }
     }
     crd_kinds
-}
-
-impl Plan {
-    /// Rewrites the container images `overrides` name (`Bundle.spec.images`) in every object:
-    /// what is applied, reviewed and compared is the rewritten object.
-    pub fn rewrite_images(&mut self, overrides: &[gantry_api::ImageOverride]) -> Result<usize> {
-        let mut rewritten = 0;
-        if overrides.is_empty() {
-            return Ok(0);
-        }
-        for object in &mut self.objects {
-            // Most objects name no image at all: not parsed.
-            if !object.object.get().contains("\"image\"") {
-                continue;
-            }
-            let mut value = object.value();
-            let changed = gantry_api::images::rewrite_images(&mut value, overrides);
-            if changed.is_empty() {
-                continue;
-            }
-            rewritten += changed.len();
-            object.object = serde_json::value::to_raw_value(&value).map_err(|e| Error::Apply {
-                object: object.to_string(),
-                message: format!("rewriting its images: {e}"),
-            })?;
-        }
-        Ok(rewritten)
-    }
 }
 
 /// Plans `objects` for bundle `bundle` without asking anything: kinds come from the bundle's

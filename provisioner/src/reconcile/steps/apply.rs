@@ -42,7 +42,11 @@ pub(crate) async fn apply_and_prune(
         || content.content_before != pass.status.content_digest
         || pass.status.installed_image.as_deref() != Some(content.resolved_image.as_str());
     check_install_namespace(pass, plan).await?;
-    check_crd_upgrades(ctx, plan).await?;
+    // Only new content (or spec) can change a CRD: a pass that repairs drift of what was
+    // checked when it was installed reads no CRD here.
+    if write_all {
+        check_crd_upgrades(ctx, plan).await?;
+    }
     let planned: Vec<InventoryEntry> = plan.objects.iter().map(|o| o.inventory_entry()).collect();
     if write_all {
         // Shown with the first status write below, once the checks passed.

@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
 # Builds prometheus-operator from its official Go module pinned in go.mod, caches it under the
-# user's cache directory keyed by version, and prints the directory holding the `operator` binary
-# (static, CGO off) beside the module's own install manifests: `crds/` (every CRD of
-# example/prometheus-operator-crd) and `rbac/` (example/rbac/prometheus-operator: the Deployment,
-# its ServiceAccount, ClusterRole and binding, Service and ServiceMonitor). The node tier installs
-# them as a bundle (tests/tests/node/operators.rs).
+# user's cache directory keyed by version, and prints the directory holding its binaries
+# (static, CGO off: `operator`, `admission-webhook`, `prometheus-config-reloader`) beside the
+# module's own install manifests: `crds/` (every CRD of example/prometheus-operator-crd), `rbac/`
+# (example/rbac/prometheus-operator: the Deployment, its ServiceAccount, ClusterRole and binding,
+# Service and ServiceMonitor) and `webhook/` (example/admission-webhook). `previous/`
+# in it holds the same for the release before (previous/go.mod: `operator`, `crds/`, `rbac/`),
+# for the upgrade test. The node tier installs them as bundles (tests/tests/node/operators*.rs).
 #
 #   GANTRY_PROMETHEUS_OPERATOR_DIR=/path  skips the build and uses that directory.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-check() {
+check_release() {
   [[ -x "$1/operator" ]] && compgen -G "$1/crds/*.yaml" >/dev/null && compgen -G "$1/rbac/*.yaml" >/dev/null
+}
+check() {
+  check_release "$1" && check_release "$1/previous" &&
+    [[ -x "$1/admission-webhook" && -x "$1/prometheus-config-reloader" ]] &&
+    compgen -G "$1/webhook/*.yaml" >/dev/null
 }
 
 if [[ -n "${GANTRY_PROMETHEUS_OPERATOR_DIR:-}" ]]; then
   check "$GANTRY_PROMETHEUS_OPERATOR_DIR" || {
-    echo "GANTRY_PROMETHEUS_OPERATOR_DIR=$GANTRY_PROMETHEUS_OPERATOR_DIR lacks an executable operator, crds/*.yaml or rbac/*.yaml" >&2
+    echo "GANTRY_PROMETHEUS_OPERATOR_DIR=$GANTRY_PROMETHEUS_OPERATOR_DIR lacks an executable operator, admission-webhook or prometheus-config-reloader, crds/*.yaml, rbac/*.yaml, webhook/*.yaml, or previous/ with its operator, crds/ and rbac/" >&2
     exit 1
   }
   echo "$GANTRY_PROMETHEUS_OPERATOR_DIR"
@@ -27,14 +34,33 @@ fi
 # shellcheck disable=SC1091
 source "$here/../lib.sh"
 module=github.com/prometheus-operator/prometheus-operator
-version="$(version_of "$module")"
-[[ -n "$version" ]] || { echo "cannot read the prometheus-operator version from $here/go.mod" >&2; exit 1; }
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/gantry/prometheus-operator/prometheus-operator-${version}"
-mkdir -p "$cache"
 
-# The manifests come from the same module source the binary is built from.
+# build_release MODULE_DIR CACHE_ROOT [BINARY...]: builds the release MODULE_DIR/go.mod pins
+# into CACHE_ROOT/prometheus-operator-VERSION (the operator and each further BINARY), with the
+# manifests, and sets `cache` to that directory.
+build_release() {
+  here="$1"
+  local root="$2"
+  shift 2
+  local version
+  version="$(version_of "$module")"
+  [[ -n "$version" ]] || { echo "cannot read the prometheus-operator version from $here/go.mod" >&2; return 1; }
+  cache="$root/prometheus-operator-${version}"
+  mkdir -p "$cache"
+  copy_manifests "$version" example/prometheus-operator-crd crds
+  copy_manifests "$version" example/rbac/prometheus-operator rbac
+  # Stamped as the operator's own release builds do (its Makefile), so `--version` names it.
+  local ldflags="-X github.com/prometheus/common/version.Version=${version#v} -X github.com/prometheus/common/version.Branch=${version}"
+  local binary
+  for binary in operator "$@"; do
+    go_build "$cache" "$binary" "$module/cmd/$binary" "$ldflags"
+  done
+  check_release "$cache" || { echo "$cache is incomplete" >&2; return 1; }
+}
+
+# The manifests come from the same module source the binaries are built from.
 copy_manifests() {
-  local from="$1" to="$2"
+  local version="$1" from="$2" to="$3"
   [[ -d "$cache/$to" ]] && return 0
   local source
   source="$(cd "$here" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go mod download -json "$module@$version" |
@@ -47,11 +73,14 @@ copy_manifests() {
   chmod 0755 "$tmp"
   mv "$tmp" "$cache/$to"
 }
-copy_manifests example/prometheus-operator-crd crds
-copy_manifests example/rbac/prometheus-operator rbac
 
-# Stamped as the operator's own release builds do (its Makefile), so `operator --version` names it.
-go_build "$cache" operator "$module/cmd/operator" \
-  "-X github.com/prometheus/common/version.Version=${version#v} -X github.com/prometheus/common/version.Branch=${version}"
+root="${XDG_CACHE_HOME:-$HOME/.cache}/gantry/prometheus-operator"
+tools="$here"
+build_release "$tools/previous" "$root"
+previous="$cache"
+build_release "$tools" "$root" admission-webhook prometheus-config-reloader
+here="$tools"
+copy_manifests "$(version_of "$module")" example/admission-webhook webhook
+ln -sfn "$previous" "$cache/previous"
 check "$cache" || { echo "$cache is incomplete" >&2; exit 1; }
 echo "$cache"

@@ -432,12 +432,36 @@ fn crd(object: &Value) -> Assessment {
     }
 }
 
-/// Any other kind: a `Ready` condition speaks for it; without one it is current once it exists.
+/// The conditions that speak for a kind Gantry has no rule for, in order: `Ready` (kstatus),
+/// then `Available`, which operators whose resources run workloads report instead
+/// (prometheus-operator's Prometheus and Alertmanager, APIService, OpenShift's ClusterOperator).
+const SUMMARY_CONDITIONS: [&str; 2] = ["Ready", "Available"];
+
+/// Any other kind: the first of its [`SUMMARY_CONDITIONS`] speaks for it; without one it is
+/// current once it exists. A condition that carries an `observedGeneration` behind the
+/// object's generation speaks of an earlier spec: the object is still in progress (operators
+/// that keep no `status.observedGeneration` record it per condition).
 fn other(object: &Value) -> Assessment {
-    match condition(object, "Ready") {
-        Some(c) if str_at(c, "/status") == "True" => Assessment::current("Resource is Ready"),
-        Some(c) => Assessment::in_progress(format!("Resource is not Ready: {}", explain(c))),
-        None => Assessment::current("Resource is current"),
+    let Some((type_, c)) = SUMMARY_CONDITIONS
+        .iter()
+        .find_map(|type_| condition(object, type_).map(|c| (*type_, c)))
+    else {
+        return Assessment::current("Resource is current");
+    };
+    if let (Some(generation), Some(observed)) = (
+        int_at(object, "/metadata/generation"),
+        int_at(c, "/observedGeneration"),
+    ) && observed < generation
+    {
+        return Assessment::in_progress(format!(
+            "{} generation is {generation}, but its {type_} condition is of generation {observed}",
+            str_at(object, "/kind")
+        ));
+    }
+    if str_at(c, "/status") == "True" {
+        Assessment::current(format!("Resource is {type_}"))
+    } else {
+        Assessment::in_progress(format!("Resource is not {type_}: {}", explain(c)))
     }
 }
 

@@ -378,6 +378,60 @@ fn a_custom_resource_follows_its_ready_condition_and_observed_generation() {
 }
 
 #[test]
+fn a_custom_resource_without_ready_follows_its_available_condition() {
+    // prometheus-operator's Prometheus: `Available` and `Reconciled`, each with the generation
+    // it speaks of, and no `status.observedGeneration`.
+    let prometheus = |available: Value| {
+        object(
+            "monitoring.coreos.com/v1",
+            "Prometheus",
+            json!({}),
+            json!({"conditions": [
+                available,
+                {"type": "Reconciled", "status": "True", "observedGeneration": 2}
+            ]}),
+        )
+    };
+    assert_state(
+        &prometheus(
+            json!({"type": "Available", "status": "False", "observedGeneration": 2,
+            "reason": "NoPodReady", "message": "shard 0: pod prometheus-k8s-0: containers with unready status: [prometheus]"}),
+        ),
+        State::InProgress,
+        "Resource is not Available: NoPodReady: shard 0: pod prometheus-k8s-0",
+    );
+    // Some replicas available: still short of what was asked.
+    assert_state(
+        &prometheus(
+            json!({"type": "Available", "status": "Degraded", "observedGeneration": 2,
+            "reason": "SomePodsNotReady"}),
+        ),
+        State::InProgress,
+        "SomePodsNotReady",
+    );
+    assert_state(
+        &prometheus(json!({"type": "Available", "status": "True", "observedGeneration": 2})),
+        State::Current,
+        "Resource is Available",
+    );
+    // Available at an earlier spec says nothing of this one.
+    assert_state(
+        &prometheus(json!({"type": "Available", "status": "True", "observedGeneration": 1})),
+        State::InProgress,
+        "Prometheus generation is 2, but its Available condition is of generation 1",
+    );
+    // `Ready` comes first when both are there.
+    let both = object(
+        "example.com/v1",
+        "Widget",
+        json!({}),
+        json!({"conditions": [{"type": "Available", "status": "False"},
+            {"type": "Ready", "status": "True"}]}),
+    );
+    assert_state(&both, State::Current, "Resource is Ready");
+}
+
+#[test]
 fn everything_else_is_current_once_it_exists_and_nothing_panics() {
     assert_state(
         &object("v1", "ConfigMap", json!({}), json!({})),

@@ -28,6 +28,10 @@ pub const CONTROL_PLANE_DIR_ENV: &str = "GANTRY_CONTROL_PLANE_DIR";
 
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// The common name of the API server's front-proxy client certificate, the one name
+/// aggregated API servers accept forwarded identities from.
+const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
+
 /// How to start a control plane. The default is the loopback control plane of the API tests:
 /// no ServiceAccount admission, Service IPs only allocated, nothing reachable off loopback.
 #[derive(Clone, Debug, Default)]
@@ -167,6 +171,14 @@ impl ControlPlane {
         let serving_key = write("apiserver.key", &serving.key_pem)?;
         let sa_key_file = write("sa.key", &sa_key)?;
         let sa_pub_file = write("sa.pub", &sa_pub)?;
+        // API aggregation: the API server proxies to aggregated API servers (an APIService's
+        // backend) as `front-proxy-client`, a certificate of a CA of its own, and they trust the
+        // user and groups it forwards in headers only from that certificate.
+        let front_proxy = Pki::new("gantry-tests-front-proxy-ca")?;
+        let front_proxy_client = front_proxy.client(FRONT_PROXY_CLIENT, None)?;
+        let front_proxy_ca_file = write("front-proxy-ca.crt", front_proxy.ca_pem())?;
+        let front_proxy_cert = write("front-proxy-client.crt", &front_proxy_client.cert_pem)?;
+        let front_proxy_key = write("front-proxy-client.key", &front_proxy_client.key_pem)?;
 
         let address = options
             .node
@@ -188,7 +200,29 @@ impl ControlPlane {
             .arg(format!("--secure-port={port}"))
             .arg(format!("--bind-address={address}"))
             .arg(format!("--advertise-address={address}"))
-            .arg("--allow-privileged=true");
+            .arg("--allow-privileged=true")
+            .arg(format!(
+                "--requestheader-client-ca-file={}",
+                front_proxy_ca_file.display()
+            ))
+            .arg(format!(
+                "--requestheader-allowed-names={FRONT_PROXY_CLIENT}"
+            ))
+            .arg("--requestheader-extra-headers-prefix=X-Remote-Extra-")
+            .arg("--requestheader-group-headers=X-Remote-Group")
+            .arg("--requestheader-username-headers=X-Remote-User")
+            .arg(format!(
+                "--proxy-client-cert-file={}",
+                front_proxy_cert.display()
+            ))
+            .arg(format!(
+                "--proxy-client-key-file={}",
+                front_proxy_key.display()
+            ))
+            // An APIService's Service is reached at its endpoint's address (a Pod's, on a node
+            // cluster's bridge) rather than at its ClusterIP, which only kube-proxy's rules
+            // route: it works with or without kube-proxy on the host.
+            .arg("--enable-aggregator-routing=true");
         match &options.node {
             None => {
                 apiserver

@@ -13,6 +13,7 @@ mod approval_race;
 mod crd_upgrade;
 mod crd_versions;
 mod demo;
+mod docs_airgapped;
 mod health;
 mod install;
 mod leader;

@@ -34,3 +34,7 @@ pub const RECONCILE_REQUESTED_ANNOTATION: &str = "gantry.dev/reconcile-requested
 pub const CRD_UPGRADE_ANNOTATION: &str = "gantry.dev/crd-upgrade";
 /// The value of [`CRD_UPGRADE_ANNOTATION`] that accepts unsafe changes knowingly.
 pub const CRD_UPGRADE_UNSAFE_ALLOWED: &str = "unsafe-allowed";
+/// Annotation on a Bundle: the digest (`sha256:...`) whose unsafe CRD changes its owner
+/// accepted (`kubectl bundle rollback --allow-unsafe-crd-changes`). Honoured only while the
+/// bundle installs that very digest.
+pub const CRD_UPGRADE_ALLOWED_ANNOTATION: &str = "gantry.dev/crd-upgrade-allowed";

@@ -59,6 +59,34 @@ pub async fn has_objects(
     }
 }
 
+/// Every object of `group`/`version`, resource `plural`, in all namespaces, read in pages; none
+/// when the version is not served.
+pub async fn list_objects(
+    client: &Client,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Result<Vec<DynamicObject>> {
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mut objects = Vec::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = match api.list(&params).await {
+            Ok(page) => page,
+            Err(e) if crate::cluster::errors::is_not_found(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        objects.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(objects),
+        }
+    }
+}
+
 /// Waits until CRD `crd` is established and the API server serves `gvk`. What was cached for
 /// `gvk` is forgotten first: the CRD may have changed (a new version, another scope).
 pub async fn wait_served(

@@ -1,4 +1,5 @@
-//! Removing objects a bundle no longer has (prune) or that it had (uninstall).
+//! Removing objects a bundle no longer has (prune) or that it had (uninstall), and the order
+//! an uninstall removes them in.
 
 use gantry_api::{BUNDLE_LABEL, InventoryEntry, PRUNE_ANNOTATION, PRUNE_DISABLED};
 use kube::api::{Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams};
@@ -10,6 +11,78 @@ use crate::cluster::discovery::KindCache;
 use crate::cluster::errors::api_message;
 use crate::cluster::errors::is_not_found;
 use crate::policy::plan::describe;
+
+/// One step of an uninstall: its objects are deleted together, and the next wave starts only
+/// once they are all gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wave {
+    /// Objects of the kinds the bundle's own CRDs define.
+    CustomResources,
+    /// The bundle's CRDs: gone once the API server deleted every custom resource of theirs,
+    /// in any namespace, and their controllers (still running) removed their finalizers.
+    Crds,
+    /// Everything else but Namespaces: workloads, RBAC, webhooks, Services.
+    Others,
+    /// Namespaces last: deleting one deletes everything in it, the operator too.
+    Namespaces,
+}
+
+impl Wave {
+    /// What the wave's objects are, for a status message.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Wave::CustomResources => "custom resources",
+            Wave::Crds => "CustomResourceDefinitions and their custom resources",
+            Wave::Others => "workloads, RBAC and other objects",
+            Wave::Namespaces => "Namespaces",
+        }
+    }
+}
+
+/// The waves of an uninstall, each holding its entries in reverse inventory order (the reverse
+/// of the apply order). An operator's finalizers on its custom resources can only be removed
+/// while its Deployment, its RBAC and the Namespace it runs in are there: so custom resources
+/// and CRDs go first and are waited for, and the rest only then. Empty waves are left out.
+pub fn uninstall_waves(inventory: &[InventoryEntry]) -> Vec<(Wave, Vec<InventoryEntry>)> {
+    let is_crd = |e: &InventoryEntry| {
+        e.group == "apiextensions.k8s.io" && e.kind == "CustomResourceDefinition"
+    };
+    // A CRD's name is `<plural>.<group>`.
+    let crd_groups: Vec<&str> = inventory
+        .iter()
+        .filter(|e| is_crd(e))
+        .filter_map(|e| e.name.split_once('.').map(|(_, group)| group))
+        .collect();
+    let wave_of = |e: &InventoryEntry| {
+        if is_crd(e) {
+            Wave::Crds
+        } else if crd_groups.contains(&e.group.as_str()) {
+            Wave::CustomResources
+        } else if e.group.is_empty() && e.kind == "Namespace" {
+            Wave::Namespaces
+        } else {
+            Wave::Others
+        }
+    };
+    [
+        Wave::CustomResources,
+        Wave::Crds,
+        Wave::Others,
+        Wave::Namespaces,
+    ]
+    .into_iter()
+    .map(|wave| {
+        let entries: Vec<InventoryEntry> = inventory
+            .iter()
+            .rev()
+            .filter(|e| wave_of(e) == wave)
+            .cloned()
+            .collect();
+        (wave, entries)
+    })
+    .filter(|(_, entries)| !entries.is_empty())
+    .collect()
+}
 
 /// What happened to one object being removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,11 +150,67 @@ pub async fn still_present(
         return Ok(None);
     }
     let finalizers = live.finalizers();
-    Ok(Some(if finalizers.is_empty() {
+    let mut described = if finalizers.is_empty() {
         object
     } else {
         format!("{object} (finalizers: {})", finalizers.join(", "))
-    }))
+    };
+    if entry.group == "apiextensions.k8s.io" && entry.kind == "CustomResourceDefinition" {
+        if let Some(left) = custom_resources_left(client, &entry.name).await {
+            described.push_str(&format!(", waiting for its custom resources: {left}"));
+        }
+    }
+    Ok(Some(described))
+}
+
+/// How many custom resources of CRD `crd` (`<plural>.<group>`) are left, the first few named
+/// with their finalizers: what a CRD being deleted waits for. `None` when none is found or
+/// they cannot be listed (the message is only the poorer for it).
+async fn custom_resources_left(client: &Client, crd: &str) -> Option<String> {
+    const NAMED: u32 = 3;
+    let (plural, group) = crd.split_once('.')?;
+    let found = kube::discovery::oneshot::group(client, group).await.ok()?;
+    let (resource, _) = found
+        .recommended_resources()
+        .into_iter()
+        .find(|(r, _)| r.plural == plural)?;
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let list = api
+        .list_metadata(&kube::api::ListParams::default().limit(NAMED))
+        .await
+        .ok()?;
+    if list.items.is_empty() {
+        return None;
+    }
+    let mut named: Vec<String> = list
+        .items
+        .iter()
+        .map(|cr| {
+            let at = match cr.namespace() {
+                Some(ns) => format!("{ns}/{}", cr.name_any()),
+                None => cr.name_any(),
+            };
+            match cr.finalizers() {
+                [] => format!("{} {at}", resource.kind),
+                finalizers => format!(
+                    "{} {at} (finalizers: {})",
+                    resource.kind,
+                    finalizers.join(", ")
+                ),
+            }
+        })
+        .collect();
+    if let Some(more) = list.metadata.remaining_item_count.filter(|n| *n > 0) {
+        named.push(format!("{more} more"));
+    } else if list
+        .metadata
+        .continue_
+        .as_deref()
+        .is_some_and(|c| !c.is_empty())
+    {
+        named.push("more".to_string());
+    }
+    Some(named.join(", "))
 }
 
 /// The live object of `entry` with the API that reaches it; `None` when it is gone (its kind
@@ -107,5 +236,107 @@ async fn live_object(
             Ok(None)
         }
         Err(e) => Err(failed(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(group: &str, kind: &str, namespace: Option<&str>, name: &str) -> InventoryEntry {
+        InventoryEntry {
+            group: group.into(),
+            version: "v1".into(),
+            kind: kind.into(),
+            namespace: namespace.map(Into::into),
+            name: name.into(),
+        }
+    }
+
+    fn names(waves: &[(Wave, Vec<InventoryEntry>)]) -> Vec<(Wave, Vec<String>)> {
+        waves
+            .iter()
+            .map(|(wave, entries)| (*wave, entries.iter().map(|e| e.name.clone()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn an_operator_outlives_its_custom_resources_and_crds() {
+        // As an operator's bundle applies them: Namespace, CRDs, RBAC, Deployment, and a custom
+        // resource of its own CRD.
+        let inventory = [
+            entry("", "Namespace", None, "monitoring"),
+            entry(
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                None,
+                "prometheuses.monitoring.coreos.com",
+            ),
+            entry(
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                None,
+                "servicemonitors.monitoring.coreos.com",
+            ),
+            entry("", "ServiceAccount", Some("monitoring"), "operator-sa"),
+            entry(
+                "rbac.authorization.k8s.io",
+                "ClusterRole",
+                None,
+                "operator-role",
+            ),
+            entry("apps", "Deployment", Some("monitoring"), "operator"),
+            entry(
+                "monitoring.coreos.com",
+                "ServiceMonitor",
+                Some("monitoring"),
+                "operator-monitor",
+            ),
+            // A custom resource of a CRD the bundle does not ship: removed with the rest.
+            entry("cert-manager.io", "Certificate", Some("monitoring"), "cert"),
+        ];
+        assert_eq!(
+            names(&uninstall_waves(&inventory)),
+            [
+                (Wave::CustomResources, vec!["operator-monitor".to_string()]),
+                (
+                    Wave::Crds,
+                    vec![
+                        "servicemonitors.monitoring.coreos.com".to_string(),
+                        "prometheuses.monitoring.coreos.com".to_string()
+                    ]
+                ),
+                (
+                    Wave::Others,
+                    vec![
+                        "cert".to_string(),
+                        "operator".to_string(),
+                        "operator-role".to_string(),
+                        "operator-sa".to_string()
+                    ]
+                ),
+                (Wave::Namespaces, vec!["monitoring".to_string()]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bundle_without_crds_removes_its_namespace_last() {
+        let inventory = [
+            entry("", "ConfigMap", Some("app"), "settings"),
+            entry("", "Namespace", None, "app"),
+            entry("apps", "Deployment", Some("app"), "web"),
+        ];
+        assert_eq!(
+            names(&uninstall_waves(&inventory)),
+            [
+                (
+                    Wave::Others,
+                    vec!["web".to_string(), "settings".to_string()]
+                ),
+                (Wave::Namespaces, vec!["app".to_string()]),
+            ]
+        );
+        assert!(uninstall_waves(&[]).is_empty());
     }
 }

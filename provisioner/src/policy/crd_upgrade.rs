@@ -19,7 +19,20 @@ pub struct Finding {
     pub version: Option<String>,
     /// Where, in the CRD: `spec.versions[v1].schema.openAPIV3Schema.properties.spec`.
     pub path: String,
+    /// Where, in an object of the version: the steps from its root to the values concerned.
+    pub at: Vec<Step>,
     pub change: Change,
+}
+
+/// One step from a schema to the values it describes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The property of that name.
+    Property(String),
+    /// Every item of an array (`items`).
+    Item,
+    /// Every value of a map (`additionalProperties`).
+    Value,
 }
 
 /// What changed.
@@ -101,11 +114,12 @@ pub fn compare(live: &Value, new: &Value) -> Vec<Finding> {
         .unwrap_or_default()
         .to_string();
     let mut findings = Vec::new();
-    let mut found = |version: Option<&str>, path: String, change: Change| {
+    let mut found = |version: Option<&str>, path: String, at: Vec<Step>, change: Change| {
         findings.push(Finding {
             crd: crd.clone(),
             version: version.map(str::to_string),
             path,
+            at,
             change,
         })
     };
@@ -121,6 +135,7 @@ pub fn compare(live: &Value, new: &Value) -> Vec<Finding> {
         found(
             None,
             "spec.scope".to_string(),
+            Vec::new(),
             Change::ScopeChanged { from, to },
         );
     }
@@ -139,6 +154,7 @@ pub fn compare(live: &Value, new: &Value) -> Vec<Finding> {
             found(
                 Some(name),
                 format!("spec.versions[{name}]"),
+                Vec::new(),
                 Change::StoredVersionRemoved,
             );
         }
@@ -153,6 +169,7 @@ pub fn compare(live: &Value, new: &Value) -> Vec<Finding> {
                 found(
                     Some(name),
                     format!("spec.versions[{name}]"),
+                    Vec::new(),
                     Change::NoLongerServed,
                 );
             }
@@ -162,6 +179,7 @@ pub fn compare(live: &Value, new: &Value) -> Vec<Finding> {
             found(
                 Some(name),
                 format!("spec.versions[{name}].served"),
+                Vec::new(),
                 Change::NoLongerServed,
             );
             continue;
@@ -177,10 +195,11 @@ pub fn compare(live: &Value, new: &Value) -> Vec<Finding> {
             old_schema,
             new_schema,
             &format!("spec.versions[{name}].schema.openAPIV3Schema"),
+            &[],
             &mut changes,
         );
-        for (path, change) in changes {
-            found(Some(name), path, change);
+        for (path, at, change) in changes {
+            found(Some(name), path, at, change);
         }
     }
     findings
@@ -216,7 +235,14 @@ const LIMITS: &[(&str, bool)] = &[
 ];
 
 /// Compares one schema node and, recursively, its properties, items and additional properties.
-fn schema(old: &Value, new: &Value, path: &str, changes: &mut Vec<(String, Change)>) {
+fn schema(
+    old: &Value,
+    new: &Value,
+    path: &str,
+    at: &[Step],
+    changes: &mut Vec<(String, Vec<Step>, Change)>,
+) {
+    let below = |step: Step| -> Vec<Step> { at.iter().cloned().chain([step]).collect() };
     let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
         return;
     };
@@ -226,7 +252,11 @@ fn schema(old: &Value, new: &Value, path: &str, changes: &mut Vec<(String, Chang
     if let (Some(from), Some(to)) = (text(old, "type"), text(new, "type"))
         && from != to
     {
-        changes.push((path.to_string(), Change::TypeChanged { from, to }));
+        changes.push((
+            path.to_string(),
+            at.to_vec(),
+            Change::TypeChanged { from, to },
+        ));
     }
 
     let preserves = |node: &Map<String, Value>| {
@@ -235,7 +265,11 @@ fn schema(old: &Value, new: &Value, path: &str, changes: &mut Vec<(String, Chang
             == Some(true)
     };
     if preserves(old) && !preserves(new) {
-        changes.push((path.to_string(), Change::PreserveUnknownFieldsRemoved));
+        changes.push((
+            path.to_string(),
+            at.to_vec(),
+            Change::PreserveUnknownFieldsRemoved,
+        ));
     }
 
     let names = |node: &Map<String, Value>, key: &str| -> Vec<String> {
@@ -252,6 +286,7 @@ fn schema(old: &Value, new: &Value, path: &str, changes: &mut Vec<(String, Chang
         if !old_required.contains(&name) {
             changes.push((
                 format!("{path}.properties.{name}"),
+                below(Step::Property(name.clone())),
                 Change::RequiredAdded(name),
             ));
         }
@@ -265,6 +300,7 @@ fn schema(old: &Value, new: &Value, path: &str, changes: &mut Vec<(String, Chang
             for value in old_values.iter().filter(|v| !new_values.contains(v)) {
                 changes.push((
                     path.to_string(),
+                    at.to_vec(),
                     Change::EnumValueRemoved(value.to_string()),
                 ));
             }
@@ -273,6 +309,7 @@ fn schema(old: &Value, new: &Value, path: &str, changes: &mut Vec<(String, Chang
             let values: Vec<String> = new_values.iter().map(Value::to_string).collect();
             changes.push((
                 path.to_string(),
+                at.to_vec(),
                 Change::LimitTightened {
                     keyword: "enum",
                     from: None,
@@ -296,6 +333,7 @@ fn schema(old: &Value, new: &Value, path: &str, changes: &mut Vec<(String, Chang
         if tighter {
             changes.push((
                 path.to_string(),
+                at.to_vec(),
                 Change::LimitTightened {
                     keyword,
                     from: from.map(number),
@@ -310,15 +348,31 @@ fn schema(old: &Value, new: &Value, path: &str, changes: &mut Vec<(String, Chang
         for (name, old_property) in old_properties {
             let here = format!("{path}.properties.{name}");
             match new_properties.and_then(|p| p.get(name)) {
-                Some(new_property) => schema(old_property, new_property, &here, changes),
+                Some(new_property) => schema(
+                    old_property,
+                    new_property,
+                    &here,
+                    &below(Step::Property(name.clone())),
+                    changes,
+                ),
                 // Kept as unknown fields: stored values stay.
                 None if preserves(new) => {}
-                None => changes.push((here, Change::PropertyRemoved)),
+                None => changes.push((
+                    here,
+                    below(Step::Property(name.clone())),
+                    Change::PropertyRemoved,
+                )),
             }
         }
     }
     if let (Some(old_items), Some(new_items)) = (old.get("items"), new.get("items")) {
-        schema(old_items, new_items, &format!("{path}.items"), changes);
+        schema(
+            old_items,
+            new_items,
+            &format!("{path}.items"),
+            &below(Step::Item),
+            changes,
+        );
     }
     if let (Some(old_more), Some(new_more)) = (
         old.get("additionalProperties"),
@@ -328,8 +382,81 @@ fn schema(old: &Value, new: &Value, path: &str, changes: &mut Vec<(String, Chang
             old_more,
             new_more,
             &format!("{path}.additionalProperties"),
+            &below(Step::Value),
             changes,
         );
+    }
+}
+
+impl Finding {
+    /// Whether the change refuses values rather than changing the shape of objects: a limit
+    /// tightened or an enum value removed. Such a change loses nothing stored (the API server
+    /// keeps the values, and ratcheting validation lets objects be updated while they keep
+    /// them), and new writes of refused values fail loudly: it is unsafe only when objects in
+    /// the cluster hold values it refuses ([`Finding::refuses`]). A property removed, by
+    /// contrast, silently prunes what clients write later, and stays a finding.
+    pub fn concerns_values(&self) -> bool {
+        matches!(
+            self.change,
+            Change::LimitTightened { .. } | Change::EnumValueRemoved(_)
+        )
+    }
+
+    /// Whether `object` (of the finding's version) holds a value the change refuses.
+    pub fn refuses(&self, object: &Value) -> bool {
+        let mut values = vec![object];
+        for step in &self.at {
+            values = values
+                .into_iter()
+                .flat_map(|value| -> Vec<&Value> {
+                    match step {
+                        Step::Property(name) => value.get(name).into_iter().collect(),
+                        Step::Item => value.as_array().into_iter().flatten().collect(),
+                        Step::Value => value
+                            .as_object()
+                            .into_iter()
+                            .flat_map(|map| map.values())
+                            .collect(),
+                    }
+                })
+                .collect();
+        }
+        values.into_iter().any(|value| refused(&self.change, value))
+    }
+}
+
+/// Whether `change` refuses `value`. A value of another type than the limit concerns is left
+/// to the type check.
+fn refused(change: &Change, value: &Value) -> bool {
+    let size = |keyword: &str| -> Option<f64> {
+        match keyword {
+            "maximum" | "minimum" => value.as_f64(),
+            "maxLength" | "minLength" => value.as_str().map(|s| s.chars().count() as f64),
+            "maxItems" | "minItems" => value.as_array().map(|a| a.len() as f64),
+            "maxProperties" | "minProperties" => value.as_object().map(|o| o.len() as f64),
+            _ => None,
+        }
+    };
+    match change {
+        Change::EnumValueRemoved(removed) => {
+            serde_json::from_str::<Value>(removed).is_ok_and(|removed| *value == removed)
+        }
+        Change::LimitTightened {
+            keyword: "enum",
+            to,
+            ..
+        } => serde_json::from_str::<Vec<Value>>(to).is_ok_and(|allowed| !allowed.contains(value)),
+        Change::LimitTightened { keyword, to, .. } => {
+            let (Some(size), Ok(limit)) = (size(keyword), to.parse::<f64>()) else {
+                return false;
+            };
+            if keyword.starts_with("max") {
+                size > limit
+            } else {
+                size < limit
+            }
+        }
+        _ => false,
     }
 }
 
@@ -607,6 +734,146 @@ mod tests {
         ] {
             compare(&a, &b);
         }
+    }
+
+    #[test]
+    fn a_tightened_limit_refuses_only_the_values_beyond_it() {
+        let live = widgets();
+        let mut new = widgets();
+        {
+            let spec = v1_spec(&mut new);
+            spec["properties"]["size"]["maximum"] = json!(5);
+            spec["properties"]["name"]["minLength"] = json!(1);
+            spec["properties"]["tags"]["items"]["properties"]["key"]["enum"] = json!(["a", "b"]);
+            spec["properties"]["labels"]["additionalProperties"]["maxLength"] = json!(3);
+            spec["properties"]["mode"]["enum"] = json!(["fast"]);
+        }
+        let findings = compare(&live, &new);
+        assert_eq!(findings.len(), 5, "{findings:?}");
+        assert!(
+            findings.iter().all(Finding::concerns_values),
+            "{findings:?}"
+        );
+        let refused_by = |object: Value| -> Vec<String> {
+            findings
+                .iter()
+                .filter(|f| f.refuses(&object))
+                .map(|f| f.path.trim_start_matches(SPEC).to_string())
+                .collect()
+        };
+        // Values within every new limit, or absent: nothing stored is refused.
+        assert!(
+            refused_by(
+                json!({ "spec": { "size": 5, "name": "n", "tags": [{ "key": "a" }],
+            "labels": { "x": "abc" }, "mode": "fast" } })
+            )
+            .is_empty()
+        );
+        assert!(refused_by(json!({ "metadata": { "name": "bare" } })).is_empty());
+        assert_eq!(
+            refused_by(
+                json!({ "spec": { "size": 6, "name": "", "tags": [{ "key": "a" }, { "key": "c" }],
+                "labels": { "x": "abcd" }, "mode": "slow" } })
+            ),
+            [
+                ".properties.labels.additionalProperties",
+                ".properties.mode",
+                ".properties.name",
+                ".properties.size",
+                ".properties.tags.items.properties.key",
+            ]
+        );
+        // A value of another type is the type check's business.
+        assert!(refused_by(json!({ "spec": { "size": "6" } })).is_empty());
+    }
+
+    #[test]
+    fn shape_changes_do_not_depend_on_values() {
+        let (_, change) = one_finding(|crd| {
+            v1_spec(crd)["properties"]
+                .as_object_mut()
+                .unwrap()
+                .remove("name");
+        });
+        let finding = Finding {
+            crd: "widgets.example.com".into(),
+            version: Some("v1".into()),
+            path: String::new(),
+            at: vec![Step::Property("spec".into()), Step::Property("name".into())],
+            change,
+        };
+        assert!(!finding.concerns_values());
+        assert!(!finding.refuses(&json!({ "spec": { "name": "x" } })));
+    }
+
+    /// prometheus-operator v0.84.0 to v0.85.0 and back, when `GANTRY_PROMETHEUS_OPERATOR_DIR`
+    /// names their CRDs: the upgrade only adds limits no value an object of the releases' own
+    /// examples holds breaks (`minimum: 0` on `minReadySeconds`, a port range), while going
+    /// back removes properties v0.85.0 added.
+    #[test]
+    fn prometheus_operator_upgrade_and_rollback() {
+        let Ok(dir) = std::env::var("GANTRY_PROMETHEUS_OPERATOR_DIR") else {
+            return;
+        };
+        let dir = std::path::Path::new(&dir);
+        let (old, new) = (
+            real_crds(&dir.join("previous/crds")),
+            real_crds(&dir.join("crds")),
+        );
+        assert_eq!(old.len(), new.len());
+        let pairs = || {
+            old.iter().map(|o| {
+                let name = &o["metadata"]["name"];
+                let n = new
+                    .iter()
+                    .find(|n| n["metadata"]["name"] == *name)
+                    .expect("in both");
+                (o, n)
+            })
+        };
+        let up: Vec<Finding> = pairs().flat_map(|(o, n)| compare(o, n)).collect();
+        assert!(!up.is_empty(), "v0.85.0 tightens limits");
+        assert!(up.iter().all(Finding::concerns_values), "{up:?}");
+        let prometheus = json!({ "apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus",
+            "spec": { "replicas": 1, "minReadySeconds": 10 } });
+        assert!(!up.iter().any(|f| f.refuses(&prometheus)));
+        let negative = json!({ "spec": { "minReadySeconds": -1 } });
+        assert!(
+            up.iter()
+                .any(|f| f.crd == "prometheuses.monitoring.coreos.com" && f.refuses(&negative))
+        );
+
+        let down: Vec<Finding> = pairs().flat_map(|(o, n)| compare(n, o)).collect();
+        assert!(
+            down.iter()
+                .any(|f| f.crd == "prometheuses.monitoring.coreos.com"
+                    && f.change == Change::PropertyRemoved
+                    && f.path.ends_with(".properties.spec.properties.hostUsers")),
+            "{down:?}"
+        );
+    }
+
+    /// The CRDs of the manifests in `dir`, each with its storage version stored.
+    fn real_crds(dir: &std::path::Path) -> Vec<Value> {
+        let limits = gantry_image::EffectiveLimits::default();
+        let mut crds = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read(&path).unwrap();
+            for object in gantry_image::parse_file("crd.yaml", &text, &limits).unwrap() {
+                let mut crd = object.value().unwrap();
+                if crd["kind"] == "CustomResourceDefinition" {
+                    let versions = versions(&crd)
+                        .iter()
+                        .filter(|(_, v)| v["storage"] == true)
+                        .map(|(n, _)| json!(n))
+                        .collect::<Vec<_>>();
+                    crd["status"] = json!({ "storedVersions": versions });
+                    crds.push(crd);
+                }
+            }
+        }
+        crds
     }
 
     /// The CRDs of prometheus-operator v0.85.0 (`tools/prometheus-operator/build.sh`), when

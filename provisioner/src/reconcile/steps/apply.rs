@@ -1,15 +1,16 @@
 //! Steps 6 and 7: apply the plan, then prune what the new content no longer has, and record
 //! the inventory.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{InventoryEntry, ProvisionerClass};
+use gantry_api::{Bundle, CRD_UPGRADE_ALLOWED_ANNOTATION, InventoryEntry, ProvisionerClass};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject};
 
 use super::unpack::Content;
 use crate::cluster::apply::{ApplySettings, check, write};
@@ -45,7 +46,12 @@ pub(crate) async fn apply_and_prune(
     // Only new content (or spec) can change a CRD: a pass that repairs drift of what was
     // checked when it was installed reads no CRD here.
     if write_all {
-        check_crd_upgrades(ctx, plan).await?;
+        check_crd_upgrades(
+            ctx,
+            plan,
+            accepted_digest(pass.bundle, &content.resolved_image),
+        )
+        .await?;
     }
     let planned: Vec<InventoryEntry> = plan.objects.iter().map(|o| o.inventory_entry()).collect();
     if write_all {
@@ -160,7 +166,7 @@ async fn record_before_applying(pass: &mut Pass<'_>, planned: &[InventoryEntry])
 }
 
 /// A duration as a user wrote it: `90s`, `5m`, `1h30m`.
-fn humantime(duration: Duration) -> String {
+pub(super) fn humantime(duration: Duration) -> String {
     let seconds = duration.as_secs();
     let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
     let mut text = String::new();
@@ -226,11 +232,25 @@ async fn check_install_namespace(pass: &Pass<'_>, plan: &Plan) -> Result<()> {
     }
 }
 
+/// The digest of `resolved` (`repo@sha256:...`) when the bundle's annotation
+/// `gantry.dev/crd-upgrade-allowed` accepts its unsafe CRD changes.
+fn accepted_digest<'a>(bundle: &Bundle, resolved: &'a str) -> Option<&'a str> {
+    let digest = resolved.rsplit_once('@').map(|(_, d)| d)?;
+    (bundle
+        .annotations()
+        .get(CRD_UPGRADE_ALLOWED_ANNOTATION)
+        .map(String::as_str)
+        == Some(digest))
+    .then_some(digest)
+}
+
 /// Before anything is written: every CRD of the plan that exists live is compared with its new
 /// content, and unsafe changes refuse the whole apply. A served version no longer served counts
-/// only when objects are read through it. A CRD annotated `gantry.dev/crd-upgrade:
-/// unsafe-allowed` is applied anyway; its findings are logged.
-async fn check_crd_upgrades(ctx: &Context, plan: &Plan) -> Result<()> {
+/// only when objects are read through it; a tightened limit or a removed enum value only when
+/// objects hold values it refuses (named in the finding). A CRD annotated
+/// `gantry.dev/crd-upgrade: unsafe-allowed`, or every CRD when the bundle accepted this
+/// `digest` (`gantry.dev/crd-upgrade-allowed`), is applied anyway; its findings are logged.
+async fn check_crd_upgrades(ctx: &Context, plan: &Plan, accepted: Option<&str>) -> Result<()> {
     let (mut refused, mut findings) = (Vec::new(), Vec::new());
     for object in &plan.objects {
         let Some(name) = object.defines_crd.as_deref() else {
@@ -241,25 +261,52 @@ async fn check_crd_upgrades(ctx: &Context, plan: &Plan) -> Result<()> {
         };
         let new = object.value();
         let mut found = Vec::new();
+        // Objects of the live CRD by version, read once and only if a finding needs them.
+        let mut stored: HashMap<String, Vec<DynamicObject>> = HashMap::new();
         for finding in crd_upgrade::compare(&live, &new) {
-            if finding.change == Change::NoLongerServed
-                && let Some(version) = finding.version.as_deref()
-                && !read_through(ctx, &live, version).await?
-            {
+            let Some(version) = finding.version.clone() else {
+                found.push(finding.to_string());
+                continue;
+            };
+            if finding.change == Change::NoLongerServed {
+                if read_through(ctx, &live, &version).await? {
+                    found.push(finding.to_string());
+                }
                 continue;
             }
-            found.push(finding);
+            if !finding.concerns_values() {
+                found.push(finding.to_string());
+                continue;
+            }
+            if !stored.contains_key(&version) {
+                let objects = objects_of(ctx, &live, &version).await?;
+                stored.insert(version.clone(), objects);
+            }
+            let holders: Vec<String> = stored[&version]
+                .iter()
+                .filter(|o| finding.refuses(&o.data))
+                .map(|o| match o.namespace() {
+                    Some(ns) => format!("{ns}/{}", o.name_any()),
+                    None => o.name_any(),
+                })
+                .collect();
+            if !holders.is_empty() {
+                found.push(format!("{finding}, held by {}", holders.join(", ")));
+            }
         }
         if found.is_empty() {
             continue;
         }
-        let said: Vec<String> = found.iter().map(ToString::to_string).collect();
         if crd_upgrade::unsafe_allowed(&new) {
-            tracing::warn!(crd = %name, findings = %said.join("; "), "unsafe CRD change applied: the CRD allows it");
+            tracing::warn!(crd = %name, findings = %found.join("; "), "unsafe CRD change applied: the CRD allows it");
+            continue;
+        }
+        if let Some(digest) = accepted {
+            tracing::warn!(crd = %name, %digest, findings = %found.join("; "), "unsafe CRD change applied: the bundle accepts it for this digest");
             continue;
         }
         refused.push(name.to_string());
-        findings.extend(said);
+        findings.extend(found);
     }
     if refused.is_empty() {
         Ok(())
@@ -269,6 +316,27 @@ async fn check_crd_upgrades(ctx: &Context, plan: &Plan) -> Result<()> {
             findings,
         })
     }
+}
+
+/// The objects of the live CRD `crd` as read through `version`, in all namespaces.
+async fn objects_of(
+    ctx: &Context,
+    crd: &serde_json::Value,
+    version: &str,
+) -> Result<Vec<DynamicObject>> {
+    let text = |pointer: &str| {
+        crd.pointer(pointer)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+    };
+    crds::list_objects(
+        &ctx.client,
+        text("/spec/group"),
+        version,
+        text("/spec/names/kind"),
+        text("/spec/names/plural"),
+    )
+    .await
 }
 
 /// Whether objects of the live CRD `crd` are read through `version`.

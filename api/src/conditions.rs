@@ -140,6 +140,14 @@ pub mod reasons {
         /// scope changed, a served version with objects no longer served, a schema that
         /// accepts less); the message names each change. Nothing was applied.
         UNSAFE_CRD_UPGRADE = "UnsafeCRDUpgrade" => Failure;
+        /// An object's `gantry.dev/ssa` or `gantry.dev/force` annotation has a value Gantry
+        /// does not know; the message names the object, the annotation, the value and the
+        /// allowed values. Nothing was applied.
+        INVALID_OBJECT_POLICY = "InvalidObjectPolicy" => Failure;
+        /// The API server refused to change an immutable field of an object (a Job's
+        /// template, a Service's clusterIP) that is not annotated `gantry.dev/force: enabled`;
+        /// the message names the object and the fields.
+        IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged" => Failure;
 
         // `Ready`, when the bundle is held back (set over the summary).
         /// `spec.suspend` is true: nothing is applied, pruned or repaired. `Ready` keeps the

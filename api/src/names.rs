@@ -38,3 +38,22 @@ pub const CRD_UPGRADE_UNSAFE_ALLOWED: &str = "unsafe-allowed";
 /// accepted (`kubectl bundle rollback --allow-unsafe-crd-changes`). Honoured only while the
 /// bundle installs that very digest.
 pub const CRD_UPGRADE_ALLOWED_ANNOTATION: &str = "gantry.dev/crd-upgrade-allowed";
+
+/// Annotation on an object of a bundle: how Gantry applies it. Absent, it is applied with
+/// server-side apply and force, taking every field it sets; the values are
+/// [`SSA_MERGE`], [`SSA_IF_NOT_PRESENT`] and [`SSA_IGNORE`].
+pub const SSA_ANNOTATION: &str = "gantry.dev/ssa";
+/// Applied without force: fields other field managers own stay theirs.
+pub const SSA_MERGE: &str = "Merge";
+/// Created when absent, never updated.
+pub const SSA_IF_NOT_PRESENT: &str = "IfNotPresent";
+/// Never applied, repaired, health-checked or deleted.
+pub const SSA_IGNORE: &str = "Ignore";
+
+/// Annotation on an object of a bundle: [`FORCE_ENABLED`] deletes and recreates the object when
+/// the API server refuses a change of an immutable field.
+pub const FORCE_ANNOTATION: &str = "gantry.dev/force";
+/// The value of [`FORCE_ANNOTATION`] that recreates the object.
+pub const FORCE_ENABLED: &str = "enabled";
+/// The value of [`FORCE_ANNOTATION`] that is the same as its absence.
+pub const FORCE_DISABLED: &str = "disabled";

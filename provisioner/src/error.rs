@@ -100,6 +100,19 @@ pub enum Error {
     #[error("applying {object}: {message}")]
     Apply { object: String, message: String },
 
+    /// Objects whose `gantry.dev/ssa` or `gantry.dev/force` has a value Gantry does not know:
+    /// each entry names the object, the annotation, the value and the allowed values.
+    #[error("{}", .0.join("; "))]
+    InvalidObjectPolicy(Vec<String>),
+
+    /// The API server refused a change of immutable fields of an object without
+    /// `gantry.dev/force: enabled`.
+    #[error(
+        "applying {object}: the API server refuses to change its immutable field(s) {}; annotate the object gantry.dev/force: enabled to have Gantry delete and recreate it",
+        .fields.join(", ")
+    )]
+    ImmutableFieldChanged { object: String, fields: Vec<String> },
+
     #[error("pruning {object}: {message}")]
     Prune { object: String, message: String },
 
@@ -264,7 +277,9 @@ impl Error {
             | Error::ServiceAccountNotAllowed { .. } => Some(Stall::Spec),
             Error::InvalidBundle { .. }
             | Error::InvalidBundleReported { .. }
-            | Error::UnsafeCrdUpgrade { .. } => Some(Stall::Digest),
+            | Error::UnsafeCrdUpgrade { .. }
+            | Error::InvalidObjectPolicy(_)
+            | Error::ImmutableFieldChanged { .. } => Some(Stall::Digest),
             Error::Verification {
                 source: ImageError::VerificationFailed { .. },
                 ..
@@ -316,6 +331,8 @@ impl Error {
             Error::Conflict { .. } => (INSTALLED, reasons::CONFLICT),
             Error::CrdNotEstablished { .. } => (INSTALLED, reasons::CRD_NOT_ESTABLISHED),
             Error::UnsafeCrdUpgrade { .. } => (INSTALLED, reasons::UNSAFE_CRD_UPGRADE),
+            Error::InvalidObjectPolicy(_) => (INSTALLED, reasons::INVALID_OBJECT_POLICY),
+            Error::ImmutableFieldChanged { .. } => (INSTALLED, reasons::IMMUTABLE_FIELD_CHANGED),
             Error::Apply { .. } | Error::Kube(_) => (INSTALLED, reasons::APPLY_FAILED),
             Error::Prune { .. } => (INSTALLED, reasons::PRUNE_FAILED),
             Error::Uninstall { .. } => (INSTALLED, reasons::UNINSTALL_FAILED),
@@ -467,6 +484,19 @@ mod tests {
                         "widgets.example.com v1 spec.versions[v1].served: version no longer served"
                             .into(),
                     ],
+                },
+                Stall::Digest,
+            ),
+            (
+                Error::InvalidObjectPolicy(vec![
+                    "ConfigMap a/b (a.yaml document 1): annotation gantry.dev/ssa has the value \"merge\"; allowed values are Merge, IfNotPresent, Ignore".into(),
+                ]),
+                Stall::Digest,
+            ),
+            (
+                Error::ImmutableFieldChanged {
+                    object: "Job.batch a/migrate (job.yaml document 1)".into(),
+                    fields: vec!["spec.template".into()],
                 },
                 Stall::Digest,
             ),

@@ -2,25 +2,35 @@
 //! them, concurrently within a wave, writing only objects that differ from what is live.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use gantry_api::{BUNDLE_LABEL, FIELD_MANAGER};
 use kube::Client;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
+    PropagationPolicy,
+};
 use kube::core::GroupVersionKind;
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::cluster::access::AccessReviews;
 use crate::cluster::crds::{served_kinds, wait_served};
 use crate::cluster::discovery::KindCache;
 use crate::cluster::errors::{api_message, is_forbidden, is_not_found};
-use crate::cluster::live::live_matches;
+use crate::cluster::live::{live_matches, live_matches_leaving_others};
 use crate::cluster::preflight::{
     GroupKey, allowed_by_kind, forbidden, group_key, is_rbac, preflight,
 };
 use crate::error::{Error, Result};
+use crate::policy::managed_fields::{conflicting_fields, immutable_fields, remove_field};
+use crate::policy::object_policy::{ObjectPolicy, Ssa};
 use crate::policy::plan::{Plan, PlannedObject};
+
+/// How long an object recreated for `gantry.dev/force: enabled` may take to be gone (its
+/// dependents go first: foreground deletion) before it is created again.
+const RECREATE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What an apply did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -46,9 +56,11 @@ pub struct ApplySettings {
     pub write_all: bool,
 }
 
-/// What [`check`] found: per object of the plan, in its order, `None` when it is absent.
+/// What [`check`] found: per object of the plan, in its order, `None` when it is absent; and
+/// each object's policy.
 pub struct Checked {
     live: Vec<Option<Seen>>,
+    policies: Vec<ObjectPolicy>,
 }
 
 /// What the apply needs of a live object. The object itself is dropped as soon as it is
@@ -63,21 +75,34 @@ pub struct Seen {
 }
 
 impl Seen {
-    fn of(live: &Value, desired: &Value) -> Self {
+    fn of(live: &Value, desired: &Value, policy: ObjectPolicy) -> Self {
         let label = format!("/metadata/labels/{}", BUNDLE_LABEL.replace('/', "~1"));
         Self {
             owner: live
                 .pointer(&label)
                 .and_then(Value::as_str)
                 .map(str::to_string),
-            matches: live_matches(live, desired),
+            matches: match policy.ssa {
+                Ssa::Merge => live_matches_leaving_others(live, desired),
+                _ => live_matches(live, desired),
+            },
             being_deleted: live.pointer("/metadata/deletionTimestamp").is_some(),
         }
     }
 }
 
+/// Whether an object will be written: new content is written whole, else what differs from
+/// what is live; an `IfNotPresent` object only while it is absent.
+fn will_write(settings: &ApplySettings, policy: ObjectPolicy, live: Option<&Seen>) -> bool {
+    if policy.ssa == Ssa::IfNotPresent && live.is_some() {
+        return false;
+    }
+    settings.write_all || !live.is_some_and(|l| l.matches)
+}
+
 /// Everything an apply verifies before its first write: no object belongs to another bundle,
-/// and `identity` may write every object that will be written.
+/// and `identity` may write every object that will be written. `policies` has each object's
+/// policy (`Ignore` objects are not in the plan).
 ///
 /// New content (`write_all`) needs only each object's owner, not its fields: the objects other
 /// bundles own are listed once per kind and namespace (usually none), not read one by one. Its
@@ -85,9 +110,13 @@ impl Seen {
 /// where that answer is no (RBAC may grant by name) and for RBAC objects, whose writes the API
 /// server also checks for escalation (see [`preflight`]). That keeps a new content's checks to
 /// a few requests per kind, whatever its number of objects.
+// The plan, its policies and who applies it are what an apply is; a struct of them would be
+// built only to be taken apart here.
+#[allow(clippy::too_many_arguments)]
 pub async fn check(
     client: &Client,
     plan: &Plan,
+    policies: &[ObjectPolicy],
     bundle: &str,
     claimed: &[Option<String>],
     identity: &str,
@@ -95,12 +124,14 @@ pub async fn check(
     access: &AccessReviews,
 ) -> Result<Checked> {
     let concurrency = settings.concurrency.max(1);
+    let policy = |i: usize| policies.get(i).copied().unwrap_or_default();
     let to_write = |live: &[Option<Seen>]| -> Vec<&PlannedObject> {
         plan.objects
             .iter()
             .zip(live)
-            .filter(|(_, live)| settings.write_all || !live.as_ref().is_some_and(|l| l.matches))
-            .map(|(object, _)| object)
+            .enumerate()
+            .filter(|(i, (_, live))| will_write(settings, policy(*i), live.as_ref()))
+            .map(|(_, (object, _))| object)
             .collect()
     };
     let (live, allowed) = if settings.write_all {
@@ -108,7 +139,7 @@ pub async fn check(
         // asked at once.
         let all: Vec<&PlannedObject> = plan.objects.iter().collect();
         futures::try_join!(
-            owners(client, plan, bundle, identity, concurrency),
+            owners(client, plan, policies, bundle, identity, concurrency),
             allowed_by_kind(client, &all, identity, concurrency, access),
         )?
     } else {
@@ -117,7 +148,8 @@ pub async fn check(
         let reads: Vec<_> = plan
             .objects
             .iter()
-            .map(|object| read_seen(client, object, identity))
+            .enumerate()
+            .map(|(i, object)| read_seen(client, object, policy(i), identity))
             .collect();
         let live: Vec<Option<Seen>> = stream::iter(reads)
             .buffered(concurrency)
@@ -138,15 +170,20 @@ pub async fn check(
         .buffered(concurrency)
         .try_collect::<Vec<()>>()
         .await?;
-    Ok(Checked { live })
+    Ok(Checked {
+        live,
+        policies: (0..plan.objects.len()).map(policy).collect(),
+    })
 }
 
 /// For new content: which objects of the plan exist with another bundle's label. One list of
 /// metadata per kind and namespace, selecting only objects other bundles own; a kind or
-/// namespace where `identity` may not list is read object by object instead.
+/// namespace where `identity` may not list is read object by object instead, and so are
+/// `IfNotPresent` objects, which are written only when absent.
 async fn owners(
     client: &Client,
     plan: &Plan,
+    policies: &[ObjectPolicy],
     bundle: &str,
     identity: &str,
     concurrency: usize,
@@ -188,8 +225,13 @@ async fn owners(
     let reads: Vec<_> = plan
         .objects
         .iter()
-        .map(|object| {
-            let owners = listed.get(&group_key(object)).and_then(Option::as_ref);
+        .enumerate()
+        .map(|(i, object)| {
+            let policy = policies.get(i).copied().unwrap_or_default();
+            let owners = listed
+                .get(&group_key(object))
+                .and_then(Option::as_ref)
+                .filter(|_| policy.ssa != Ssa::IfNotPresent);
             async move {
                 match owners {
                     Some(owners) => Ok(owners.get(&object.name).map(|owner| Seen {
@@ -198,7 +240,7 @@ async fn owners(
                         // Written anyway (new content): the answer tells.
                         being_deleted: false,
                     })),
-                    None => read_seen(client, object, identity).await,
+                    None => read_seen(client, object, policy, identity).await,
                 }
             }
         })
@@ -219,12 +261,13 @@ pub async fn write(
     checked: Checked,
 ) -> Result<ApplyOutcome> {
     let concurrency = settings.concurrency.max(1);
-    let live = checked.live;
+    let Checked { live, policies } = checked;
     let mut outcome = ApplyOutcome::default();
     let mut served: HashSet<GroupVersionKind> = HashSet::new();
     let mut offset = 0;
     for wave in waves(&plan.objects) {
         let lives = &live[offset..offset + wave.len()];
+        let wave_policies = &policies[offset..offset + wave.len()];
         offset += wave.len();
         // Before custom resources go out, their CRDs must be established and serve the
         // version they use (a CRD that just gained a version serves it a little later).
@@ -238,12 +281,13 @@ pub async fn write(
         let writes: Vec<_> = wave
             .iter()
             .zip(lives)
-            .map(|(object, live)| {
+            .zip(wave_policies)
+            .map(|((object, live), policy)| {
                 let unchanged = live
                     .as_ref()
-                    .filter(|l| !settings.write_all && l.matches)
+                    .filter(|l| !will_write(&settings, *policy, Some(l)))
                     .map(|l| l.being_deleted);
-                apply_one(client, kinds, object, unchanged, identity)
+                apply_one(client, kinds, object, *policy, unchanged, identity)
             })
             .collect();
         let results: Vec<Applied> = stream::iter(writes)
@@ -356,10 +400,11 @@ async fn read_live(
 async fn read_seen(
     client: &Client,
     object: &PlannedObject,
+    policy: ObjectPolicy,
     identity: &str,
 ) -> Result<Option<Seen>> {
     let live = read_live(client, object, identity).await?;
-    Ok(live.map(|live| Seen::of(&live, &object.value())))
+    Ok(live.map(|live| Seen::of(&live, &object.value(), policy)))
 }
 
 /// What became of one object.
@@ -369,11 +414,13 @@ struct Applied {
 }
 
 /// Applies one object unless it is live as desired (`unchanged`: whether that live object is
-/// being deleted).
+/// being deleted), as its policy says: `Merge` leaves the fields of a conflict to the managers
+/// that own them; `force` recreates an object whose immutable fields changed.
 async fn apply_one(
     client: &Client,
     kinds: &KindCache,
     object: &PlannedObject,
+    policy: ObjectPolicy,
     unchanged: Option<bool>,
     identity: &str,
 ) -> Result<Applied> {
@@ -383,13 +430,36 @@ async fn apply_one(
             being_deleted,
         });
     }
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    // Only the metadata of the answer: the whole object would be parsed only to be dropped,
-    // and a CRD of megabytes parses into tens of them.
-    let applied = object
-        .api(client)
-        .patch_metadata(&object.name, &params, &Patch::Apply(&object.object))
-        .await;
+    let api = object.api(client);
+    let force = policy.ssa != Ssa::Merge;
+    let mut applied = send(&api, &object.name, &object.object, force).await;
+    if policy.ssa == Ssa::Merge
+        && let Err(kube::Error::Api(status)) = &applied
+        && status.code == 409
+    {
+        // Applied once more without the fields of the conflict: they stay with their owners.
+        let fields = conflicting_fields(status);
+        let mut value = object.value();
+        for field in &fields {
+            remove_field(&mut value, field);
+        }
+        tracing::info!(%object, fields = %fields.join(", "), "fields left to the managers that own them (gantry.dev/ssa: Merge)");
+        applied = send(&api, &object.name, &value, false).await;
+    }
+    if let Err(kube::Error::Api(status)) = &applied {
+        let fields = immutable_fields(status);
+        if !fields.is_empty() {
+            if !policy.force {
+                return Err(Error::ImmutableFieldChanged {
+                    object: object.to_string(),
+                    fields,
+                });
+            }
+            tracing::info!(%object, fields = %fields.join(", "), "immutable fields changed: recreating the object (gantry.dev/force: enabled)");
+            recreate(&api, object, identity).await?;
+            applied = send(&api, &object.name, &object.object, force).await;
+        }
+    }
     match applied {
         Ok(answer) => Ok(Applied {
             written: true,
@@ -408,6 +478,84 @@ async fn apply_one(
                 message: api_message(&error),
             })
         }
+    }
+}
+
+/// One server-side apply of `patch`, answered with the metadata only: the whole object would be
+/// parsed only to be dropped, and a CRD of megabytes parses into tens of them.
+async fn send<P: Serialize + std::fmt::Debug>(
+    api: &Api<DynamicObject>,
+    name: &str,
+    patch: &P,
+    force: bool,
+) -> kube::Result<kube::core::PartialObjectMeta<DynamicObject>> {
+    let mut params = PatchParams::apply(FIELD_MANAGER);
+    if force {
+        params = params.force();
+    }
+    api.patch_metadata(name, &params, &Patch::Apply(patch))
+        .await
+}
+
+/// Deletes the live object with foreground propagation (its dependents, a Job's Pods, go
+/// first) and waits until it is gone, so that it can be created again.
+async fn recreate(api: &Api<DynamicObject>, object: &PlannedObject, identity: &str) -> Result<()> {
+    let failed = |error: kube::Error| {
+        if is_forbidden(&error) {
+            return forbidden(object, identity, &error);
+        }
+        Error::Apply {
+            object: object.to_string(),
+            message: format!(
+                "deleting it to recreate it (gantry.dev/force: enabled): {}",
+                api_message(&error)
+            ),
+        }
+    };
+    let Some(live) = api.get_metadata_opt(&object.name).await.map_err(failed)? else {
+        return Ok(());
+    };
+    let uid = live.metadata.uid;
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Foreground),
+        // Only the object that was refused: one created since is left alone.
+        preconditions: uid.clone().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&object.name, &params).await {
+        Ok(_) => {}
+        Err(error) if is_not_found(&error) => return Ok(()),
+        // The precondition failed: the object was already replaced.
+        Err(kube::Error::Api(status)) if status.code == 409 => return Ok(()),
+        Err(error) => return Err(failed(error)),
+    }
+    let deadline = Instant::now() + RECREATE_TIMEOUT;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let Some(live) = api.get_metadata_opt(&object.name).await.map_err(failed)? else {
+            return Ok(());
+        };
+        if live.metadata.uid != uid {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let finalizers = live.metadata.finalizers.unwrap_or_default();
+            return Err(Error::Apply {
+                object: object.to_string(),
+                message: format!(
+                    "deleted to be recreated (gantry.dev/force: enabled), and still there after {}s (finalizers: {})",
+                    RECREATE_TIMEOUT.as_secs(),
+                    finalizers.join(", ")
+                ),
+            });
+        }
+        // Polled, not watched: the identity the bundle is applied as may read its objects
+        // but not necessarily watch their kind.
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
     }
 }
 
@@ -456,7 +604,7 @@ mod tests {
             served,
         )
         .unwrap();
-        let seen = |live: Value| Some(Seen::of(&live, &json!({})));
+        let seen = |live: Value| Some(Seen::of(&live, &json!({}), ObjectPolicy::default()));
         let labelled =
             |owner: &str| seen(json!({ "metadata": { "labels": { BUNDLE_LABEL: owner } } }));
         let unclaimed = [None, None];
@@ -492,11 +640,19 @@ mod tests {
             Some(Seen::of(
                 &json!({ "metadata": { "labels": { BUNDLE_LABEL: owner } } }),
                 &json!({}),
+                ObjectPolicy::default(),
             ))
         };
         let claimed = [None, Some("theirs".to_string())];
         // Absent (their bundle suspended, the object deleted) or unlabelled: still theirs.
-        for live in [None, Some(Seen::of(&json!({ "metadata": {} }), &json!({})))] {
+        for live in [
+            None,
+            Some(Seen::of(
+                &json!({ "metadata": {} }),
+                &json!({}),
+                ObjectPolicy::default(),
+            )),
+        ] {
             match check_owners(&plan, &[None, live], &claimed, "mine") {
                 Err(Error::Conflict { object, owner }) => {
                     assert_eq!(owner, "theirs");

@@ -4,6 +4,8 @@
 //! tens of megabytes of `Value`s, and nobody's managedFields are kept.
 
 use crate::cluster::errors::is_not_found;
+use crate::policy::managed_fields::without_fields_of_others;
+use gantry_api::FIELD_MANAGER;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::Request;
@@ -142,6 +144,19 @@ pub fn live_matches(live: &Value, desired: &Value) -> bool {
     true
 }
 
+/// [`live_matches`] for an object applied without force (`gantry.dev/ssa: Merge`): fields
+/// another manager owns in the live object's `managedFields` are theirs, whatever their value,
+/// so they are not drift.
+pub fn live_matches_leaving_others(live: &Value, desired: &Value) -> bool {
+    let managed = live
+        .pointer("/metadata/managedFields")
+        .unwrap_or(&Value::Null);
+    live_matches(
+        live,
+        &without_fields_of_others(desired, managed, FIELD_MANAGER),
+    )
+}
+
 fn is_secret(live: &Value) -> bool {
     live.get("kind").and_then(Value::as_str) == Some("Secret")
         && live.get("apiVersion").and_then(Value::as_str) == Some("v1")
@@ -246,6 +261,28 @@ mod tests {
         assert!(live_matches(&live, &desired));
         let changed = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": {}, "data": { "p": "eA==" } });
         assert!(!live_matches(&changed, &desired));
+    }
+
+    #[test]
+    fn a_merged_object_does_not_count_fields_of_other_managers_as_drift() {
+        let desired = json!({ "kind": "ConfigMap", "metadata": { "name": "c" },
+                              "data": { "mine": "1", "shared": "bundle" } });
+        let live = |theirs: &str, mine: &str| {
+            json!({ "kind": "ConfigMap",
+                "metadata": { "name": "c", "managedFields": [
+                    { "manager": "gantry", "operation": "Apply",
+                      "fieldsV1": { "f:data": { "f:mine": {} } } },
+                    { "manager": "kubectl-edit", "operation": "Update",
+                      "fieldsV1": { "f:data": { "f:shared": {} } } }
+                ] },
+                "data": { "mine": mine, "shared": theirs } })
+        };
+        // Another manager's value of `shared` is theirs: not drift for a merged object...
+        assert!(live_matches_leaving_others(&live("edited", "1"), &desired));
+        // ...while it is for an object Gantry applies with force.
+        assert!(!live_matches(&live("edited", "1"), &desired));
+        // A field Gantry owns that changed is drift either way.
+        assert!(!live_matches_leaving_others(&live("edited", "2"), &desired));
     }
 
     #[test]

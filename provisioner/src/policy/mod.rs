@@ -1,6 +1,7 @@
 //! Decisions made from data alone, without a cluster: planning a bundle's objects, the
-//! permissions it requests, whether a CRD's new content is a safe upgrade, which class serves a bundle, allowed images, whose identity applies
-//! it, and the kstatus rules and health verdicts. Tested without a cluster.
+//! permissions it requests, whether a CRD's new content is a safe upgrade, each object's apply
+//! policy and the fields other managers own, which class serves a bundle, allowed images, whose
+//! identity applies it, and the kstatus rules and health verdicts. Tested without a cluster.
 
 pub mod allowed_images;
 pub mod class_selection;
@@ -8,6 +9,8 @@ pub mod crd_upgrade;
 pub mod health;
 pub mod identity;
 pub mod kstatus;
+pub mod managed_fields;
+pub mod object_policy;
 pub mod permissions;
 pub mod plan;
 

@@ -1,6 +1,7 @@
 //! Steps 6 and 7: apply the plan, then prune what the new content no longer has, and record
 //! the inventory.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use crate::cluster::crds;
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
 use crate::policy::crd_upgrade::{self, Change};
+use crate::policy::object_policy::{ObjectPolicy, Ssa};
 use crate::policy::plan::Plan;
 use crate::reconcile::{Flow, Pass, installed_fingerprint, remove_objects, timing};
 use crate::state::Context;
@@ -33,6 +35,19 @@ pub(crate) async fn apply_and_prune(
     applier: &Applier,
 ) -> Result<Flow<Vec<bool>>> {
     let ctx = pass.ctx;
+    // Before anything else, so that a value Gantry does not know writes nothing.
+    let policies = object_policies(plan)?;
+    // `Ignore` objects are neither applied nor recorded (so neither health-checked nor
+    // uninstalled); the prune below leaves them alone too.
+    let ignored: Vec<InventoryEntry> = plan
+        .objects
+        .iter()
+        .zip(&policies)
+        .filter(|(_, policy)| policy.ssa == Ssa::Ignore)
+        .map(|(object, _)| object.inventory_entry())
+        .collect();
+    let (plan, policies) = without_ignored(plan, policies);
+    let plan = plan.as_ref();
     // Objects live as desired are skipped only when this exact content (and spec) was
     // installed before: a new content or spec is written in full, so fields it dropped go away.
     let installed_before = condition(&pass.status.conditions, types::INSTALLED)
@@ -78,6 +93,7 @@ pub(crate) async fn apply_and_prune(
         let checked = check(
             &applier.client,
             plan,
+            &policies,
             &name,
             &claimed,
             &identity,
@@ -122,7 +138,7 @@ pub(crate) async fn apply_and_prune(
             .await;
     }
 
-    prune(pass, applier, &planned).await?;
+    prune(pass, applier, &planned, &ignored).await?;
     pass.status.inventory = planned;
     let installed = content.resolved_image.clone();
     pass.set_condition(
@@ -182,11 +198,51 @@ pub(super) fn humantime(duration: Duration) -> String {
     text
 }
 
-/// Removes, in reverse order, the objects of the recorded inventory that `keep` no longer has.
+/// Each object's policy, in the plan's order; every object whose annotations Gantry does not
+/// understand is named in one error.
+fn object_policies(plan: &Plan) -> Result<Vec<ObjectPolicy>> {
+    let mut policies = Vec::with_capacity(plan.objects.len());
+    let mut invalid = Vec::new();
+    for object in &plan.objects {
+        match ObjectPolicy::of(object.object.get()) {
+            Ok(policy) => policies.push(policy),
+            Err(error) => invalid.push(format!("{object}: {error}")),
+        }
+    }
+    if invalid.is_empty() {
+        Ok(policies)
+    } else {
+        Err(Error::InvalidObjectPolicy(invalid))
+    }
+}
+
+/// The plan without its `Ignore` objects, and the policies of the others. Copied only when
+/// something is ignored: a plan can weigh megabytes.
+fn without_ignored(plan: &Plan, policies: Vec<ObjectPolicy>) -> (Cow<'_, Plan>, Vec<ObjectPolicy>) {
+    if policies.iter().all(|policy| policy.ssa != Ssa::Ignore) {
+        return (Cow::Borrowed(plan), policies);
+    }
+    let (objects, policies) = plan
+        .objects
+        .iter()
+        .zip(policies)
+        .filter(|(_, policy)| policy.ssa != Ssa::Ignore)
+        .map(|(object, policy)| (object.clone(), policy))
+        .unzip();
+    (Cow::Owned(Plan { objects }), policies)
+}
+
+/// Removes, in reverse order, the objects of the recorded inventory that `keep` no longer has,
+/// except those the content still has as `Ignore` (`ignored`): Gantry never deletes them.
 /// An object is the same whatever version names it: one that moved to another version of its
 /// kind is kept.
-async fn prune(pass: &Pass<'_>, applier: &Applier, keep: &[InventoryEntry]) -> Result<()> {
-    let keep: HashSet<ObjectKey> = keep.iter().map(object_key).collect();
+async fn prune(
+    pass: &Pass<'_>,
+    applier: &Applier,
+    keep: &[InventoryEntry],
+    ignored: &[InventoryEntry],
+) -> Result<()> {
+    let keep: HashSet<ObjectKey> = keep.iter().chain(ignored).map(object_key).collect();
     let gone = pass
         .status
         .inventory
@@ -381,6 +437,64 @@ async fn remove_older_content(ctx: &Context, bundle: &str, current: Option<&str>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::policy::plan::plan_objects;
+    use crate::policy::plan::tests::{object, served};
+    use serde_json::json;
+
+    fn annotated(name: &str, annotations: serde_json::Value) -> gantry_image::BundleObject {
+        object(
+            "a.yaml",
+            json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": { "name": name, "annotations": annotations } }),
+        )
+    }
+
+    #[test]
+    fn ignored_objects_leave_the_plan_and_bad_values_name_every_object() {
+        let objects = vec![
+            annotated("a", json!({})),
+            annotated("b", json!({ "gantry.dev/ssa": "Ignore" })),
+            annotated("c", json!({ "gantry.dev/ssa": "IfNotPresent" })),
+        ];
+        let plan = plan_objects(objects, "x", Some("n"), served).unwrap();
+        let policies = object_policies(&plan).unwrap();
+        let (kept, policies) = without_ignored(&plan, policies);
+        let names: Vec<&str> = kept.objects.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names, ["a", "c"]);
+        assert_eq!(
+            policies.iter().map(|p| p.ssa).collect::<Vec<_>>(),
+            [Ssa::Apply, Ssa::IfNotPresent]
+        );
+
+        let objects = vec![
+            annotated("a", json!({ "gantry.dev/ssa": "merge" })),
+            annotated("b", json!({})),
+            annotated("c", json!({ "gantry.dev/force": "yes" })),
+        ];
+        let plan = plan_objects(objects, "x", Some("n"), served).unwrap();
+        match object_policies(&plan) {
+            Err(Error::InvalidObjectPolicy(invalid)) => {
+                assert_eq!(invalid.len(), 2, "{invalid:?}");
+                assert!(
+                    invalid[0].starts_with("ConfigMap n/a (a.yaml document "),
+                    "{}",
+                    invalid[0]
+                );
+                assert!(
+                    invalid[0].contains("gantry.dev/ssa has the value \"merge\""),
+                    "{}",
+                    invalid[0]
+                );
+                assert!(
+                    invalid[1].contains("gantry.dev/force has the value \"yes\""),
+                    "{}",
+                    invalid[1]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn durations_read_as_written() {

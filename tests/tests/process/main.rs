@@ -15,7 +15,6 @@ mod crd_versions;
 mod demo;
 mod docs_airgapped;
 mod health;
-mod health_rules;
 mod install;
 mod leader;
 mod logs;

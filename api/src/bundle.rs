@@ -80,6 +80,13 @@ pub struct BundleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<crate::HealthPolicy>,
 
+    /// Health rules in CEL for custom kinds, as Flux's `healthCheckExprs`: for this bundle; a rule here replaces the class's rule for the same kind.
+    /// Kinds without a rule are judged by the built-in rules (kstatus). An expression that
+    /// does not parse is refused with its position.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub health_check_exprs: Vec<crate::HealthCheckExpr>,
+
     /// How often a tag is resolved again, as a Go duration (`30s`, `5m`, `1h`): overrides the
     /// provisioner's `--resolve-interval` for this bundle (Flux's `interval`). At least `1s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -82,6 +82,13 @@ pub struct ProvisionerClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<crate::HealthPolicy>,
 
+    /// Health rules in CEL for custom kinds, as Flux's `healthCheckExprs`: for the class's bundles.
+    /// Kinds without a rule are judged by the built-in rules (kstatus). An expression that
+    /// does not parse is refused with its position.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub health_check_exprs: Vec<crate::HealthCheckExpr>,
+
     /// Signatures every resolved digest must carry before its content is stored or applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<Verification>,

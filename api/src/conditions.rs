@@ -71,6 +71,9 @@ pub mod reasons {
         // Selection.
         /// The named class, or a default class, does not exist yet.
         CLASS_NOT_FOUND = "ClassNotFound" => Failure;
+        /// An expression of the bundle's `spec.healthCheckExprs` does not parse; the message
+        /// names the field, line and column. Nothing is pulled or applied until it is fixed.
+        INVALID_HEALTH_EXPRESSION = "InvalidHealthExpression" => Failure;
         /// Work on the bundle has not started.
         PENDING = "Pending" => Progress;
 

@@ -22,7 +22,7 @@ pub use class::{
     ApprovalPolicy, Limits, ProvisionerClass, ProvisionerClassSpec, ProvisionerClassStatus,
     PullMode, SecretReference, Verification, VerificationProvider,
 };
-pub use health::{EffectiveHealth, HealthPolicy};
+pub use health::{EffectiveHealth, HealthCheckExpr, HealthPolicy};
 pub use identity::ServiceAccountReference;
 pub use images::ImageOverride;
 pub use names::*;

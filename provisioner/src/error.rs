@@ -20,6 +20,9 @@ pub enum Error {
     #[error("ProvisionerClass {class} is invalid: {message}")]
     InvalidClass { class: String, message: String },
 
+    #[error("{0}")]
+    InvalidHealthExpression(#[from] crate::policy::health_rules::InvalidExpression),
+
     #[error("ProvisionerClass {class} requires images by digest, and {image} names a tag")]
     DigestRequired { class: String, image: String },
 
@@ -270,6 +273,7 @@ impl Error {
     pub fn stall(&self) -> Option<Stall> {
         match self {
             Error::InvalidClass { .. }
+            | Error::InvalidHealthExpression(_)
             | Error::DigestRequired { .. }
             | Error::NamespaceRequired(_)
             | Error::ImageNotAllowed { .. }
@@ -313,6 +317,7 @@ impl Error {
         match self {
             Error::ClassNotFound(_) | Error::NoDefaultClass => (UNPACKED, reasons::CLASS_NOT_FOUND),
             Error::InvalidClass { .. } => (UNPACKED, reasons::INVALID_PARAMETERS),
+            Error::InvalidHealthExpression(_) => (UNPACKED, reasons::INVALID_HEALTH_EXPRESSION),
             Error::DigestRequired { .. } => (UNPACKED, reasons::DIGEST_REQUIRED),
             Error::PullSecret { .. } | Error::Pull { .. } | Error::NodePull { .. } => {
                 (UNPACKED, reasons::PULL_FAILED)

@@ -87,6 +87,8 @@ pub fn validate(class: &ProvisionerClass) -> Result<(), String> {
         }
     }
     crate::policy::allowed_images::validate(&class.spec.allowed_images)?;
+    crate::policy::health_rules::validate("spec.healthCheckExprs", &class.spec.health_check_exprs)
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 

@@ -7,6 +7,7 @@ pub mod allowed_images;
 pub mod class_selection;
 pub mod crd_upgrade;
 pub mod health;
+pub mod health_rules;
 pub mod identity;
 pub mod kstatus;
 pub mod managed_fields;

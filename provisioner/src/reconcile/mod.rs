@@ -83,6 +83,9 @@ pub(crate) struct Pass<'a> {
     /// The health policy of the bundle and its class (the bundle's alone until the class is
     /// selected): whether `Ready` waits for `Healthy`.
     pub health: EffectiveHealth,
+    /// The CEL health rules of the bundle and its class (`healthCheckExprs`), once the class
+    /// is selected.
+    pub health_check_exprs: Vec<gantry_api::HealthCheckExpr>,
 }
 
 impl Pass<'_> {
@@ -167,6 +170,7 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
         written: current,
         hold: None,
         health: EffectiveHealth::of(None, bundle.spec.health.as_ref()),
+        health_check_exprs: bundle.spec.health_check_exprs.clone(),
     };
 
     let outcome = if deleting {

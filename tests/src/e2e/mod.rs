@@ -288,6 +288,7 @@ const STALLED_REASONS: &[&str] = &[
     reasons::FORBIDDEN,
     reasons::DENIED,
     reasons::UNSAFE_CRD_UPGRADE,
+    reasons::INVALID_HEALTH_EXPRESSION,
 ];
 
 /// Checks that the failure `reason` on `type_` is reported as what it is: stalled failures

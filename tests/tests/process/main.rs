@@ -15,6 +15,7 @@ mod crd_versions;
 mod demo;
 mod docs_airgapped;
 mod health;
+mod health_rules;
 mod install;
 mod leader;
 mod logs;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use gantry_api::InventoryEntry;
 use gantry_api::conditions::{reasons, types};
+use gantry_api::{HealthCheckExpr, InventoryEntry};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
@@ -23,6 +23,7 @@ use serde_json::Value;
 
 use crate::cluster::live;
 use crate::policy::health::{explain_pods, judge, pod_selector, timeout_start};
+use crate::policy::health_rules;
 use crate::policy::kstatus::{self, Assessment, State, assess};
 use crate::policy::plan::describe;
 use crate::reconcile::Pass;
@@ -40,6 +41,7 @@ pub(crate) async fn check(
     being_deleted: &[bool],
 ) -> Option<Duration> {
     let ctx = pass.ctx;
+    let rules = pass.health_check_exprs.as_slice();
     // Read several at once (as many as an apply writes at once): one after another, a
     // bundle's reads would cost a round trip each.
     let reads: Vec<_> = pass
@@ -48,14 +50,15 @@ pub(crate) async fn check(
         .iter()
         .enumerate()
         .map(|(i, entry)| {
+            let rule = health_rules::rule_for(rules, &entry.group, &entry.version, &entry.kind);
             let known = being_deleted
                 .get(i)
-                .filter(|_| kstatus::has_no_status(&entry.group, &entry.kind))
+                .filter(|_| rule.is_none() && kstatus::has_no_status(&entry.group, &entry.kind))
                 .map(|deleting| kstatus::assess_without_status(*deleting));
             async move {
                 let assessment = match known {
                     Some(assessment) => assessment,
-                    None => assess_live(ctx, client, entry).await,
+                    None => assess_live(ctx, client, entry, rule).await,
                 };
                 (describe(entry), assessment)
             }
@@ -86,7 +89,12 @@ pub(crate) async fn check(
 
 /// Reads one object and assesses it; workloads that are not healthy are explained by their
 /// Pods' container states (an image that cannot be pulled, a crash loop).
-async fn assess_live(ctx: &Context, client: &kube::Client, entry: &InventoryEntry) -> Assessment {
+async fn assess_live(
+    ctx: &Context,
+    client: &kube::Client,
+    entry: &InventoryEntry,
+    rule: Option<&HealthCheckExpr>,
+) -> Assessment {
     let gvk = GroupVersionKind::gvk(&entry.group, &entry.version, &entry.kind);
     let kind = match ctx.kinds.resolve(&ctx.client, &gvk).await {
         Ok(Some(kind)) => kind,
@@ -100,7 +108,11 @@ async fn assess_live(ctx: &Context, client: &kube::Client, entry: &InventoryEntr
         Ok(None) => return not_readable("not found"),
         Err(error) => return not_readable(&error.to_string()),
     };
-    let mut assessment = assess(&object);
+    // A rule of the class or the bundle for this kind replaces the built-in ones.
+    let mut assessment = match rule {
+        Some(rule) => health_rules::assess(rule, &object),
+        None => assess(&object),
+    };
     if assessment.state != State::Current
         && let Some(namespace) = entry.namespace.as_deref()
         && let Some(selector) = pod_selector(&object)

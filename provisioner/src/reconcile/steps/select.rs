@@ -8,9 +8,11 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use gantry_api::EffectiveHealth;
+use gantry_api::health::effective_health_check_exprs;
 
 use crate::error::{Error, Result};
 use crate::policy::class_selection::{Selection, select, validate};
+use crate::policy::health_rules;
 use crate::reconcile::{Flow, Outcome, Pass};
 
 /// Picks the class; a class of another provisioner stops the pass before anything is written.
@@ -27,6 +29,14 @@ pub(crate) async fn class(pass: &mut Pass<'_>) -> Result<Flow<Arc<ProvisionerCla
         class: class.name_any(),
         message,
     })?;
+    health_rules::validate(
+        "spec.healthCheckExprs",
+        &pass.bundle.spec.health_check_exprs,
+    )?;
+    pass.health_check_exprs = effective_health_check_exprs(
+        &class.spec.health_check_exprs,
+        &pass.bundle.spec.health_check_exprs,
+    );
     ensure_finalizer(pass).await?;
     Ok(Flow::Continue(class))
 }

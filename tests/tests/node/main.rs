@@ -5,5 +5,6 @@ mod cluster;
 mod gantry;
 mod health;
 mod helm;
+mod metrics_server;
 mod operators;
 mod pull;

@@ -76,7 +76,7 @@ pub async fn diff(global: &GlobalArgs, args: DiffArgs) -> ExitCode {
 }
 
 /// Identifies an object whatever version names it: group, kind, namespace, name.
-type ObjectKey = (String, String, Option<String>, String);
+pub(crate) type ObjectKey = (String, String, Option<String>, String);
 
 async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
     let client = global.client().await?;
@@ -146,7 +146,7 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
 
 /// The bundle's stored content (awaiting approval, or current): from the storage server, or
 /// with `--from-registry` from the image it resolved to.
-async fn stored_content(
+pub(crate) async fn stored_content(
     args: &DiffArgs,
     client: &Client,
     bundle: &Bundle,
@@ -285,14 +285,14 @@ fn rebase(url: &str, base: &str) -> anyhow::Result<String> {
     ))
 }
 
-struct ObjectDiff {
-    key: ObjectKey,
+pub(crate) struct ObjectDiff {
+    pub(crate) key: ObjectKey,
     /// The unified diff; `None` when applying changes nothing.
-    text: Option<String>,
+    pub(crate) text: Option<String>,
 }
 
 /// Dry-runs the apply of one object and compares the result with the live object.
-async fn diff_object(
+pub(crate) async fn diff_object(
     client: &Client,
     bundle: &Bundle,
     mut object: Value,
@@ -378,7 +378,7 @@ async fn diff_object(
 
 /// An inventory object the new content lacks, shown as removed (if it is still there and
 /// still the bundle's).
-async fn pruned(
+pub(crate) async fn pruned(
     client: &Client,
     entry: &InventoryEntry,
     bundle: &str,
@@ -429,7 +429,7 @@ fn title(kind: &str, namespace: Option<&str>, name: &str) -> String {
     }
 }
 
-fn describe_value(object: &Value) -> String {
+pub(crate) fn describe_value(object: &Value) -> String {
     title(
         str_at(object, "/kind"),
         object
@@ -439,7 +439,7 @@ fn describe_value(object: &Value) -> String {
     )
 }
 
-fn describe_entry(entry: &InventoryEntry) -> String {
+pub(crate) fn describe_entry(entry: &InventoryEntry) -> String {
     title(&entry.kind, entry.namespace.as_deref(), &entry.name)
 }
 

@@ -95,7 +95,7 @@ pub async fn history(global: &GlobalArgs, args: HistoryArgs) -> anyhow::Result<(
 }
 
 /// `Automatic`, or `Manual` with the approver, the time and the reason.
-fn approval(entry: &HistoryEntry) -> String {
+pub(crate) fn approval(entry: &HistoryEntry) -> String {
     match entry.approval {
         HistoryApproval::Automatic => "Automatic".to_string(),
         HistoryApproval::Manual => {

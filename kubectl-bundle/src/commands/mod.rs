@@ -15,6 +15,7 @@ mod pin;
 mod review;
 mod scope;
 mod system;
+mod ui;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
@@ -73,6 +74,8 @@ pub enum Command {
     /// Reconcile a bundle now (skipping its backoff, resolving its tag again) and wait for the
     /// outcome.
     Reconcile(control::ReconcileArgs),
+    /// Serve a local web page to review and decide on bundles, with your credentials.
+    Ui(ui::UiArgs),
     /// Print the plugin's version, the API server's and the controller's.
     Version(system::VersionArgs),
     /// Check that Gantry can serve bundles: CRDs, provisioner, leader, storage, classes.
@@ -123,6 +126,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Suspend(args) => control::suspend(global, args).await,
         Command::Resume(args) => control::resume(global, args).await,
         Command::Reconcile(args) => control::reconcile(global, args).await,
+        Command::Ui(args) => ui::ui(global, args).await,
         Command::Version(args) => system::version(global, args).await,
         Command::Check(args) => system::check(global, args).await,
         Command::Install(args) => install::install(global, args).await,

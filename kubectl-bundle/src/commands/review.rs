@@ -115,7 +115,7 @@ fn condition<'a>(status: &'a BundleStatus, type_: &str) -> Option<&'a Condition>
     status.conditions.iter().find(|c| c.type_ == type_)
 }
 
-fn resolved_digest(status: &BundleStatus) -> Option<&str> {
+pub(crate) fn resolved_digest(status: &BundleStatus) -> Option<&str> {
     status
         .resolved_image
         .as_deref()?
@@ -123,7 +123,7 @@ fn resolved_digest(status: &BundleStatus) -> Option<&str> {
         .map(|(_, digest)| digest)
 }
 
-fn short(digest: &str) -> String {
+pub(crate) fn short(digest: &str) -> String {
     digest
         .trim_start_matches("sha256:")
         .chars()
@@ -132,7 +132,7 @@ fn short(digest: &str) -> String {
 }
 
 /// `Approved`, `Denied`, `Pending` (an approval is awaited) or `-`.
-fn approval_state(status: &BundleStatus) -> &'static str {
+pub(crate) fn approval_state(status: &BundleStatus) -> &'static str {
     let digest = resolved_digest(status);
     match status
         .approval
@@ -150,7 +150,7 @@ fn approval_state(status: &BundleStatus) -> &'static str {
 }
 
 /// A decision in one line: `Approved sha256:... by alice: reason`.
-fn decision_text(approval: &Approval) -> String {
+pub(crate) fn decision_text(approval: &Approval) -> String {
     format!(
         "{:?} {}{}{}",
         approval.decision,
@@ -170,7 +170,7 @@ fn decision_text(approval: &Approval) -> String {
 
 /// The class serving the bundle, as the controller recorded it; before it did, the class the
 /// bundle names, else `<default>`.
-fn class_name(bundle: &Bundle) -> String {
+pub(crate) fn class_name(bundle: &Bundle) -> String {
     bundle
         .status
         .as_ref()

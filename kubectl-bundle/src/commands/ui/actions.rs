@@ -1,0 +1,180 @@
+//! The page's actions, each the plugin's own command run with the user's credentials:
+//! Approve and Deny are `kubectl bundle approve NAME --yes --digest D` and `kubectl bundle deny
+//! NAME --digest D --reason R`, Roll back is `kubectl bundle rollback NAME --to D`. So they
+//! write what those write and are refused where those are (an Automatic class, a digest that
+//! moved, RBAC), with the same message.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::extract::{Form, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::Ui;
+use super::auth::{Flash, Session, refuse};
+use crate::commands::{causes, history, review};
+
+#[derive(Deserialize)]
+pub struct Decision {
+    csrf: String,
+    /// The digest the review showed: the decision is refused if the bundle moved since.
+    digest: String,
+    #[serde(default)]
+    reason: String,
+}
+
+#[derive(Deserialize)]
+pub struct Rollback {
+    csrf: String,
+    to: String,
+}
+
+/// Refuses a form whose CSRF token is not the session's, and names a bundle that cannot exist.
+fn check(ui: &Ui, session: &Session, csrf: &str, name: &str) -> Option<Response> {
+    if !ui.auth.csrf_ok(session, csrf) {
+        return Some(refuse(
+            StatusCode::FORBIDDEN,
+            "refused: the form's CSRF token is not this session's; reload the page and try again"
+                .into(),
+        ));
+    }
+    if !super::valid_name(name) {
+        return Some(refuse(
+            StatusCode::NOT_FOUND,
+            format!("{name:?} is not a bundle name"),
+        ));
+    }
+    None
+}
+
+/// Records the outcome for the next page and goes there: the bundle after a success, `back`
+/// after a refusal.
+fn outcome(
+    ui: &Ui,
+    session: &Session,
+    result: anyhow::Result<()>,
+    done: String,
+    name: &str,
+    back: &str,
+) -> Response {
+    let (flash, to) = match result {
+        Ok(()) => (
+            Flash {
+                ok: true,
+                text: done,
+            },
+            format!("/bundles/{name}"),
+        ),
+        Err(error) => (
+            Flash {
+                ok: false,
+                text: causes(&error),
+            },
+            back.to_string(),
+        ),
+    };
+    ui.auth.set_flash(session, flash);
+    Redirect::to(&to).into_response()
+}
+
+pub async fn approve(
+    State(ui): State<Arc<Ui>>,
+    Extension(session): Extension<Session>,
+    Path(name): Path<String>,
+    Form(form): Form<Decision>,
+) -> Response {
+    if let Some(refused) = check(&ui, &session, &form.csrf, &name) {
+        return refused;
+    }
+    let mut argv = vec![
+        "approve".to_string(),
+        name.clone(),
+        "--yes".into(),
+        format!("--digest={}", form.digest),
+    ];
+    let reason = form.reason.trim();
+    if !reason.is_empty() {
+        argv.push(format!("--reason={reason}"));
+    }
+    let result = match super::parse_args::<review::ApproveArgs>(&argv) {
+        Ok(args) => review::approve(&ui.global, args).await,
+        Err(e) => Err(e),
+    };
+    let done = format!("Approved {} of bundle {name}", form.digest);
+    outcome(
+        &ui,
+        &session,
+        result,
+        done,
+        &name,
+        &format!("/bundles/{name}/review"),
+    )
+}
+
+pub async fn deny(
+    State(ui): State<Arc<Ui>>,
+    Extension(session): Extension<Session>,
+    Path(name): Path<String>,
+    Form(form): Form<Decision>,
+) -> Response {
+    if let Some(refused) = check(&ui, &session, &form.csrf, &name) {
+        return refused;
+    }
+    let reason = form.reason.trim();
+    let result = if reason.is_empty() {
+        Err(anyhow::anyhow!(
+            "a denial needs a reason: it is shown on the bundle and in its Events"
+        ))
+    } else {
+        let argv = [
+            "deny".to_string(),
+            name.clone(),
+            format!("--digest={}", form.digest),
+            format!("--reason={reason}"),
+        ];
+        match super::parse_args::<review::DenyArgs>(&argv) {
+            Ok(args) => review::deny(&ui.global, args).await,
+            Err(e) => Err(e),
+        }
+    };
+    let done = format!("Denied {} of bundle {name}: {reason}", form.digest);
+    outcome(
+        &ui,
+        &session,
+        result,
+        done,
+        &name,
+        &format!("/bundles/{name}/review"),
+    )
+}
+
+pub async fn rollback(
+    State(ui): State<Arc<Ui>>,
+    Extension(session): Extension<Session>,
+    Path(name): Path<String>,
+    Form(form): Form<Rollback>,
+) -> Response {
+    if let Some(refused) = check(&ui, &session, &form.csrf, &name) {
+        return refused;
+    }
+    let argv = [
+        "rollback".to_string(),
+        name.clone(),
+        format!("--to={}", form.to),
+    ];
+    let result = match super::parse_args::<history::RollbackArgs>(&argv) {
+        Ok(args) => history::rollback(&ui.global, args).await,
+        Err(e) => Err(e),
+    };
+    let done = format!("Bundle {name} is pinned to {}: it rolls back now", form.to);
+    outcome(
+        &ui,
+        &session,
+        result,
+        done,
+        &name,
+        &format!("/bundles/{name}"),
+    )
+}

@@ -1,0 +1,179 @@
+//! What a pending digest would change, per object, for the review page: `kubectl bundle
+//! diff`'s own dry run and comparison, object by object, with the objects the requested
+//! permissions flag first.
+
+use anyhow::Context;
+use futures::{StreamExt, TryStreamExt};
+use gantry_api::Bundle;
+use kube::ResourceExt;
+
+use super::Ui;
+use crate::commands::diff;
+
+/// What applying the content does to one object.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Change {
+    Created,
+    Changed,
+    Pruned,
+    Unchanged,
+    /// It could not be compared (the text says why).
+    Failed,
+}
+
+impl Change {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Created => "new",
+            Self::Changed => "changed",
+            Self::Pruned => "pruned",
+            Self::Unchanged => "no change",
+            Self::Failed => "not compared",
+        }
+    }
+}
+
+pub struct ObjectChange {
+    /// `Kind namespace/name`.
+    pub title: String,
+    pub change: Change,
+    /// The unified diff, or why it could not be made.
+    pub text: String,
+    /// Why the requested permissions flag this object, if they do.
+    pub attention: Vec<String>,
+}
+
+/// How many objects are compared at once.
+const CONCURRENCY: usize = 8;
+
+/// The changes of the bundle's stored content, flagged objects first, then new, changed and
+/// pruned ones, unchanged ones last.
+pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChange>> {
+    let client = ui.client.clone();
+    let name = bundle.name_any();
+    // The diff command's own options (storage server, token, registry), as `ui` was given them.
+    let mut argv = vec!["diff".to_string(), name.clone()];
+    argv.extend(ui.diff_flags.iter().cloned());
+    let args: diff::DiffArgs = super::parse_args(&argv)?;
+    let objects = diff::stored_content(&args, &client, bundle).await?;
+    let status = bundle.status.clone().unwrap_or_default();
+    let highlights = status
+        .requested_permissions
+        .map(|p| p.highlights)
+        .unwrap_or_default();
+    let compared: Vec<(diff::ObjectKey, ObjectChange)> = futures::stream::iter(objects)
+        .map(|object| {
+            let client = client.clone();
+            async move {
+                let value = object.value()?;
+                let title = diff::describe_value(&value);
+                let found = diff::diff_object(&client, bundle, value).await;
+                anyhow::Ok(match found {
+                    Ok(diff::ObjectDiff { key, text }) => {
+                        let title = title_of(&key);
+                        let change = match &text {
+                            None => Change::Unchanged,
+                            Some(text) if created(text) => Change::Created,
+                            Some(_) => Change::Changed,
+                        };
+                        let text = text.unwrap_or_default();
+                        (
+                            key,
+                            ObjectChange {
+                                title,
+                                change,
+                                text,
+                                attention: Vec::new(),
+                            },
+                        )
+                    }
+                    Err(error) => (
+                        (String::new(), String::new(), None, title.clone()),
+                        ObjectChange {
+                            title,
+                            change: Change::Failed,
+                            text: crate::commands::causes(&error),
+                            attention: Vec::new(),
+                        },
+                    ),
+                })
+            }
+        })
+        .buffered(CONCURRENCY)
+        .try_collect()
+        .await
+        .with_context(|| format!("reading the content of bundle {name}"))?;
+    let desired: Vec<&diff::ObjectKey> = compared.iter().map(|(key, _)| key).collect();
+    let mut changes = Vec::new();
+    for entry in &status.inventory {
+        let key = (
+            entry.group.clone(),
+            entry.kind.clone(),
+            entry.namespace.clone(),
+            entry.name.clone(),
+        );
+        if desired.contains(&&key) {
+            continue;
+        }
+        let title = diff::describe_entry(entry);
+        match diff::pruned(&client, entry, &name).await {
+            Ok(Some(text)) => changes.push((
+                key,
+                ObjectChange {
+                    title,
+                    change: Change::Pruned,
+                    text,
+                    attention: Vec::new(),
+                },
+            )),
+            Ok(None) => {}
+            Err(error) => changes.push((
+                key,
+                ObjectChange {
+                    title,
+                    change: Change::Failed,
+                    text: crate::commands::causes(&error),
+                    attention: Vec::new(),
+                },
+            )),
+        }
+    }
+    let mut all: Vec<ObjectChange> = compared
+        .into_iter()
+        .chain(changes)
+        .map(|((group, kind, namespace, name), mut change)| {
+            change.attention = highlights
+                .iter()
+                .filter(|h| {
+                    h.group == group && h.kind == kind && h.name == name && h.namespace == namespace
+                })
+                .map(|h| h.reason.clone())
+                .collect();
+            change
+        })
+        .collect();
+    // Stable: within each rank, the order of the bundle's files.
+    all.sort_by_key(|c| {
+        (
+            c.attention.is_empty(),
+            match c.change {
+                Change::Failed => 0,
+                Change::Created | Change::Changed | Change::Pruned => 1,
+                Change::Unchanged => 2,
+            },
+        )
+    });
+    Ok(all)
+}
+
+fn title_of((_, kind, namespace, name): &diff::ObjectKey) -> String {
+    match namespace {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+/// Whether a unified diff starts from nothing: an object that does not exist yet.
+fn created(text: &str) -> bool {
+    text.lines().any(|l| l.starts_with("@@ -0,0 "))
+}

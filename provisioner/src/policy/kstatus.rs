@@ -67,7 +67,7 @@ pub fn assess(object: &Value) -> Assessment {
         ("", "PersistentVolumeClaim") => pvc(object),
         ("", "Service") => service(object),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => crd(object),
-        _ => other(object),
+        _ => other(object, group, kind),
     }
 }
 
@@ -437,15 +437,36 @@ fn crd(object: &Value) -> Assessment {
 /// (prometheus-operator's Prometheus and Alertmanager, APIService, OpenShift's ClusterOperator).
 const SUMMARY_CONDITIONS: [&str; 2] = ["Ready", "Available"];
 
+/// Kinds whose controllers always report a summary condition (group, kind, condition type).
+/// Until it is there, the controller has not looked at the object yet: in progress, not
+/// current. kstatus has no such rule (Flux users write one as a health check expression);
+/// without it, a Prometheus would be healthy the moment it is created.
+const REPORTED_CONDITIONS: [(&str, &str, &str); 5] = [
+    ("monitoring.coreos.com", "Prometheus", "Available"),
+    ("monitoring.coreos.com", "PrometheusAgent", "Available"),
+    ("monitoring.coreos.com", "Alertmanager", "Available"),
+    ("monitoring.coreos.com", "ThanosRuler", "Available"),
+    ("apiregistration.k8s.io", "APIService", "Available"),
+];
+
 /// Any other kind: the first of its [`SUMMARY_CONDITIONS`] speaks for it; without one it is
-/// current once it exists. A condition that carries an `observedGeneration` behind the
+/// current once it exists, unless its controller is known to report one
+/// ([`REPORTED_CONDITIONS`]). A condition that carries an `observedGeneration` behind the
 /// object's generation speaks of an earlier spec: the object is still in progress (operators
 /// that keep no `status.observedGeneration` record it per condition).
-fn other(object: &Value) -> Assessment {
+fn other(object: &Value, group: &str, kind: &str) -> Assessment {
     let Some((type_, c)) = SUMMARY_CONDITIONS
         .iter()
         .find_map(|type_| condition(object, type_).map(|c| (*type_, c)))
     else {
+        if let Some((_, _, reported)) = REPORTED_CONDITIONS
+            .iter()
+            .find(|(g, k, _)| *g == group && *k == kind)
+        {
+            return Assessment::in_progress(format!(
+                "{kind} has no {reported} condition yet: its controller has not reported on it"
+            ));
+        }
         return Assessment::current("Resource is current");
     };
     if let (Some(generation), Some(observed)) = (

@@ -420,6 +420,21 @@ fn a_custom_resource_without_ready_follows_its_available_condition() {
         State::InProgress,
         "Prometheus generation is 2, but its Available condition is of generation 1",
     );
+    // Its operator always reports `Available`: without it, it has not looked yet.
+    let fresh = object(
+        "monitoring.coreos.com/v1",
+        "Prometheus",
+        json!({}),
+        json!(null),
+    );
+    assert_state(
+        &fresh,
+        State::InProgress,
+        "Prometheus has no Available condition yet",
+    );
+    // Another kind without conditions is current once it exists.
+    let widget = object("example.com/v1", "Prometheus", json!({}), json!(null));
+    assert_state(&widget, State::Current, "Resource is current");
     // `Ready` comes first when both are there.
     let both = object(
         "example.com/v1",

@@ -206,6 +206,12 @@ pub struct BundleStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inventory: Vec<InventoryEntry>,
 
+    /// The health of the inventory's objects at the last assessment: counts per state, and
+    /// the objects that are not healthy (failed first, at most 20), so that status stays small
+    /// for bundles of thousands of objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_health: Option<ObjectHealth>,
+
     /// The digests installed, newest first, at most 10: what
     /// `kubectl bundle rollback` may return to. A digest installed again moves to the front.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -366,6 +372,52 @@ pub struct InventoryEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
+}
+
+/// How many objects `status.objectHealth.notHealthy` lists.
+pub const NOT_HEALTHY_LIMIT: usize = 20;
+
+/// The health of a bundle's objects (`status.objectHealth`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectHealth {
+    /// Objects that are healthy (kstatus `Current`, or their CEL rule's `current`).
+    pub healthy: i64,
+    /// Objects on their way: not healthy yet, nothing says they failed.
+    pub progressing: i64,
+    /// Objects that failed (a failed Job or Pod, a stalled resource, a rule's `failed`).
+    pub failed: i64,
+    /// The objects that are not healthy, failed first, then in inventory order; at most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub not_healthy: Vec<NotHealthyObject>,
+}
+
+/// One object that is not healthy, and why.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotHealthyObject {
+    /// API group; empty for the core group.
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// `Progressing` or `Failed`.
+    pub state: String,
+    /// Why, as the health rules say it (at most 512 characters).
+    pub message: String,
+}
+
+impl NotHealthyObject {
+    /// Whether this is the inventory entry `entry`.
+    pub fn is(&self, entry: &InventoryEntry) -> bool {
+        self.group == entry.group
+            && self.kind == entry.kind
+            && self.namespace == entry.namespace
+            && self.name == entry.name
+    }
 }
 
 /// How many entries `status.history` keeps.

@@ -15,8 +15,9 @@ pub mod unpack;
 
 pub use bundle::{
     Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, HISTORY_LIMIT,
-    HistoryApproval, HistoryEntry, InventoryEntry, KindCount, NamespacePermissions,
-    PermissionHighlight, RequestedPermissions,
+    HistoryApproval, HistoryEntry, InventoryEntry, KindCount, NOT_HEALTHY_LIMIT,
+    NamespacePermissions, NotHealthyObject, ObjectHealth, PermissionHighlight,
+    RequestedPermissions,
 };
 pub use class::{
     ApprovalPolicy, Limits, ProvisionerClass, ProvisionerClassSpec, ProvisionerClassStatus,

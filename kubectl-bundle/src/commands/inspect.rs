@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use anyhow::Context;
 use clap::Args;
-use gantry_api::{Bundle, InventoryEntry};
+use gantry_api::{Bundle, BundleStatus, InventoryEntry};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::cluster::GlobalArgs;
 use super::output::{
-    OutputFormat, age, list_of, parse_output, print_structured, print_table, table,
+    OutputFormat, age, colours, list_of, parse_output, print_structured, styled_table, table,
 };
 use super::review::get_bundle;
 
@@ -194,6 +194,34 @@ pub fn readiness(status: Option<&Value>) -> String {
     }
 }
 
+/// The health `status.objectHealth` gives `entry` (`Healthy`, `Progressing`, `Failed`, or `-`
+/// when the status does not say: not assessed yet, or beyond the objects it lists), and why it
+/// is not healthy.
+fn object_health<'a>(
+    status: &'a BundleStatus,
+    entry: &InventoryEntry,
+) -> (&'a str, Option<&'a str>) {
+    let Some(health) = &status.object_health else {
+        return ("-", None);
+    };
+    if let Some(object) = health.not_healthy.iter().find(|o| o.is(entry)) {
+        return (object.state.as_str(), Some(object.message.as_str()));
+    }
+    // The list is complete unless it was capped: only then is an unlisted object healthy.
+    let listed_all = health.not_healthy.len() as i64 == health.progressing + health.failed;
+    (if listed_all { "Healthy" } else { "-" }, None)
+}
+
+/// The colour of a health state on a terminal: green, yellow, red.
+fn health_colour(state: &str) -> Option<&'static str> {
+    match state {
+        "Healthy" => Some("32"),
+        "Progressing" => Some("33"),
+        "Failed" => Some("31"),
+        _ => None,
+    }
+}
+
 fn kind_name(entry: &InventoryEntry) -> String {
     if entry.group.is_empty() {
         entry.kind.clone()
@@ -251,13 +279,19 @@ pub async fn tree(global: &GlobalArgs, args: TreeArgs) -> anyhow::Result<()> {
             if let Some(ns) = &e.namespace {
                 metadata["namespace"] = json!(ns);
             }
-            json!({
+            let (health, why) = object_health(&status, e);
+            let mut item = json!({
                 "apiVersion": api_version,
                 "kind": e.kind,
                 "metadata": metadata,
                 "exists": n.object.is_some(),
+                "health": health,
                 "summary": readiness(n.object.as_ref().and_then(|o| o.data.get("status"))),
-            })
+            });
+            if let Some(why) = why {
+                item["healthMessage"] = json!(why);
+            }
+            item
         })
         .collect();
     if print_structured(&list_of(&entries)?, args.output.as_ref())? {
@@ -269,14 +303,21 @@ pub async fn tree(global: &GlobalArgs, args: TreeArgs) -> anyhow::Result<()> {
         .find(|c| c.type_ == gantry_api::conditions::types::READY)
         .map(|c| format!("Ready={}", c.status))
         .unwrap_or_else(|| "-".into());
+    let healthy = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == gantry_api::conditions::types::HEALTHY)
+        .map(|c| format!("Healthy={}", c.status))
+        .unwrap_or_else(|| "-".into());
     let mut rows = vec![
-        ["OBJECT", "NAMESPACE", "STATUS", "SUMMARY"]
+        ["OBJECT", "NAMESPACE", "STATUS", "HEALTH", "SUMMARY"]
             .map(String::from)
             .to_vec(),
         vec![
             format!("Bundle/{}", args.name),
             String::new(),
             status.phase.map(|p| p.to_string()).unwrap_or_default(),
+            healthy,
             ready,
         ],
     ];
@@ -295,10 +336,28 @@ pub async fn tree(global: &GlobalArgs, args: TreeArgs) -> anyhow::Result<()> {
                 "Missing"
             }
             .into(),
+            entry["health"].as_str().unwrap_or("-").to_string(),
             entry["summary"].as_str().unwrap_or("-").to_string(),
         ]);
     }
-    print_table(&rows);
+    let colours = colours();
+    print!(
+        "{}",
+        styled_table(&rows, |row, column, cell| {
+            (colours && row > 0 && column == 3).then(|| health_colour(cell))?
+        })
+    );
+    // Why each object that is not healthy is not, as the provisioner last assessed it.
+    let reasons: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| {
+            let (_, why) = object_health(&status, &n.entry);
+            why.map(|why| format!("  {}/{}: {why}", kind_name(&n.entry), n.entry.name))
+        })
+        .collect();
+    if !reasons.is_empty() {
+        println!("\nNot healthy:\n{}", reasons.join("\n"));
+    }
     Ok(())
 }
 

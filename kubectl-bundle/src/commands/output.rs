@@ -239,12 +239,27 @@ pub fn count(n: usize, noun: &str) -> String {
     }
 }
 
+/// Whether standard output takes colours: a terminal, and `NO_COLOR` unset (no-color.org).
+pub fn colours() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stdout())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 pub fn print_table(rows: &[Vec<String>]) {
     let _ = write!(std::io::stdout().lock(), "{}", table(rows));
 }
 
 /// Rows as an aligned table, columns three spaces apart.
 pub fn table(rows: &[Vec<String>]) -> String {
+    styled_table(rows, |_, _, _| None)
+}
+
+/// Rows as an aligned table, each cell wrapped in the ANSI style `style(row, column, cell)`
+/// gives it (e.g. `"32"`, green), after padding, so that styles do not upset the alignment.
+pub fn styled_table(
+    rows: &[Vec<String>],
+    style: impl Fn(usize, usize, &str) -> Option<&'static str>,
+) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|i| {
@@ -256,11 +271,20 @@ pub fn table(rows: &[Vec<String>]) -> String {
         })
         .collect();
     let mut out = String::new();
-    for row in rows {
+    for (r, row) in rows.iter().enumerate() {
         let line: Vec<String> = row
             .iter()
             .enumerate()
-            .map(|(i, cell)| format!("{cell:<width$}", width = widths[i]))
+            .map(|(i, cell)| {
+                let padded = format!("{cell:<width$}", width = widths[i]);
+                match style(r, i, cell) {
+                    Some(code) => {
+                        let text = padded.trim_end();
+                        format!("\x1b[{code}m{text}\x1b[0m{}", &padded[text.len()..])
+                    }
+                    None => padded,
+                }
+            })
             .collect();
         out.push_str(line.join("   ").trim_end());
         out.push('\n');
@@ -285,6 +309,30 @@ pub fn age(then: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn styled_cells_keep_the_columns_aligned() {
+        let rows: Vec<Vec<String>> = [
+            ["A", "HEALTH", "Z"],
+            ["a", "Healthy", "z"],
+            ["b", "Failed", "z"],
+        ]
+        .iter()
+        .map(|r| r.iter().map(|c| c.to_string()).collect())
+        .collect();
+        let styled = styled_table(&rows, |row, column, cell| {
+            (row > 0 && column == 1).then_some(if cell == "Failed" { "31" } else { "32" })
+        });
+        let plain = table(&rows);
+        assert_eq!(
+            styled
+                .replace("\x1b[31m", "")
+                .replace("\x1b[32m", "")
+                .replace("\x1b[0m", ""),
+            plain
+        );
+        assert!(styled.contains("\x1b[31mFailed\x1b[0m "), "{styled:?}");
+    }
 
     #[test]
     fn output_formats_parse_as_kubectl_names_them() {

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use gantry_api::Condition;
 use gantry_api::conditions::{reasons, types};
+use gantry_api::{Condition, InventoryEntry, NOT_HEALTHY_LIMIT, NotHealthyObject, ObjectHealth};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
@@ -128,6 +128,52 @@ pub fn judge(
         message: format!("{summary} (waiting until {deadline}):{list}"),
         wake: Some(Duration::from_millis(left)),
     }
+}
+
+/// The longest message `status.objectHealth` keeps per object: the `Healthy` message has the
+/// whole story; this is for tables and trees.
+const OBJECT_MESSAGE_LIMIT: usize = 512;
+
+/// `status.objectHealth` of `objects` (inventory entries with their assessments, in inventory
+/// order): counts per state, and the objects not healthy, failed first, at most
+/// [`NOT_HEALTHY_LIMIT`].
+pub fn object_health(objects: &[(&InventoryEntry, &Assessment)]) -> ObjectHealth {
+    let count = |state: State| objects.iter().filter(|(_, a)| a.state == state).count() as i64;
+    let not_healthy = [State::Failed, State::InProgress]
+        .into_iter()
+        .flat_map(|state| objects.iter().filter(move |(_, a)| a.state == state))
+        .take(NOT_HEALTHY_LIMIT)
+        .map(|(entry, assessment)| NotHealthyObject {
+            group: entry.group.clone(),
+            kind: entry.kind.clone(),
+            namespace: entry.namespace.clone(),
+            name: entry.name.clone(),
+            state: match assessment.state {
+                State::Failed => "Failed",
+                _ => "Progressing",
+            }
+            .into(),
+            message: shorten(&assessment.message, OBJECT_MESSAGE_LIMIT),
+        })
+        .collect();
+    ObjectHealth {
+        healthy: count(State::Current),
+        progressing: count(State::InProgress),
+        failed: count(State::Failed),
+        not_healthy,
+    }
+}
+
+/// `text` cut to at most `limit` bytes on a character boundary, with `…` when cut.
+fn shorten(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 fn seconds(duration: Duration) -> String {

@@ -289,6 +289,8 @@ const STALLED_REASONS: &[&str] = &[
     reasons::DENIED,
     reasons::UNSAFE_CRD_UPGRADE,
     reasons::INVALID_HEALTH_EXPRESSION,
+    reasons::INVALID_OBJECT_POLICY,
+    reasons::IMMUTABLE_FIELD_CHANGED,
 ];
 
 /// Checks that the failure `reason` on `type_` is reported as what it is: stalled failures

@@ -789,6 +789,28 @@ async fn tree_shows_the_managed_objects_live() {
         )
         .await
         .unwrap();
+    // The provisioner assesses the objects again on the status change: health per object.
+    let bundle = wait_bundle(
+        &client,
+        &name,
+        "the Deployment listed as progressing",
+        |b| {
+            b.status
+                .as_ref()
+                .and_then(|s| s.object_health.as_ref())
+                .is_some_and(|h| {
+                    h.healthy == 1
+                        && h.progressing == 1
+                        && h.not_healthy
+                            .iter()
+                            .any(|o| o.name == "web" && o.state == "Progressing")
+                })
+        },
+    )
+    .await;
+    let why = &bundle.status.unwrap().object_health.unwrap().not_healthy[0].message;
+    // No controller-manager: kstatus says it is not observed yet.
+    assert!(why.contains("not been observed"), "{why}");
     let out = ok(&["tree", &name]);
     let line = |what: &str| {
         out.lines()
@@ -800,16 +822,33 @@ async fn tree_shows_the_managed_objects_live() {
         line(&format!("Bundle/{name}")).contains("Installed"),
         "{out}"
     );
-    assert!(line("ConfigMap/cm").contains("Exists"), "{out}");
+    let cm = line("ConfigMap/cm");
+    assert!(cm.contains("Exists") && cm.contains("Healthy"), "{out}");
     let web = line("Deployment.apps/web");
     assert!(
-        web.contains("Exists") && web.contains("1/2 ready") && web.contains(&ns),
+        web.contains("Exists")
+            && web.contains("Progressing")
+            && web.contains("1/2 ready")
+            && web.contains(&ns),
         "{web}"
+    );
+    // Not a terminal: no colours.
+    assert!(!out.contains('\x1b'), "{out:?}");
+    let reasons = out
+        .split_once("Not healthy:")
+        .map(|(_, r)| r)
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        reasons.contains("Deployment.apps/web: ") && reasons.contains(why.as_str()),
+        "{out}"
     );
     let list: serde_json::Value =
         serde_json::from_str(&ok(&["tree", &name, "-o", "json"])).unwrap();
     assert_eq!(list["items"].as_array().unwrap().len(), 2, "{list}");
     assert_eq!(list["items"][0]["exists"], true);
+    assert_eq!(list["items"][0]["health"], "Healthy", "{list}");
+    assert_eq!(list["items"][1]["health"], "Progressing", "{list}");
+    assert_eq!(list["items"][1]["healthMessage"], why.as_str(), "{list}");
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use k8s_openapi::jiff::{Timestamp, ToSpan};
 use serde_json::json;
 
 use super::super::kstatus::{Assessment, State};
-use super::{explain_pods, judge, pod_selector, timeout_start};
+use super::{explain_pods, judge, object_health, pod_selector, timeout_start};
 use crate::status::set_condition;
 
 fn object(name: &str, state: State, message: &str) -> (String, Assessment) {
@@ -205,4 +205,45 @@ fn counts_read_as_english() {
     assert_eq!(crate::policy::objects(1), "1 object");
     assert_eq!(crate::policy::objects(0), "0 objects");
     assert_eq!(crate::policy::objects(3), "3 objects");
+}
+
+#[test]
+fn object_health_counts_every_state_and_lists_failed_objects_first_capped() {
+    let entry = |name: String| gantry_api::InventoryEntry {
+        group: "apps".into(),
+        version: "v1".into(),
+        kind: "Deployment".into(),
+        namespace: Some("ns".into()),
+        name,
+    };
+    let entries: Vec<gantry_api::InventoryEntry> =
+        (0..30).map(|i| entry(format!("d{i}"))).collect();
+    let assessment = |i: usize| Assessment {
+        state: match i {
+            0..=4 => State::Current,
+            25 => State::Failed,
+            _ => State::InProgress,
+        },
+        message: if i == 6 {
+            "é".repeat(400)
+        } else {
+            format!("object {i}")
+        },
+    };
+    let assessments: Vec<Assessment> = (0..30).map(assessment).collect();
+    let pairs: Vec<_> = entries.iter().zip(assessments.iter()).collect();
+    let health = object_health(&pairs);
+    assert_eq!(
+        (health.healthy, health.progressing, health.failed),
+        (5, 24, 1)
+    );
+    assert_eq!(health.not_healthy.len(), gantry_api::NOT_HEALTHY_LIMIT);
+    assert_eq!(health.not_healthy[0].name, "d25", "failed first");
+    assert_eq!(health.not_healthy[0].state, "Failed");
+    assert_eq!(health.not_healthy[1].name, "d5", "then in inventory order");
+    assert_eq!(health.not_healthy[1].state, "Progressing");
+    let long = &health.not_healthy[2].message;
+    assert!(long.len() <= 512 && long.ends_with('…'), "{}", long.len());
+    assert!(health.not_healthy[1].is(&entries[5]));
+    assert!(!health.not_healthy[1].is(&entries[6]));
 }

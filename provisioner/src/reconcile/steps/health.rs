@@ -22,7 +22,7 @@ use kube::runtime::events::EventType;
 use serde_json::Value;
 
 use crate::cluster::live;
-use crate::policy::health::{explain_pods, judge, pod_selector, timeout_start};
+use crate::policy::health::{explain_pods, judge, object_health, pod_selector, timeout_start};
 use crate::policy::health_rules;
 use crate::policy::kstatus::{self, Assessment, State, assess};
 use crate::policy::plan::describe;
@@ -68,6 +68,14 @@ pub(crate) async fn check(
         .buffered(ctx.settings.apply_concurrency.max(1))
         .collect()
         .await;
+    let assessed: Vec<(&InventoryEntry, &Assessment)> = pass
+        .status
+        .inventory
+        .iter()
+        .zip(objects.iter().map(|(_, a)| a))
+        .collect();
+    let object_health = object_health(&assessed);
+    pass.status.object_health = Some(object_health);
     let now = Timestamp::now();
     let verdict = judge(
         &objects,

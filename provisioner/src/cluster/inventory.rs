@@ -155,10 +155,11 @@ pub async fn still_present(
     } else {
         format!("{object} (finalizers: {})", finalizers.join(", "))
     };
-    if entry.group == "apiextensions.k8s.io" && entry.kind == "CustomResourceDefinition" {
-        if let Some(left) = custom_resources_left(client, &entry.name).await {
-            described.push_str(&format!(", waiting for its custom resources: {left}"));
-        }
+    if entry.group == "apiextensions.k8s.io"
+        && entry.kind == "CustomResourceDefinition"
+        && let Some(left) = custom_resources_left(client, &entry.name).await
+    {
+        described.push_str(&format!(", waiting for its custom resources: {left}"));
     }
     Ok(Some(described))
 }

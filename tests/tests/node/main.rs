@@ -6,5 +6,6 @@ mod gantry;
 mod health;
 mod helm;
 mod metrics_server;
+mod operator_upgrade;
 mod operators;
 mod pull;

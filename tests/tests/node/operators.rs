@@ -30,7 +30,7 @@ use super::health::{condition, host_gantry, wait};
 /// (skips the build).
 const OPERATOR_DIR_ENV: &str = "GANTRY_PROMETHEUS_OPERATOR_DIR";
 const VERSION: &str = "v0.85.0";
-const OPERATOR: &str = "prometheus-operator";
+pub(super) const OPERATOR: &str = "prometheus-operator";
 /// The `component` of each controller's log lines (the operator's `controllerName`s).
 const CONTROLLERS: [&str; 4] = [
     "prometheus-controller",
@@ -44,7 +44,7 @@ const SCRAPE_CONFIG_WATCHERS: [&str; 2] = ["prometheus-controller", "prometheusa
 
 /// The directory `tools/prometheus-operator/build.sh` prints (it builds once, then caches), or
 /// [`OPERATOR_DIR_ENV`].
-fn operator_dir() -> &'static Path {
+pub(super) fn operator_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         if let Some(dir) = std::env::var_os(OPERATOR_DIR_ENV) {
@@ -67,7 +67,7 @@ fn operator_dir() -> &'static Path {
 }
 
 /// The `.yaml` files of `dir`, by name.
-fn yaml_files(dir: &Path) -> Vec<(String, String)> {
+pub(super) fn yaml_files(dir: &Path) -> Vec<(String, String)> {
     let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
         .map(|entry| entry.unwrap().path())
@@ -86,7 +86,7 @@ fn yaml_files(dir: &Path) -> Vec<(String, String)> {
 
 /// The upstream RBAC and Deployment, moved from `default` into `namespace`, with the
 /// Deployment running `image` and logging at debug level (each informer's cache sync).
-fn rbac_manifests(dir: &Path, namespace: &str, image: &str) -> Vec<(String, String)> {
+pub(super) fn rbac_manifests(dir: &Path, namespace: &str, image: &str) -> Vec<(String, String)> {
     let mut deployments = 0;
     let files = yaml_files(dir)
         .into_iter()
@@ -144,7 +144,7 @@ async fn push_operator_image(cluster: &'static NodeCluster, namespace: &str) -> 
 }
 
 /// The operator's one running Pod, unless it is `except`.
-async fn operator_pod(pods: &Api<Pod>, except: Option<&str>) -> Option<String> {
+pub(super) async fn operator_pod(pods: &Api<Pod>, except: Option<&str>) -> Option<String> {
     let selector = format!("app.kubernetes.io/name={OPERATOR}");
     let list = pods
         .list(&ListParams::default().labels(&selector))
@@ -192,7 +192,7 @@ fn available(deployment: &Deployment) -> bool {
         && status.available_replicas.unwrap_or(0) == spec.replicas.unwrap_or(1)
 }
 
-async fn ready_and_healthy(bundles: &Api<Bundle>, name: &str) -> Option<()> {
+pub(super) async fn ready_and_healthy(bundles: &Api<Bundle>, name: &str) -> Option<()> {
     let bundle = bundles.get(name).await.ok()?;
     let healthy = condition(&bundle, types::HEALTHY)?;
     let ready = condition(&bundle, types::READY)?;
@@ -318,7 +318,7 @@ async fn prometheus_operator_starts_every_controller() {
 }
 
 /// The names of the CRDs of group `monitoring.coreos.com`.
-async fn crd_names(crds: &Api<CustomResourceDefinition>) -> Vec<String> {
+pub(super) async fn crd_names(crds: &Api<CustomResourceDefinition>) -> Vec<String> {
     crds.list(&ListParams::default())
         .await
         .map(|list| {
@@ -333,7 +333,7 @@ async fn crd_names(crds: &Api<CustomResourceDefinition>) -> Vec<String> {
 
 /// Waits until the running operator Pod (other than `except`) shows every controller started
 /// in its log, read through the API server from the kubelet; returns the Pod and its log.
-async fn operator_started(
+pub(super) async fn operator_started(
     cluster: &NodeCluster,
     pods: &Api<Pod>,
     namespace: &str,

@@ -32,5 +32,6 @@ mod restart;
 mod smoke;
 mod tenancy;
 mod timing;
+mod uninstall_order;
 mod unpack_pods;
 mod verify;

@@ -134,6 +134,13 @@ pub struct BundleSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub images: Vec<crate::ImageOverride>,
+
+    /// What happens when a live object no longer holds what the bundle applied: `Correct`
+    /// (default) applies it again; `Report` only reports it (the `Drifted` condition lists the
+    /// objects and fields) until the mode changes, new content or spec is applied, or
+    /// `kubectl bundle reconcile --force` corrects it once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftMode>,
 }
 
 /// Where a bundle stands. Written by the controller, except `approval`, which only approvers write.
@@ -372,6 +379,16 @@ pub struct InventoryEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
+}
+
+/// `Bundle.spec.drift`: what a drifted object gets.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DriftMode {
+    /// Applied again (Flux's and Argo CD's self-heal).
+    #[default]
+    Correct,
+    /// Reported in the `Drifted` condition, left as it is.
+    Report,
 }
 
 /// How many objects `status.objectHealth.notHealthy` lists.

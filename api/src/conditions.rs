@@ -21,6 +21,10 @@ pub mod types {
     /// changes (the bundle, its class, its image's digest, its ServiceAccount's RBAC); the
     /// message says what. Absent otherwise.
     pub const STALLED: &str = "Stalled";
+    /// With `spec.drift: Report`: true while live objects differ from what the bundle applied
+    /// (the message lists them, with the fields); false (`NoDrift`) when they do not. Absent
+    /// with `spec.drift: Correct`, where drift is repaired instead.
+    pub const DRIFTED: &str = "Drifted";
     /// Condition type of a `ProvisionerClass`: the class's parameters are valid.
     pub const ACCEPTED: &str = "Accepted";
 }
@@ -171,6 +175,13 @@ pub mod reasons {
         /// An object failed (a Job), or objects were not healthy within the health timeout; the
         /// message names each with its status.
         HEALTH_CHECK_FAILED = "HealthCheckFailed" => Failure;
+
+        // `Drifted` (`spec.drift: Report`).
+        /// Live objects differ from what the bundle applied; the message lists them and their
+        /// fields. Reported, not repaired.
+        DRIFT_DETECTED = "DriftDetected" => Failure;
+        /// Every live object holds what the bundle applied.
+        NO_DRIFT = "NoDrift" => Success;
 
         // Any step.
         /// A request to the Kubernetes API failed; the message names the step and the API

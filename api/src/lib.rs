@@ -14,7 +14,8 @@ pub mod storage;
 pub mod unpack;
 
 pub use bundle::{
-    Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, HISTORY_LIMIT,
+    Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, DriftMode,
+    HISTORY_LIMIT,
     HistoryApproval, HistoryEntry, InventoryEntry, KindCount, NOT_HEALTHY_LIMIT,
     NamespacePermissions, NotHealthyObject, ObjectHealth, PermissionHighlight,
     RequestedPermissions,

@@ -16,6 +16,10 @@ pub const BUNDLE_LABEL: &str = "gantry.dev/bundle";
 
 /// Annotation on a managed object: `disabled` orphans the object instead of deleting it.
 pub const PRUNE_ANNOTATION: &str = "gantry.dev/prune";
+/// Set by `kubectl bundle reconcile --force` to the same value as
+/// [`RECONCILE_REQUESTED_ANNOTATION`]: the pass that handles that request corrects drift even
+/// with `spec.drift: Report`.
+pub const RECONCILE_FORCE_ANNOTATION: &str = "gantry.dev/reconcile-force";
 /// The value of [`PRUNE_ANNOTATION`] that orphans an object.
 pub const PRUNE_DISABLED: &str = "disabled";
 

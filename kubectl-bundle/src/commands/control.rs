@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use futures::{StreamExt, TryStreamExt};
 use gantry_api::conditions::{ReasonKind, reasons, types};
-use gantry_api::{Bundle, RECONCILE_REQUESTED_ANNOTATION};
+use gantry_api::{Bundle, RECONCILE_FORCE_ANNOTATION, RECONCILE_REQUESTED_ANNOTATION};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -50,11 +50,15 @@ pub struct ResumeArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  kubectl bundle reconcile my-app\n  kubectl bundle reconcile my-app --timeout 30s\n  kubectl bundle reconcile app-a app-b\n  kubectl bundle reconcile --all"
+    after_help = "Examples:\n  kubectl bundle reconcile my-app\n  kubectl bundle reconcile my-app --timeout 30s\n  kubectl bundle reconcile app-a app-b\n  kubectl bundle reconcile --all\n  kubectl bundle reconcile my-app --force   # corrects drift a spec.drift: Report bundle only reports"
 )]
 pub struct ReconcileArgs {
     #[command(flatten)]
     targets: Targets,
+    /// Also correct drift of bundles with `spec.drift: Report`, this once: their live objects
+    /// are applied again where they differ.
+    #[arg(long)]
+    force: bool,
     /// How long to wait for the outcome (e.g. 30s, 5m).
     #[arg(long, default_value = "5m", value_parser = super::cluster::parse_timeout)]
     timeout: Duration,
@@ -241,8 +245,12 @@ pub async fn reconcile(global: &GlobalArgs, args: ReconcileArgs) -> anyhow::Resu
     let several = total > 1;
     let mut failures = Vec::new();
     let requested = Timestamp::now().to_string();
-    let patch =
-        json!({ "metadata": { "annotations": { RECONCILE_REQUESTED_ANNOTATION: requested } } });
+    // The force annotation names the request it goes with, so that it forces that one pass.
+    let mut annotations = json!({ RECONCILE_REQUESTED_ANNOTATION: requested });
+    if args.force {
+        annotations[RECONCILE_FORCE_ANNOTATION] = json!(requested);
+    }
+    let patch = json!({ "metadata": { "annotations": annotations } });
     // The bundles whose request was written, awaiting their outcome.
     let mut pending = BTreeSet::new();
     for (name, bundle) in found {

@@ -19,7 +19,9 @@ use crate::cluster::access::AccessReviews;
 use crate::cluster::crds::{served_kinds, wait_served};
 use crate::cluster::discovery::KindCache;
 use crate::cluster::errors::{api_message, is_forbidden, is_not_found};
-use crate::cluster::live::{live_matches, live_matches_leaving_others};
+use crate::cluster::live::{
+    drifted_fields, drifted_fields_leaving_others, live_matches, live_matches_leaving_others,
+};
 use crate::cluster::preflight::{
     GroupKey, allowed_by_kind, forbidden, group_key, is_rbac, preflight,
 };
@@ -72,21 +74,83 @@ pub struct Seen {
     matches: bool,
     /// Whether it carries a deletion timestamp.
     being_deleted: bool,
+    /// The fields that differ, when it does not match (for `spec.drift: Report`).
+    drifted: Vec<String>,
 }
 
 impl Seen {
     fn of(live: &Value, desired: &Value, policy: ObjectPolicy) -> Self {
         let label = format!("/metadata/labels/{}", BUNDLE_LABEL.replace('/', "~1"));
+        let matches = match policy.ssa {
+            Ssa::Merge => live_matches_leaving_others(live, desired),
+            _ => live_matches(live, desired),
+        };
+        let drifted = match (matches, policy.ssa) {
+            (true, _) => Vec::new(),
+            (false, Ssa::Merge) => drifted_fields_leaving_others(live, desired),
+            (false, _) => drifted_fields(live, desired),
+        };
         Self {
             owner: live
                 .pointer(&label)
                 .and_then(Value::as_str)
                 .map(str::to_string),
-            matches: match policy.ssa {
-                Ssa::Merge => live_matches_leaving_others(live, desired),
-                _ => live_matches(live, desired),
-            },
+            matches,
             being_deleted: live.pointer("/metadata/deletionTimestamp").is_some(),
+            drifted,
+        }
+    }
+}
+
+/// How many drifted objects, and fields of each, the `Drifted` condition names.
+const DRIFT_LISTED: usize = 20;
+
+impl Checked {
+    /// What differs from the plan, one line per object that would be written (`Kind ns/name:
+    /// missing` or `: .spec.replicas, …`), at most [`DRIFT_LISTED`] lines; and how many objects
+    /// drifted in all. Only meaningful when the check read every object (not new content).
+    pub fn drift(&self, plan: &Plan) -> (Vec<String>, usize) {
+        let settings = ApplySettings {
+            concurrency: 1,
+            crd_timeout: Duration::ZERO,
+            write_all: false,
+        };
+        let drifted: Vec<String> = plan
+            .objects
+            .iter()
+            .zip(&self.live)
+            .zip(&self.policies)
+            .filter(|((_, live), policy)| will_write(&settings, **policy, live.as_ref()))
+            .map(|((object, live), _)| match live {
+                None => format!("{object}: missing"),
+                Some(seen) => {
+                    let mut fields: Vec<&str> = seen
+                        .drifted
+                        .iter()
+                        .take(DRIFT_LISTED)
+                        .map(String::as_str)
+                        .collect();
+                    if seen.drifted.len() > DRIFT_LISTED {
+                        fields.push("…");
+                    }
+                    format!("{object}: {}", fields.join(", "))
+                }
+            })
+            .collect();
+        let count = drifted.len();
+        (drifted.into_iter().take(DRIFT_LISTED).collect(), count)
+    }
+
+    /// The outcome of writing nothing: every object left as it is.
+    pub fn left_as_is(&self) -> ApplyOutcome {
+        ApplyOutcome {
+            written: 0,
+            unchanged: self.live.iter().flatten().count(),
+            being_deleted: self
+                .live
+                .iter()
+                .map(|live| live.as_ref().is_some_and(|l| l.being_deleted))
+                .collect(),
         }
     }
 }
@@ -239,6 +303,7 @@ async fn owners(
                         matches: false,
                         // Written anyway (new content): the answer tells.
                         being_deleted: false,
+                        drifted: Vec::new(),
                     })),
                     None => read_seen(client, object, policy, identity).await,
                 }

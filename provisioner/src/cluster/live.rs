@@ -157,6 +157,108 @@ pub fn live_matches_leaving_others(live: &Value, desired: &Value) -> bool {
     )
 }
 
+/// The fields where `live` does not hold what `desired` has, as paths (`.spec.replicas`,
+/// `.spec.template.spec.containers[0].image`, `.metadata.labels.app`): what
+/// [`live_matches`] found different, for people to read. Empty exactly when it matches.
+pub fn drifted_fields(live: &Value, desired: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(desired) = desired.as_object() else {
+        return vec![".".into()];
+    };
+    for (key, want) in desired {
+        match key.as_str() {
+            "status" => continue,
+            "metadata" => {
+                for field in ["labels", "annotations"] {
+                    let want = want.get(field).unwrap_or(&Value::Null);
+                    let have = live
+                        .pointer(&format!("/metadata/{field}"))
+                        .unwrap_or(&Value::Null);
+                    differences(have, want, &format!(".metadata.{field}"), &mut out);
+                }
+            }
+            "stringData" if is_secret(live) => {
+                let Some(want) = want.as_object() else {
+                    out.push(".stringData".into());
+                    continue;
+                };
+                for (k, v) in want {
+                    let encoded = v.as_str().map(|s| {
+                        use base64::Engine;
+                        base64::engine::general_purpose::STANDARD.encode(s)
+                    });
+                    let have = live.pointer(&format!("/data/{}", escape_pointer(k)));
+                    if have.and_then(Value::as_str) != encoded.as_deref() {
+                        out.push(format!(".data{}", path_key(k)));
+                    }
+                }
+            }
+            _ => differences(
+                live.get(key).unwrap_or(&Value::Null),
+                want,
+                &path_key(key),
+                &mut out,
+            ),
+        }
+    }
+    out
+}
+
+/// [`drifted_fields`] for a `gantry.dev/ssa: Merge` object: fields other managers own are
+/// theirs, not drift.
+pub fn drifted_fields_leaving_others(live: &Value, desired: &Value) -> Vec<String> {
+    let managed = live
+        .pointer("/metadata/managedFields")
+        .unwrap_or(&Value::Null);
+    drifted_fields(
+        live,
+        &without_fields_of_others(desired, managed, FIELD_MANAGER),
+    )
+}
+
+/// `.key`, or `["key"]` for keys that are not plain words.
+fn path_key(key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        format!(".{key}")
+    } else {
+        format!("[{key:?}]")
+    }
+}
+
+/// Where `have` does not contain `want` ([`contains`]), below `path`.
+fn differences(have: &Value, want: &Value, path: &str, out: &mut Vec<String>) {
+    if contains(have, want) {
+        return;
+    }
+    match (have, want) {
+        (Value::Object(h), Value::Object(w)) => {
+            for (k, v) in w {
+                differences(
+                    h.get(k).unwrap_or(&Value::Null),
+                    v,
+                    &format!("{path}{}", path_key(k)),
+                    out,
+                );
+            }
+        }
+        (Value::Null, Value::Object(w)) => {
+            for (k, v) in w {
+                differences(&Value::Null, v, &format!("{path}{}", path_key(k)), out);
+            }
+        }
+        (Value::Array(h), Value::Array(w)) if h.len() == w.len() => {
+            for (i, (h, w)) in h.iter().zip(w).enumerate() {
+                differences(h, w, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => out.push(path.to_string()),
+    }
+}
+
 fn is_secret(live: &Value) -> bool {
     live.get("kind").and_then(Value::as_str) == Some("Secret")
         && live.get("apiVersion").and_then(Value::as_str) == Some("v1")
@@ -188,6 +290,41 @@ fn contains(have: &Value, want: &Value) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn drifted_fields_name_what_live_matches_finds_different() {
+        let desired = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": "web", "labels": { "app": "web", "app.kubernetes.io/name": "web" } },
+            "spec": { "replicas": 2, "template": { "spec": { "containers": [
+                { "name": "web", "image": "web:1", "args": ["--a"] }] } } },
+            "status": { "ignored": true }
+        });
+        let mut live = desired.clone();
+        live["status"] = json!({});
+        live["metadata"]["resourceVersion"] = json!("7");
+        assert!(live_matches(&live, &desired));
+        assert!(drifted_fields(&live, &desired).is_empty());
+        live["spec"]["replicas"] = json!(5);
+        live["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2");
+        live["metadata"]["labels"]["app.kubernetes.io/name"] = json!("other");
+        live["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--a", "--b"]);
+        assert!(!live_matches(&live, &desired));
+        assert_eq!(
+            drifted_fields(&live, &desired),
+            vec![
+                ".metadata.labels[\"app.kubernetes.io/name\"]",
+                ".spec.replicas",
+                ".spec.template.spec.containers[0].args",
+                ".spec.template.spec.containers[0].image",
+            ]
+        );
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                            "stringData": {"k": "v"}});
+        let live_secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                                 "data": {"k": "eA=="}});
+        assert_eq!(drifted_fields(&live_secret, &secret), vec![".data.k"]);
+    }
 
     #[test]
     fn views_keep_what_health_reads_and_drop_the_rest() {

@@ -349,6 +349,19 @@ fn reconcile_requested(bundle: &Bundle) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// Whether this pass handles a `kubectl bundle reconcile --force` request: one to reconcile
+/// that no pass handled yet, which the force annotation names. It corrects drift even with
+/// `spec.drift: Report`.
+pub(crate) fn correction_forced(pass: &Pass<'_>) -> bool {
+    reconcile_pending(pass)
+        && pass
+            .bundle
+            .annotations()
+            .get(gantry_api::RECONCILE_FORCE_ANNOTATION)
+            .map(String::as_str)
+            == reconcile_requested(pass.bundle)
+}
+
 /// Whether the bundle carries a request to reconcile that no pass handled yet.
 fn reconcile_pending(pass: &Pass<'_>) -> bool {
     reconcile_requested(pass.bundle).is_some_and(|requested| {

@@ -14,6 +14,7 @@ mod crd_upgrade;
 mod crd_versions;
 mod demo;
 mod docs_airgapped;
+mod drift_report;
 mod health;
 mod health_rules;
 mod install;

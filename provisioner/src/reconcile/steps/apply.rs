@@ -6,7 +6,9 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{Bundle, CRD_UPGRADE_ALLOWED_ANNOTATION, InventoryEntry, ProvisionerClass};
+use gantry_api::{
+    Bundle, CRD_UPGRADE_ALLOWED_ANNOTATION, DriftMode, InventoryEntry, ProvisionerClass,
+};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -21,9 +23,11 @@ use crate::error::{Error, Result};
 use crate::policy::crd_upgrade::{self, Change};
 use crate::policy::object_policy::{ObjectPolicy, Ssa};
 use crate::policy::plan::Plan;
-use crate::reconcile::{Flow, Pass, installed_fingerprint, remove_objects, timing};
+use crate::reconcile::{
+    Flow, Pass, correction_forced, installed_fingerprint, remove_objects, timing,
+};
 use crate::state::Context;
-use crate::status::{condition, objects, record_history};
+use crate::status::{condition, objects, publish, record_history, remove_condition};
 
 /// Applies, prunes, records the inventory and sets `Installed`. Continues with, per object of
 /// the inventory, whether the API server said it is being deleted.
@@ -89,6 +93,11 @@ pub(crate) async fn apply_and_prune(
         .iter()
         .map(|entry| ctx.claims.claimant(entry, &name))
         .collect();
+    // `spec.drift: Report`: a pass over what is installed reads and compares, and writes
+    // nothing, unless new content or spec is applied or a forced reconcile asks for it.
+    let report_only =
+        pass.bundle.spec.drift == Some(DriftMode::Report) && !write_all && !correction_forced(pass);
+    let mut drift: Option<(Vec<String>, usize)> = None;
     let applying = async {
         let checked = check(
             &applier.client,
@@ -104,6 +113,10 @@ pub(crate) async fn apply_and_prune(
         // Only objects the identity may write are recorded, so that nothing refused is ever
         // pruned or uninstalled. The same write shows `Installing`.
         record_before_applying(pass, &planned).await?;
+        if report_only {
+            drift = Some(checked.drift(plan));
+            return Ok(checked.left_as_is());
+        }
         write(
             &applier.client,
             &ctx.kinds,
@@ -138,6 +151,7 @@ pub(crate) async fn apply_and_prune(
             .await;
     }
 
+    report_drift(pass, drift).await;
     prune(pass, applier, &planned, &ignored).await?;
     pass.status.inventory = planned;
     let installed = content.resolved_image.clone();
@@ -164,6 +178,55 @@ pub(crate) async fn apply_and_prune(
         ctx.checked.record(&pass.name, check);
     }
     Ok(Flow::Continue(outcome.being_deleted))
+}
+
+/// The `Drifted` condition of a bundle with `spec.drift: Report`: what a reporting pass found
+/// (`drift`: the lines and how many objects), or, after a pass that applied, nothing left. An
+/// Event announces drift when it is first found. Without `Report`, no such condition.
+async fn report_drift(pass: &mut Pass<'_>, drift: Option<(Vec<String>, usize)>) {
+    if pass.bundle.spec.drift != Some(DriftMode::Report) {
+        remove_condition(&mut pass.status.conditions, types::DRIFTED);
+        return;
+    }
+    match drift {
+        Some((lines, count)) if count > 0 => {
+            let listed: String = lines.iter().map(|l| format!("\n- {l}")).collect();
+            let more = if count > lines.len() {
+                format!("\n- … and {} more", count - lines.len())
+            } else {
+                String::new()
+            };
+            let message = format!(
+                "{} drifted, left as they are (spec.drift: Report; `kubectl bundle reconcile --force {}` corrects them):{listed}{more}",
+                objects(count),
+                pass.name
+            );
+            let announced = condition(&pass.written.conditions, types::DRIFTED)
+                .is_some_and(|c| c.status == "True");
+            pass.set_condition(
+                types::DRIFTED,
+                true,
+                reasons::DRIFT_DETECTED,
+                message.clone(),
+            );
+            if !announced {
+                publish(
+                    pass.ctx,
+                    pass.bundle,
+                    kube::runtime::events::EventType::Warning,
+                    reasons::DRIFT_DETECTED,
+                    &message,
+                )
+                .await;
+            }
+        }
+        _ => pass.set_condition(
+            types::DRIFTED,
+            false,
+            reasons::NO_DRIFT,
+            "every live object holds what the bundle applied",
+        ),
+    }
 }
 
 /// Adds the objects this content has and the inventory lacks to the recorded inventory before

@@ -34,6 +34,13 @@ pub(super) struct HostGantry {
     _alone: tokio::sync::RwLockWriteGuard<'static, ()>,
 }
 
+impl HostGantry {
+    /// `http://127.0.0.1:PORT` of the provisioner's /metrics.
+    pub(super) fn metrics_url(&self) -> &str {
+        self._provisioner.metrics_url()
+    }
+}
+
 /// A storage server and a provisioner on this host, serving a class of their own, while no
 /// other provisioner runs.
 pub(super) async fn host_gantry(cluster: &'static NodeCluster) -> HostGantry {

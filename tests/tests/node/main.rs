@@ -7,5 +7,6 @@ mod health;
 mod helm;
 mod metrics_server;
 mod operator_upgrade;
+mod operator_webhook;
 mod operators;
 mod pull;

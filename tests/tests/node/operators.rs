@@ -29,7 +29,7 @@ use super::health::{condition, host_gantry, wait};
 /// Names a directory holding the `operator` binary and its `crds/` and `rbac/` manifests
 /// (skips the build).
 const OPERATOR_DIR_ENV: &str = "GANTRY_PROMETHEUS_OPERATOR_DIR";
-const VERSION: &str = "v0.85.0";
+pub(super) const VERSION: &str = "v0.85.0";
 pub(super) const OPERATOR: &str = "prometheus-operator";
 /// The `component` of each controller's log lines (the operator's `controllerName`s).
 const CONTROLLERS: [&str; 4] = [
@@ -122,7 +122,7 @@ pub(super) fn rbac_manifests(dir: &Path, namespace: &str, image: &str) -> Vec<(S
 
 /// An image of the static `operator` binary alone, as `/bin/operator`, run as nobody as
 /// upstream's image is.
-async fn push_operator_image(cluster: &'static NodeCluster, namespace: &str) -> String {
+pub(super) async fn push_operator_image(cluster: &'static NodeCluster, namespace: &str) -> String {
     let binary = operator_dir().join("operator");
     let repository = format!("{namespace}/{OPERATOR}:{VERSION}");
     tokio::task::spawn_blocking(move || {

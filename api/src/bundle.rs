@@ -141,6 +141,16 @@ pub struct BundleSpec {
     /// `kubectl bundle reconcile --force` corrects it once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftMode>,
+
+    /// JSON patches (RFC 6902) applied to the objects each `target` selects before they are
+    /// planned and applied, as Flux's `Kustomization.spec.patches` (JSON 6902 only; no
+    /// strategic-merge patches). Patches apply in order, then `images` rewrites. A patch that
+    /// cannot be applied fails the bundle and nothing is applied; one that selects no object
+    /// is reported in an Event. The approval of a digest covers the patches it was given with:
+    /// a change here needs a new approval.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub patches: Vec<crate::BundlePatch>,
 }
 
 /// Where a bundle stands. Written by the controller, except `approval`, which only approvers write.
@@ -356,6 +366,11 @@ pub struct Approval {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub images: Vec<crate::ImageOverride>,
+    /// `spec.patches` when the decision was made: an approval holds only while they are the
+    /// same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub patches: Vec<crate::BundlePatch>,
 }
 
 /// An approver's decision.

@@ -128,6 +128,12 @@ pub mod reasons {
         NAMESPACE_NOT_FOUND = "NamespaceNotFound" => Failure;
         /// Namespaced objects carry no namespace and the bundle sets no install namespace.
         NAMESPACE_REQUIRED = "NamespaceRequired" => Failure;
+        /// A patch of `spec.patches` cannot be applied: its text is not a list of JSON patch
+        /// operations, its target's selector does not parse, or an operation fails on an
+        /// object it selects (a path that does not exist, a `test` that fails). The message
+        /// names the patch (`spec.patches[2]`), the operation and the object. Nothing was
+        /// applied.
+        INVALID_PATCH = "InvalidPatch" => Failure;
         /// An object is already managed by another bundle.
         CONFLICT = "Conflict" => Failure;
         /// The ServiceAccount the bundle is applied as may not read or write one of its
@@ -187,6 +193,12 @@ pub mod reasons {
         /// A request to the Kubernetes API failed; the message names the step and the API
         /// server's error. Retried.
         API_FAILED = "APIFailed" => Failure;
+
+        // Events only.
+        /// A patch of `spec.patches` selects no object of the content (a Warning Event, never a
+        /// condition): the install goes on without it, as in Flux; the message names the
+        /// patch and its target.
+        PATCH_UNMATCHED = "PatchUnmatched" => Success;
 
         // Deletion.
         /// The bundle's objects and stored content were removed (an Event).

@@ -10,6 +10,8 @@ pub mod health;
 mod identity;
 pub mod images;
 mod names;
+pub mod patches;
+pub mod selector;
 pub mod storage;
 pub mod unpack;
 
@@ -28,6 +30,8 @@ pub use health::{EffectiveHealth, HealthCheckExpr, HealthPolicy};
 pub use identity::ServiceAccountReference;
 pub use images::ImageOverride;
 pub use names::*;
+pub use patches::BundlePatch;
+pub use selector::ObjectSelector;
 
 /// Re-exported so users of the API name one `Condition` type.
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

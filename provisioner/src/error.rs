@@ -79,6 +79,10 @@ pub enum Error {
     #[error("namespaced objects carry no namespace and spec.installNamespace is not set: {}", .0.join(", "))]
     NamespaceRequired(Vec<String>),
 
+    /// `spec.patches`: a patch does not parse, or cannot be applied to an object it selects.
+    #[error("{0}")]
+    InvalidPatch(#[from] gantry_api::patches::PatchError),
+
     #[error("install namespace {0} does not exist and the bundle does not create it")]
     NamespaceNotFound(String),
 
@@ -284,6 +288,9 @@ impl Error {
             | Error::UnsafeCrdUpgrade { .. }
             | Error::InvalidObjectPolicy(_)
             | Error::ImmutableFieldChanged { .. } => Some(Stall::Digest),
+            // The patch, or content in which its paths exist, must come: the spec or the
+            // digest.
+            Error::InvalidPatch(_) => Some(Stall::Digest),
             Error::Verification {
                 source: ImageError::VerificationFailed { .. },
                 ..
@@ -333,6 +340,7 @@ impl Error {
             }
             Error::NamespaceRequired(_) => (INSTALLED, reasons::NAMESPACE_REQUIRED),
             Error::NamespaceNotFound(_) => (INSTALLED, reasons::NAMESPACE_NOT_FOUND),
+            Error::InvalidPatch(_) => (INSTALLED, reasons::INVALID_PATCH),
             Error::Conflict { .. } => (INSTALLED, reasons::CONFLICT),
             Error::CrdNotEstablished { .. } => (INSTALLED, reasons::CRD_NOT_ESTABLISHED),
             Error::UnsafeCrdUpgrade { .. } => (INSTALLED, reasons::UNSAFE_CRD_UPGRADE),
@@ -503,6 +511,13 @@ mod tests {
                     object: "Job.batch a/migrate (job.yaml document 1)".into(),
                     fields: vec!["spec.template".into()],
                 },
+                Stall::Digest,
+            ),
+            (
+                Error::InvalidPatch(gantry_api::patches::PatchError::Invalid {
+                    index: 2,
+                    message: "no operations".into(),
+                }),
                 Stall::Digest,
             ),
             (

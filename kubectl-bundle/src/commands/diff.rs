@@ -2,16 +2,19 @@
 //! on the cluster, as `kubectl diff` shows it: each object is applied server-side as a dry run,
 //! with the provisioner's field manager, and compared with the live object; objects of the
 //! inventory the content no longer has are shown as pruned. Secrets' values are masked.
+//! The objects are the ones the provisioner would apply: `spec.patches` applied, then
+//! `spec.images` rewritten.
 //! With `--dir DIR`, the content compared is a bundle directory's instead (as `push` would read
 //! it), and nothing is pushed.
 //! Exit status: 0 no changes, 1 changes, 2 (and more) an error.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use gantry_api::patches::Patches;
 use gantry_api::{BUNDLE_LABEL, Bundle, FIELD_MANAGER, InventoryEntry, ProvisionerClass};
 use gantry_image::{BundleObject, EffectiveLimits, Platform, PullRequest, read_canonical};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -84,6 +87,8 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
     let bundle = get_bundle(&bundles, &args.name).await?;
     let name = bundle.name_any();
     let status = bundle.status.clone().unwrap_or_default();
+    // A patch that does not parse fails every object: said once.
+    let patches = bundle_patches(&bundle)?;
     let objects = if let Some(dir) = args.dir.clone() {
         tokio::task::spawn_blocking(move || super::image::load_dir(&dir))
             .await
@@ -96,6 +101,7 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
     let mut failures = Vec::new();
     let mut desired: Vec<ObjectKey> = Vec::new();
     let mut out = String::new();
+    let unmatched = unmatched_patches(&client, &bundle, &patches, &objects).await;
     for object in objects {
         let value = object.value()?;
         let described = describe_value(&value);
@@ -134,6 +140,9 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
         }
     }
     print!("{out}");
+    for unmatched in unmatched {
+        eprintln!("warning: {unmatched} selects no object of the content: it patches nothing");
+    }
     if !failures.is_empty() {
         bail!(
             "{} object(s) could not be compared:\n  {}",
@@ -291,34 +300,121 @@ pub(crate) struct ObjectDiff {
     pub(crate) text: Option<String>,
 }
 
-/// Dry-runs the apply of one object and compares the result with the live object.
+/// The object as the provisioner applies it: its namespace defaulted (`scope`: `None` for a
+/// kind not served yet, whose object keeps the namespace it has), the patches that select it
+/// applied (a patch may rename it or move it), its images rewritten, and the bundle label
+/// added, so that the label is no change. Also the patches applied (their indexes).
+fn desired_object(
+    mut object: Value,
+    bundle: &Bundle,
+    patches: &Patches,
+    scope: Option<&Scope>,
+) -> anyhow::Result<(Value, Vec<usize>)> {
+    let default_namespace = |object: &mut Value| -> anyhow::Result<()> {
+        let metadata = object
+            .get_mut("metadata")
+            .and_then(Value::as_object_mut)
+            .context("the object has no metadata")?;
+        match scope {
+            None => {}
+            Some(Scope::Cluster) => {
+                metadata.remove("namespace");
+            }
+            Some(Scope::Namespaced) => {
+                let namespace = metadata
+                    .get("namespace")
+                    .and_then(Value::as_str)
+                    .filter(|ns| !ns.is_empty())
+                    .map(str::to_string)
+                    .or_else(|| bundle.spec.install_namespace.clone())
+                    .context("a namespaced object carries no namespace and the bundle sets no installNamespace")?;
+                metadata.insert("namespace".into(), Value::String(namespace));
+            }
+        }
+        Ok(())
+    };
+    default_namespace(&mut object)?;
+    let applied = patches.apply(&mut object)?;
+    if !applied.is_empty() {
+        default_namespace(&mut object)?;
+    }
+    // Images as the provisioner rewrites them (`spec.images`), after the patches: what would
+    // run is compared.
+    gantry_api::images::rewrite_images(&mut object, &bundle.spec.images);
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        let labels = metadata
+            .entry("labels")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !labels.is_object() {
+            *labels = Value::Object(Default::default());
+        }
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert(BUNDLE_LABEL.into(), Value::String(bundle.name_any()));
+        }
+    }
+    Ok((object, applied))
+}
+
+/// `spec.patches` of the bundle, parsed; an error names the bundle and the patch.
+fn bundle_patches(bundle: &Bundle) -> anyhow::Result<Patches> {
+    Patches::parse(&bundle.spec.patches)
+        .map_err(|e| anyhow::anyhow!("bundle {}: {e}", bundle.name_any()))
+}
+
+/// The patches of `spec.patches` that select no object of `objects`, as [`diff_object`]
+/// applies them: `spec.patches[1] (kind=Job)`. Each kind is looked up once.
+async fn unmatched_patches(
+    client: &Client,
+    bundle: &Bundle,
+    patches: &Patches,
+    objects: &[BundleObject],
+) -> Vec<String> {
+    if patches.is_empty() {
+        return Vec::new();
+    }
+    let mut scopes: HashMap<GroupVersionKind, Option<Scope>> = HashMap::new();
+    let mut applied = BTreeSet::new();
+    for object in objects {
+        let Ok(value) = object.value() else {
+            continue;
+        };
+        let Ok((group, version)) = group_version(&value) else {
+            continue;
+        };
+        let gvk = GroupVersionKind::gvk(&group, &version, str_at(&value, "/kind"));
+        if !scopes.contains_key(&gvk) {
+            let scope = kube::discovery::pinned_kind(client, &gvk)
+                .await
+                .ok()
+                .map(|(_, capabilities)| capabilities.scope);
+            scopes.insert(gvk.clone(), scope);
+        }
+        let scope = scopes.get(&gvk).and_then(Option::as_ref);
+        if let Ok((_, indexes)) = desired_object(value, bundle, patches, scope) {
+            applied.extend(indexes);
+        }
+    }
+    patches.unmatched(&applied)
+}
+
+/// Dry-runs the apply of one object, as the provisioner would apply it, and compares the
+/// result with the live object.
 pub(crate) async fn diff_object(
     client: &Client,
     bundle: &Bundle,
-    mut object: Value,
+    object: Value,
 ) -> anyhow::Result<ObjectDiff> {
     let (group, version) = group_version(&object)?;
     let kind = str_at(&object, "/kind").to_string();
-    let name = str_at(&object, "/metadata/name").to_string();
     let gvk = GroupVersionKind::gvk(&group, &version, &kind);
     let discovered = kube::discovery::pinned_kind(client, &gvk).await;
-    // Images as the provisioner rewrites them (`spec.images`): what would run is compared.
-    gantry_api::images::rewrite_images(&mut object, &bundle.spec.images);
-    let metadata = object
-        .get_mut("metadata")
-        .and_then(Value::as_object_mut)
-        .context("the object has no metadata")?;
-    // Labelled as the provisioner labels it, so the label is no change.
-    let labels = metadata
-        .entry("labels")
-        .or_insert_with(|| Value::Object(Default::default()));
-    if let Some(labels) = labels.as_object_mut() {
-        labels.insert(BUNDLE_LABEL.into(), Value::String(bundle.name_any()));
-    }
-    let Ok((resource, capabilities)) = discovered else {
+    let scope = discovered.as_ref().ok().map(|(_, c)| &c.scope);
+    let (object, _) = desired_object(object, bundle, &bundle_patches(bundle)?, scope)?;
+    let name = str_at(&object, "/metadata/name").to_string();
+    let Ok((resource, _)) = discovered else {
         // A kind this very bundle defines (its CRD is not installed yet): created as it is.
-        let namespace = metadata
-            .get("namespace")
+        let namespace = object
+            .pointer("/metadata/namespace")
             .and_then(Value::as_str)
             .map(str::to_string)
             .or_else(|| bundle.spec.install_namespace.clone());
@@ -330,22 +426,10 @@ pub(crate) async fn diff_object(
             text: Some(unified(&title, None, Some(&object), note)),
         });
     };
-    let namespace = match capabilities.scope {
-        Scope::Cluster => {
-            metadata.remove("namespace");
-            None
-        }
-        Scope::Namespaced => {
-            let namespace = metadata
-                .get("namespace")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .or_else(|| bundle.spec.install_namespace.clone())
-                .context("a namespaced object carries no namespace and the bundle sets no installNamespace")?;
-            metadata.insert("namespace".into(), Value::String(namespace.clone()));
-            Some(namespace)
-        }
-    };
+    let namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let api: Api<DynamicObject> = match &namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
@@ -544,6 +628,86 @@ fn unified(title: &str, before: Option<&Value>, after: Option<&Value>, note: &st
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_desired_object_is_patched_then_rewritten_and_labelled() {
+        let bundle = Bundle::new(
+            "metrics",
+            gantry_api::BundleSpec {
+                image: "r/metrics:v1".into(),
+                install_namespace: Some("kube-system".into()),
+                images: vec![gantry_api::ImageOverride {
+                    name: "r/sidecar".into(),
+                    new_tag: Some("v2".into()),
+                    ..Default::default()
+                }],
+                patches: vec![
+                    gantry_api::BundlePatch {
+                        patch: "- {op: add, path: /spec/template/spec/containers/-, value: {name: side, image: r/sidecar:v1}}\n- {op: remove, path: /spec/replicas}".into(),
+                        target: gantry_api::ObjectSelector {
+                            kind: Some("Deployment".into()),
+                            namespace: Some("kube-system".into()),
+                            ..Default::default()
+                        },
+                    },
+                    gantry_api::BundlePatch {
+                        patch: "[{op: replace, path: /metadata/namespace, value: other}]".into(),
+                        target: gantry_api::ObjectSelector {
+                            kind: Some("ConfigMap".into()),
+                            ..Default::default()
+                        },
+                    },
+                ],
+                ..Default::default()
+            },
+        );
+        let patches = Patches::parse(&bundle.spec.patches).unwrap();
+        let deployment = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "server" },
+            "spec": { "replicas": 2, "template": { "spec": { "containers": [
+                { "name": "server", "image": "r/server:v1" },
+            ]}}},
+        });
+        let (object, applied) =
+            desired_object(deployment, &bundle, &patches, Some(&Scope::Namespaced)).unwrap();
+        assert_eq!(applied, [0], "matched in the namespace it is applied in");
+        assert_eq!(object.pointer("/spec/replicas"), None);
+        assert_eq!(
+            object.pointer("/spec/template/spec/containers/1/image"),
+            Some(&json!("r/sidecar:v2")),
+            "a container a patch adds gets its image rewritten"
+        );
+        assert_eq!(object["metadata"]["labels"][BUNDLE_LABEL], "metrics");
+
+        let config =
+            json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "c" } });
+        let (object, applied) =
+            desired_object(config, &bundle, &patches, Some(&Scope::Namespaced)).unwrap();
+        assert_eq!(
+            (applied, &object["metadata"]["namespace"]),
+            (vec![1], &json!("other"))
+        );
+
+        let role = json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                           "metadata": { "name": "r", "namespace": "ignored" } });
+        let (object, applied) =
+            desired_object(role, &bundle, &patches, Some(&Scope::Cluster)).unwrap();
+        assert!(applied.is_empty());
+        assert_eq!(object["metadata"].get("namespace"), None);
+
+        let broken = Patches::parse(&[gantry_api::BundlePatch {
+            patch: "[{op: remove, path: /spec/paused}]".into(),
+            target: Default::default(),
+        }])
+        .unwrap();
+        let config =
+            json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "c" } });
+        let error = desired_object(config, &bundle, &broken, Some(&Scope::Namespaced)).unwrap_err();
+        assert!(
+            error.to_string().contains("spec.patches[0]: operation 0 (remove /spec/paused) failed on v1 ConfigMap kube-system/c"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn secrets_are_masked_and_changes_marked() {

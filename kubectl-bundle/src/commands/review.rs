@@ -405,6 +405,12 @@ async fn print_status(
     let mut field = |label: &str, value: &str| out.push_str(&format!("{label:<12}{value}\n"));
     field("Name:", &bundle.name_any());
     field("Image:", &bundle.spec.image);
+    if !bundle.spec.patches.is_empty() {
+        field("Patches:", "applied before applying (spec.patches):");
+        for line in patches_lines(&bundle.spec.patches).lines() {
+            field("", line.trim_start());
+        }
+    }
     if !bundle.spec.images.is_empty() {
         field("Images:", "rewritten before applying (spec.images):");
         for line in images_lines(&bundle.spec.images).lines() {
@@ -650,9 +656,13 @@ async fn decide(
     if let Some(who) = approved_by {
         approval["approvedBy"] = json!(who);
     }
-    // The decision covers the image rewrites shown with it: a change of them needs a new one.
+    // The decision covers the patches and image rewrites shown with it: a change of them
+    // needs a new one.
     if !shown.spec.images.is_empty() {
         approval["images"] = json!(shown.spec.images);
+    }
+    if !shown.spec.patches.is_empty() {
+        approval["patches"] = json!(shown.spec.patches);
     }
     // The resourceVersion makes the write fail if the bundle changed since it was shown.
     let patch = json!({
@@ -697,6 +707,7 @@ pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<(
         a.digest == digest
             && a.decision == ApprovalDecision::Approved
             && a.images == bundle.spec.images
+            && a.patches == bundle.spec.patches
     }) {
         bail!("bundle {} is already approved for {digest}", args.name);
     }
@@ -708,6 +719,10 @@ pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<(
     if let Some(permissions) = &status.requested_permissions {
         println!("It will create:");
         print!("{}", permissions_table(permissions));
+    }
+    if !bundle.spec.patches.is_empty() {
+        println!("With its patches (spec.patches), in order:");
+        print!("{}", patches_lines(&bundle.spec.patches));
     }
     if !bundle.spec.images.is_empty() {
         println!("With its images rewritten (spec.images):");
@@ -951,6 +966,23 @@ pub async fn deny(global: &GlobalArgs, args: DenyArgs) -> anyhow::Result<()> {
 }
 
 /// ` by USER` when the approver is known.
+/// `spec.patches`: each patch's target, then its operations with their values, indented.
+fn patches_lines(patches: &[gantry_api::BundlePatch]) -> String {
+    let mut out = String::new();
+    for (index, patch) in patches.iter().enumerate() {
+        out.push_str(&format!("  [{index}] {}:\n", patch.target));
+        match patch.operation_lines() {
+            Ok(lines) => {
+                for line in lines {
+                    out.push_str(&format!("      {line}\n"));
+                }
+            }
+            Err(e) => out.push_str(&format!("      (does not parse: {e})\n")),
+        }
+    }
+    out
+}
+
 /// `spec.images`, one rewrite per line: `NAME -> NEW`.
 fn images_lines(images: &[gantry_api::ImageOverride]) -> String {
     images
@@ -988,6 +1020,7 @@ mod tests {
                 time: None,
                 approved_by: None,
                 images: Vec::new(),
+                patches: Vec::new(),
             }),
             ..Default::default()
         }
@@ -1050,6 +1083,7 @@ mod tests {
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
             images: Vec::new(),
+            patches: Vec::new(),
         };
         // Right after a deny, the status is the deny's: not this approval's outcome.
         let denied_before = decided(
@@ -1137,6 +1171,7 @@ mod tests {
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
             images: Vec::new(),
+            patches: Vec::new(),
         };
         assert_eq!(decision_text(&denial), "Denied sha256:aa by alice: not now");
         // Still awaiting approval: the provisioner has not read the denial.

@@ -1,8 +1,9 @@
 //! From a bundle's objects to what will be applied: kinds resolved, namespaces defaulted,
 //! the bundle label added. Nothing is written here.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
+use gantry_api::patches::Patches;
 use gantry_api::{BUNDLE_LABEL, InventoryEntry};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
@@ -237,16 +238,44 @@ pub fn bundle_crd_kinds(objects: &[BundleObject]) -> HashMap<GroupVersionKind, (
 ///
 /// The objects are moved into the plan, not copied: a bundle of large CRDs would otherwise be
 /// held twice while it is planned.
+#[cfg(test)]
 pub fn plan_objects(
     objects: Vec<BundleObject>,
     bundle: &str,
     install_namespace: Option<&str>,
     served: impl Fn(&GroupVersionKind) -> Option<Kind>,
 ) -> Result<Plan> {
+    plan_patched(
+        objects,
+        bundle,
+        install_namespace,
+        &Patches::default(),
+        served,
+    )
+    .map(|(plan, _)| plan)
+}
+
+/// [`plan_objects`], with `spec.patches` applied to each object once its namespace is
+/// defaulted (the namespace a target names is the one the object is applied in), before the
+/// bundle label is added. What a patch leaves is planned: its name, its namespace (defaulted
+/// again when a patch removed it). A patch that cannot be applied fails the whole plan.
+///
+/// The kinds the bundle's CRDs define are read from the CRDs as shipped, before any patch.
+///
+/// Also returns the patches that selected no object, with their targets
+/// (`spec.patches[1] (kind=Job name=setup)`): not an error, as in Flux, but worth saying.
+pub fn plan_patched(
+    objects: Vec<BundleObject>,
+    bundle: &str,
+    install_namespace: Option<&str>,
+    patches: &Patches,
+    served: impl Fn(&GroupVersionKind) -> Option<Kind>,
+) -> Result<(Plan, Vec<String>)> {
     let crd_kinds = bundle_crd_kinds(&objects);
 
     let mut planned = Vec::with_capacity(objects.len());
     let mut without_namespace = Vec::new();
+    let mut patched = BTreeSet::new();
     for source in objects {
         let gvk = gvk_of(&source);
         // One object's tree at a time: parsed here, changed, and written back as text.
@@ -254,7 +283,7 @@ pub fn plan_objects(
         let gantry_image::ObjectSummary {
             file,
             document,
-            name,
+            mut name,
             ..
         } = source.summary;
         let where_ = || format!("{file} document {document}");
@@ -282,40 +311,37 @@ pub fn plan_objects(
                 }
             },
         };
+        fn metadata_of<'v>(
+            object: &'v mut Value,
+            where_: &dyn Fn() -> String,
+        ) -> Result<&'v mut serde_json::Map<String, Value>> {
+            object
+                .as_object_mut()
+                .and_then(|o| o.get_mut("metadata"))
+                .and_then(Value::as_object_mut)
+                .ok_or_else(|| Error::Apply {
+                    object: where_(),
+                    message: "metadata must be a map".into(),
+                })
+        }
+        let mut namespace =
+            default_namespace(metadata_of(&mut object, &where_)?, &kind, install_namespace);
+        if !patches.is_empty() {
+            patched.extend(patches.apply(&mut object)?);
+            // A patch keeps the kind and a name (`Patches::apply`); it may change the name and
+            // the namespace, or remove the namespace (given the default again).
+            if let Some(new) = object.pointer("/metadata/name").and_then(Value::as_str) {
+                name = new.to_string();
+            }
+            namespace =
+                default_namespace(metadata_of(&mut object, &where_)?, &kind, install_namespace);
+        }
+        if kind.namespaced && namespace.is_none() {
+            without_namespace.push(format!("{} {name} ({})", gvk.kind, where_()));
+        }
         let defines_crd = (gvk.group == CRD_GROUP && gvk.kind == "CustomResourceDefinition")
             .then(|| name.clone());
-
-        let metadata = object
-            .as_object_mut()
-            .and_then(|o| o.get_mut("metadata"))
-            .and_then(Value::as_object_mut);
-        let Some(metadata) = metadata else {
-            return Err(Error::Apply {
-                object: where_(),
-                message: "metadata must be a map".into(),
-            });
-        };
-        let namespace = if kind.namespaced {
-            let explicit = metadata
-                .get("namespace")
-                .and_then(Value::as_str)
-                .filter(|ns| !ns.is_empty())
-                .map(str::to_string);
-            match explicit.or_else(|| install_namespace.map(str::to_string)) {
-                Some(ns) => {
-                    metadata.insert("namespace".into(), Value::String(ns.clone()));
-                    Some(ns)
-                }
-                None => {
-                    without_namespace.push(format!("{} {name} ({})", gvk.kind, where_()));
-                    None
-                }
-            }
-        } else {
-            // As kubectl does: a namespace on a cluster-scoped object means nothing.
-            metadata.remove("namespace");
-            None
-        };
+        let metadata = metadata_of(&mut object, &where_)?;
         let labels = metadata
             .entry("labels")
             .or_insert_with(|| Value::Object(Default::default()));
@@ -349,7 +375,29 @@ pub fn plan_objects(
     // document order: a custom resource before the CRD that defines it, or an object before
     // its Namespace, then installs as well. Uninstall removes in reverse, so they go last.
     planned.sort_by_key(|object| !object.is_barrier());
-    Ok(Plan { objects: planned })
+    Ok((Plan { objects: planned }, patches.unmatched(&patched)))
+}
+
+/// Gives a namespaced object without a namespace `install_namespace` and returns its namespace
+/// (`None`: it has none to be given); removes the namespace of a cluster-scoped object, as
+/// kubectl does: there it means nothing.
+fn default_namespace(
+    metadata: &mut serde_json::Map<String, Value>,
+    kind: &Kind,
+    install_namespace: Option<&str>,
+) -> Option<String> {
+    if !kind.namespaced {
+        metadata.remove("namespace");
+        return None;
+    }
+    let explicit = metadata
+        .get("namespace")
+        .and_then(Value::as_str)
+        .filter(|ns| !ns.is_empty())
+        .map(str::to_string);
+    let namespace = explicit.or_else(|| install_namespace.map(str::to_string))?;
+    metadata.insert("namespace".into(), Value::String(namespace.clone()));
+    Some(namespace)
 }
 
 #[cfg(test)]
@@ -487,6 +535,137 @@ pub(crate) mod tests {
                 .to_string()
                 .contains("serves no kind Widget in example.com/v2"),
             "{error}"
+        );
+    }
+
+    fn with_deployments(gvk: &GroupVersionKind) -> Option<Kind> {
+        served(gvk).or_else(|| {
+            (gvk.kind == "Deployment").then(|| Kind {
+                resource: ApiResource::from_gvk_with_plural(gvk, "deployments"),
+                namespaced: true,
+            })
+        })
+    }
+
+    fn patch(text: &str, target: gantry_api::ObjectSelector) -> gantry_api::BundlePatch {
+        gantry_api::BundlePatch {
+            patch: text.into(),
+            target,
+        }
+    }
+
+    fn kind(kind: &str) -> gantry_api::ObjectSelector {
+        gantry_api::ObjectSelector {
+            kind: Some(kind.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn patches_apply_to_the_objects_they_select_in_their_install_namespace() {
+        let deployment = object(
+            "webhook.yaml",
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "webhook" },
+                "spec": { "replicas": 2, "template": { "spec": { "containers": [
+                    { "name": "webhook", "image": "quay.io/team/webhook:v1" },
+                ]}}},
+            }),
+        );
+        let in_app = gantry_api::ObjectSelector {
+            namespace: Some("app".into()),
+            ..kind("Deployment")
+        };
+        let patches = Patches::parse(&[
+            patch("[{op: remove, path: /spec/replicas}]", in_app),
+            patch(
+                "[{op: replace, path: /metadata/namespace, value: elsewhere}, {op: add, path: /metadata/labels, value: {moved: 'yes'}}]",
+                kind("ConfigMap"),
+            ),
+            patch("[{op: remove, path: /spec/suspend}]", kind("CronJob")),
+        ])
+        .unwrap();
+        let (plan, unmatched) = plan_patched(
+            vec![namespace("app"), deployment, config_map("settings")],
+            "b",
+            Some("app"),
+            &patches,
+            with_deployments,
+        )
+        .unwrap();
+        let find = |name: &str| plan.objects.iter().find(|o| o.name == name).unwrap();
+        let webhook = find("webhook").value();
+        assert_eq!(webhook.pointer("/spec/replicas"), None);
+        assert_eq!(
+            webhook["spec"]["template"]["spec"]["containers"][0]["name"],
+            "webhook"
+        );
+        let settings = find("settings");
+        assert_eq!(settings.namespace.as_deref(), Some("elsewhere"));
+        assert_eq!(settings.value()["metadata"]["namespace"], "elsewhere");
+        assert_eq!(settings.value()["metadata"]["labels"]["moved"], "yes");
+        assert_eq!(
+            settings.value()["metadata"]["labels"][BUNDLE_LABEL],
+            "b",
+            "the bundle label is added after the patches"
+        );
+        assert_eq!(
+            unmatched,
+            ["spec.patches[2] (kind=CronJob)"],
+            "a patch that selects nothing is reported, not an error"
+        );
+    }
+
+    #[test]
+    fn a_patch_that_removes_the_namespace_gets_the_install_namespace_and_may_rename() {
+        let patches = Patches::parse(&[patch(
+            "[{op: remove, path: /metadata/namespace}, {op: replace, path: /metadata/name, value: renamed}]",
+            kind("ConfigMap"),
+        )])
+        .unwrap();
+        let explicit = object(
+            "cm.yaml",
+            json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "cm", "namespace": "other" } }),
+        );
+        let (plan, _) = plan_patched(vec![explicit], "b", Some("app"), &patches, served).unwrap();
+        assert_eq!(
+            (
+                plan.objects[0].name.as_str(),
+                plan.objects[0].namespace.as_deref()
+            ),
+            ("renamed", Some("app"))
+        );
+    }
+
+    #[test]
+    fn a_patch_that_cannot_apply_fails_the_plan_naming_patch_operation_and_object() {
+        let patches = Patches::parse(&[
+            patch(
+                "[{op: add, path: /data/extra, value: x}]",
+                kind("ConfigMap"),
+            ),
+            patch("[{op: remove, path: /spec/replicas}]", kind("ConfigMap")),
+        ])
+        .unwrap();
+        let error = plan_patched(
+            vec![config_map("settings")],
+            "b",
+            Some("app"),
+            &patches,
+            served,
+        )
+        .unwrap_err();
+        assert!(matches!(error, Error::InvalidPatch(_)), "{error:?}");
+        assert_eq!(
+            error.reason(),
+            gantry_api::conditions::reasons::INVALID_PATCH
+        );
+        let message = error.to_string();
+        assert!(
+            message.starts_with(
+                "spec.patches[0]: operation 0 (add /data/extra) failed on v1 ConfigMap app/settings"
+            ),
+            "{message}"
         );
     }
 

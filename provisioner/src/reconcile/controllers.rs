@@ -236,6 +236,7 @@ mod tests {
                     time: None,
                     approved_by: None,
                     images: Vec::new(),
+                    patches: Vec::new(),
                 })
             },
         ];

@@ -66,6 +66,7 @@ mod tests {
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
             images: Vec::new(),
+            patches: Vec::new(),
         });
         let image = |c| format!("r.test/app@{}", digest(c));
         record_history(&mut status, &image('a'), Time(Timestamp::now()));

@@ -173,6 +173,7 @@ mod tests {
             time: None,
             approved_by: None,
             images: Vec::new(),
+            patches: Vec::new(),
         });
         assert!(!differs(&a, &b));
         b.phase = Some(gantry_api::BundlePhase::Installed);

@@ -291,6 +291,7 @@ const STALLED_REASONS: &[&str] = &[
     reasons::INVALID_HEALTH_EXPRESSION,
     reasons::INVALID_OBJECT_POLICY,
     reasons::IMMUTABLE_FIELD_CHANGED,
+    reasons::INVALID_PATCH,
 ];
 
 /// Checks that the failure `reason` on `type_` is reported as what it is: stalled failures

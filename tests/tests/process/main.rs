@@ -23,6 +23,7 @@ mod logs;
 mod manifests;
 mod object_policies;
 mod ordering;
+mod patches;
 mod plugin;
 mod plugin_approver;
 mod plugin_day_one;

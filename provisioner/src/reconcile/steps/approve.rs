@@ -1,7 +1,9 @@
 //! Step 5: approval, bound to the resolved digest.
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{Approval, ApprovalDecision, ApprovalPolicy, ImageOverride, ProvisionerClass};
+use gantry_api::{
+    Approval, ApprovalDecision, ApprovalPolicy, BundlePatch, ImageOverride, ProvisionerClass,
+};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -25,7 +27,10 @@ pub(crate) async fn approve(
         &class.name_any(),
         &pass.name,
         digest,
-        &pass.bundle.spec.images,
+        &Changes {
+            images: &pass.bundle.spec.images,
+            patches: &pass.bundle.spec.patches,
+        },
         pass.status.approval.as_ref(),
     );
     // A denial is announced once, not on every visit.
@@ -68,6 +73,28 @@ pub(crate) async fn approve(
     }
 }
 
+/// What the spec changes in the objects of a digest: a decision covers the ones it was given
+/// with.
+#[derive(Clone, Copy, Debug, Default)]
+struct Changes<'a> {
+    images: &'a [ImageOverride],
+    patches: &'a [BundlePatch],
+}
+
+impl Changes<'_> {
+    /// The fields of the spec that differ from the ones `approval` was given with.
+    fn differing(&self, approval: &Approval) -> Vec<&'static str> {
+        let mut fields = Vec::new();
+        if approval.patches != self.patches {
+            fields.push("spec.patches");
+        }
+        if approval.images != self.images {
+            fields.push("spec.images");
+        }
+        fields
+    }
+}
+
 /// What the class's policy and an approver's decision say about `digest`.
 #[derive(Debug, PartialEq, Eq)]
 struct Verdict {
@@ -83,7 +110,7 @@ fn verdict(
     class: &str,
     bundle: &str,
     digest: &str,
-    images: &[ImageOverride],
+    changes: &Changes<'_>,
     approval: Option<&Approval>,
 ) -> Verdict {
     if policy == ApprovalPolicy::Automatic {
@@ -97,13 +124,19 @@ fn verdict(
         Some(reason) => format!("{digest} {what}: {reason}"),
         None => format!("{digest} {what}"),
     };
-    // A decision covers the objects it was given for: the digest and the image rewrites.
-    if let Some(a) = approval.filter(|a| a.digest == digest && a.images != images) {
+    // A decision covers the objects it was given for: the digest, the patches and the image
+    // rewrites.
+    let changed = approval
+        .filter(|a| a.digest == digest)
+        .map(|a| (a, changes.differing(a)))
+        .filter(|(_, fields)| !fields.is_empty());
+    if let Some((a, fields)) = changed {
         return Verdict {
             approved: false,
             reason: reasons::AWAITING_APPROVAL,
             message: format!(
-                "spec.images changed since {digest} was {}: the objects to apply are not the ones decided on; waiting for an approver (kubectl bundle approve {bundle})",
+                "{} changed since {digest} was {}: the objects to apply are not the ones decided on; waiting for an approver (kubectl bundle approve {bundle})",
+                fields.join(" and "),
                 match a.decision {
                     ApprovalDecision::Approved => "approved",
                     ApprovalDecision::Denied => "denied",
@@ -150,6 +183,7 @@ mod tests {
             time: None,
             approved_by: None,
             images: Vec::new(),
+            patches: Vec::new(),
         }
     }
 
@@ -159,7 +193,7 @@ mod tests {
             "reviewed",
             "b",
             "sha256:new",
-            &[],
+            &Changes::default(),
             approval,
         )
     }
@@ -171,7 +205,7 @@ mod tests {
             "plain",
             "b",
             "sha256:x",
-            &[],
+            &Changes::default(),
             None,
         );
         assert!(v.approved);
@@ -228,7 +262,10 @@ mod tests {
                 "reviewed",
                 "b",
                 "sha256:new",
-                images,
+                &Changes {
+                    images,
+                    patches: &[],
+                },
                 Some(&approved),
             )
         };
@@ -241,5 +278,57 @@ mod tests {
         assert_eq!((v.approved, v.reason), (false, reasons::AWAITING_APPROVAL));
         assert!(v.message.contains("spec.images changed"), "{}", v.message);
         assert!(!with(&[]).approved, "rewrites removed: a new decision too");
+    }
+
+    #[test]
+    fn a_decision_covers_the_patches_it_was_given_with() {
+        let remove_replicas = BundlePatch {
+            patch: "[{op: remove, path: /spec/replicas}]".into(),
+            target: gantry_api::ObjectSelector {
+                kind: Some("Deployment".into()),
+                ..Default::default()
+            },
+        };
+        let mut approved = decision(ApprovalDecision::Approved, "sha256:new", None);
+        approved.patches = vec![remove_replicas.clone()];
+        let with = |patches: &[BundlePatch], images: &[ImageOverride]| {
+            verdict(
+                ApprovalPolicy::Manual,
+                "reviewed",
+                "b",
+                "sha256:new",
+                &Changes { images, patches },
+                Some(&approved),
+            )
+        };
+        assert!(with(std::slice::from_ref(&remove_replicas), &[]).approved);
+        let other_target = BundlePatch {
+            target: gantry_api::ObjectSelector::default(),
+            ..remove_replicas.clone()
+        };
+        let v = with(&[other_target], &[]);
+        assert_eq!((v.approved, v.reason), (false, reasons::AWAITING_APPROVAL));
+        assert!(
+            v.message
+                .starts_with("spec.patches changed since sha256:new was approved"),
+            "{}",
+            v.message
+        );
+        assert!(
+            !with(&[], &[]).approved,
+            "patches removed: a new decision too"
+        );
+        let image = ImageOverride {
+            name: "quay.io/op".into(),
+            new_tag: Some("v2".into()),
+            ..Default::default()
+        };
+        let v = with(&[], &[image]);
+        assert!(
+            v.message
+                .starts_with("spec.patches and spec.images changed"),
+            "{}",
+            v.message
+        );
     }
 }

@@ -1,13 +1,18 @@
-//! Step 4: the plan (kinds resolved, namespaces defaulted, the bundle label added), and what an
-//! approver reviews.
+//! Step 4: the plan (kinds resolved, namespaces defaulted, `spec.patches` applied, the bundle
+//! label added, `spec.images` rewritten), and what an approver reviews.
+
+use gantry_api::conditions::reasons;
+use gantry_api::patches::Patches;
+use kube::runtime::events::EventType;
 
 use super::unpack::Content;
 use crate::cluster::discovery::served_kinds;
 use crate::cluster::identity::Applier;
 use crate::error::Result;
 use crate::policy::permissions::{Scope, requested_permissions};
-use crate::policy::plan::{Plan, plan_objects};
+use crate::policy::plan::{Plan, plan_patched};
 use crate::reconcile::{Flow, Pass};
+use crate::status::publish;
 
 /// Plans the content and fills in `status.requestedPermissions`.
 pub(crate) async fn plan(
@@ -16,17 +21,39 @@ pub(crate) async fn plan(
     applier: &Applier,
 ) -> Result<Flow<Plan>> {
     let ctx = pass.ctx;
+    // Checked before anything is read: a patch that does not parse fails whatever the content.
+    let patches = Patches::parse(&pass.bundle.spec.patches)?;
     // The plan holds the objects as they are applied: the parsed content is moved into it, so
     // that a bundle of large CRDs is not held twice through the apply.
     let objects = std::mem::take(&mut content.objects);
     let served = served_kinds(&ctx.client, &ctx.kinds, &objects).await?;
-    let mut plan = plan_objects(
+    // Patches first, then the image rewrites (as Kustomize orders them): a container a patch
+    // adds gets its image rewritten too. Every check after this one (namespaces, permissions,
+    // the approval) is about the patched, rewritten objects: the ones applied.
+    let (mut plan, unmatched) = plan_patched(
         objects,
         &pass.name,
         pass.bundle.spec.install_namespace.as_deref(),
+        &patches,
         |gvk| served.get(gvk).cloned(),
     )?;
     plan.rewrite_images(&pass.bundle.spec.images)?;
+    if !unmatched.is_empty() {
+        let message = format!(
+            "{} selected no object of the content; nothing was patched by {}",
+            unmatched.join(", "),
+            if unmatched.len() == 1 { "it" } else { "them" }
+        );
+        tracing::warn!(bundle = %pass.name, "{message}");
+        publish(
+            ctx,
+            pass.bundle,
+            EventType::Warning,
+            reasons::PATCH_UNMATCHED,
+            &message,
+        )
+        .await;
+    }
     let mut permissions = requested_permissions(
         &plan.objects,
         &Scope {

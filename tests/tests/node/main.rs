@@ -6,6 +6,7 @@ mod gantry;
 mod health;
 mod helm;
 mod metrics_server;
+mod object_health;
 mod operator_upgrade;
 mod operator_webhook;
 mod operators;

@@ -236,7 +236,7 @@ fn gate(auth: &Auth, request: &mut Request) -> Option<Response> {
 }
 
 /// Headers that keep the page to itself: no framing, no scripts or styles but its own, no
-/// referrer, nothing cached.
+/// referrer to other sites, nothing cached.
 fn secure(headers: &mut HeaderMap) {
     for (name, value) in [
         (
@@ -244,7 +244,8 @@ fn secure(headers: &mut HeaderMap) {
             "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
         ),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // Not `no-referrer`: with it, browsers send `Origin: null` on the page's own forms.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
         (header::X_FRAME_OPTIONS, "DENY"),
     ] {

@@ -328,7 +328,12 @@ fn state_panel(bundle: &Bundle) -> Markup {
                     dt { "Approval" } dd #approval-state {
                         (approval_state(&status))
                         @if let Some(approval) = &status.approval {
-                            br; span.mono { (decision_text(approval)) }
+                            br;
+                            span.mono {
+                                // A decision on another digest does not count for this one.
+                                @if Some(approval.digest.as_str()) != resolved_digest(&status) { "Earlier: " }
+                                (decision_text(approval))
+                            }
                         }
                     }
                 }

@@ -139,6 +139,20 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
             )),
         }
     }
+    // What the provisioner found unsafe in the stored content's CRDs, first: the diff of a CRD
+    // shows its schema changing, not whether stored objects survive it.
+    if args.dir.is_none() {
+        let findings = unsafe_crd_changes(&status);
+        if !findings.is_empty() {
+            println!(
+                "Unsafe CRD changes (refused on apply unless the CRD accepts them, see `kubectl bundle status {name}`):"
+            );
+            for finding in findings {
+                println!("  - {finding}");
+            }
+            println!();
+        }
+    }
     print!("{out}");
     for unmatched in unmatched {
         eprintln!("warning: {unmatched} selects no object of the content: it patches nothing");
@@ -151,6 +165,16 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
         );
     }
     Ok(changed)
+}
+
+/// The unsafe CRD changes among the highlights the provisioner wrote for the stored content.
+fn unsafe_crd_changes(status: &gantry_api::BundleStatus) -> Vec<&str> {
+    status
+        .requested_permissions
+        .iter()
+        .flat_map(|p| &p.highlights)
+        .filter_map(|h| h.reason.strip_prefix("unsafe CRD upgrade: "))
+        .collect()
 }
 
 /// The bundle's stored content (awaiting approval, or current): from the storage server, or

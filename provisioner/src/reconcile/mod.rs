@@ -303,7 +303,7 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome, Failure> {
     let plan = proceed!(Step::Plan, plan::plan(pass, &mut content, &applier).await);
     proceed!(
         Step::Approve,
-        approve::approve(pass, &class, &content).await
+        approve::approve(pass, &class, &content, &plan).await
     );
     let being_deleted = proceed!(
         Step::Apply,

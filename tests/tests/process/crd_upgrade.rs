@@ -4,6 +4,7 @@
 
 use gantry_api::Bundle;
 use gantry_api::conditions::{reasons, types};
+use gantry_tests::e2e::kubectl::{kubeconfig, kubectl_bundle, ok, text};
 use gantry_tests::e2e::*;
 use gantry_tests::{control_plane, registry, unique_name};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -184,4 +185,81 @@ async fn a_safe_crd_change_installs() {
         config_map_data(&client, &ns, "settings").await.as_deref(),
         Some("two")
     );
+}
+
+#[tokio::test]
+async fn an_approver_sees_unsafe_crd_changes_before_approving() {
+    gantry();
+    let client = control_plane().client().await;
+    let review = under_review(&client, "crdrev", |ns| {
+        let group = format!("{ns}.example.com");
+        content(
+            ns,
+            &group,
+            crd(&group, &["size", "color"], &[], false),
+            "one",
+        )
+    })
+    .await;
+    let (name, ns) = (review.name.clone(), review.namespace.clone());
+    let group = format!("{ns}.example.com");
+    // The first content creates the CRD: nothing to compare, nothing highlighted.
+    let highlights = |bundle: &Bundle| -> Vec<String> {
+        bundle
+            .status
+            .as_ref()
+            .and_then(|s| s.requested_permissions.as_ref())
+            .map(|p| p.highlights.iter().map(|h| h.reason.clone()).collect())
+            .unwrap_or_default()
+    };
+    assert!(
+        !highlights(&review.bundle)
+            .iter()
+            .any(|h| h.starts_with("unsafe CRD upgrade")),
+        "{:?}",
+        highlights(&review.bundle)
+    );
+    ok(&["approve", &name, "--yes", "--wait"]);
+
+    // New content drops `color`: awaiting approval, the finding is the first highlight.
+    let unsafe_digest = push(
+        &review.repository,
+        &content(&ns, &group, crd(&group, &["size"], &[], false), "two"),
+    )
+    .await;
+    let bundle = wait_bundle(&client, &name, "the new digest awaiting approval", |b| {
+        b.status.as_ref().and_then(|s| s.phase) == Some(gantry_api::BundlePhase::AwaitingApproval)
+            && b.status.as_ref().and_then(|s| s.resolved_image.as_deref())
+                == Some(unsafe_digest.as_str())
+            && !highlights(b).is_empty()
+    })
+    .await;
+    let first = &highlights(&bundle)[0];
+    let spec_path = "spec.versions[v1].schema.openAPIV3Schema.properties.spec.properties";
+    assert_eq!(
+        first,
+        &format!("unsafe CRD upgrade: gadgets.{group} v1 {spec_path}.color: property removed"),
+    );
+    // The plugin's review and diff show it before anything is approved.
+    let status = ok(&["status", &name]);
+    assert!(status.contains("property removed"), "{status}");
+    let diff = kubectl_bundle(&["diff", &name, "--kubeconfig", &kubeconfig()]);
+    let shown = text(&diff);
+    assert!(
+        shown.contains("Unsafe CRD changes")
+            && shown.contains(&format!(
+                "gadgets.{group} v1 {spec_path}.color: property removed"
+            )),
+        "{shown}"
+    );
+    // Approved anyway, the apply still refuses it: the approval is not the CRD's acceptance.
+    ok(&["approve", &name, "--yes"]);
+    wait_failure(
+        &client,
+        &name,
+        types::INSTALLED,
+        reasons::UNSAFE_CRD_UPGRADE,
+        &format!("gadgets.{group} v1 {spec_path}.color: property removed"),
+    )
+    .await;
 }

@@ -2,7 +2,7 @@
 //! the inventory.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
@@ -13,14 +13,13 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 
+use super::crd_check;
 use super::unpack::Content;
 use crate::cluster::apply::{ApplySettings, check, write};
-use crate::cluster::crds;
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
-use crate::policy::crd_upgrade::{self, Change};
 use crate::policy::object_policy::{ObjectPolicy, Ssa};
 use crate::policy::plan::Plan;
 use crate::reconcile::{
@@ -364,68 +363,22 @@ fn accepted_digest<'a>(bundle: &Bundle, resolved: &'a str) -> Option<&'a str> {
 }
 
 /// Before anything is written: every CRD of the plan that exists live is compared with its new
-/// content, and unsafe changes refuse the whole apply. A served version no longer served counts
-/// only when objects are read through it; a tightened limit or a removed enum value only when
-/// objects hold values it refuses (named in the finding). A CRD annotated
+/// content ([`crd_check::findings`]), and unsafe changes refuse the whole apply. A CRD annotated
 /// `gantry.dev/crd-upgrade: unsafe-allowed`, or every CRD when the bundle accepted this
 /// `digest` (`gantry.dev/crd-upgrade-allowed`), is applied anyway; its findings are logged.
 async fn check_crd_upgrades(ctx: &Context, plan: &Plan, accepted: Option<&str>) -> Result<()> {
     let (mut refused, mut findings) = (Vec::new(), Vec::new());
-    for object in &plan.objects {
-        let Some(name) = object.defines_crd.as_deref() else {
-            continue;
-        };
-        let Some(live) = crds::read_live(&ctx.client, name).await? else {
-            continue;
-        };
-        let new = object.value();
-        let mut found = Vec::new();
-        // Objects of the live CRD by version, read once and only if a finding needs them.
-        let mut stored: HashMap<String, Vec<DynamicObject>> = HashMap::new();
-        for finding in crd_upgrade::compare(&live, &new) {
-            let Some(version) = finding.version.clone() else {
-                found.push(finding.to_string());
-                continue;
-            };
-            if finding.change == Change::NoLongerServed {
-                if read_through(ctx, &live, &version).await? {
-                    found.push(finding.to_string());
-                }
-                continue;
-            }
-            if !finding.concerns_values() {
-                found.push(finding.to_string());
-                continue;
-            }
-            if !stored.contains_key(&version) {
-                let objects = objects_of(ctx, &live, &version).await?;
-                stored.insert(version.clone(), objects);
-            }
-            let holders: Vec<String> = stored[&version]
-                .iter()
-                .filter(|o| finding.refuses(&o.data))
-                .map(|o| match o.namespace() {
-                    Some(ns) => format!("{ns}/{}", o.name_any()),
-                    None => o.name_any(),
-                })
-                .collect();
-            if !holders.is_empty() {
-                found.push(format!("{finding}, held by {}", holders.join(", ")));
-            }
-        }
-        if found.is_empty() {
-            continue;
-        }
-        if crd_upgrade::unsafe_allowed(&new) {
-            tracing::warn!(crd = %name, findings = %found.join("; "), "unsafe CRD change applied: the CRD allows it");
+    for crd in crd_check::findings(ctx, plan).await? {
+        if crd.allowed_by_crd {
+            tracing::warn!(crd = %crd.name, findings = %crd.findings.join("; "), "unsafe CRD change applied: the CRD allows it");
             continue;
         }
         if let Some(digest) = accepted {
-            tracing::warn!(crd = %name, %digest, findings = %found.join("; "), "unsafe CRD change applied: the bundle accepts it for this digest");
+            tracing::warn!(crd = %crd.name, %digest, findings = %crd.findings.join("; "), "unsafe CRD change applied: the bundle accepts it for this digest");
             continue;
         }
-        refused.push(name.to_string());
-        findings.extend(found);
+        refused.push(crd.name);
+        findings.extend(crd.findings);
     }
     if refused.is_empty() {
         Ok(())
@@ -435,44 +388,6 @@ async fn check_crd_upgrades(ctx: &Context, plan: &Plan, accepted: Option<&str>) 
             findings,
         })
     }
-}
-
-/// The objects of the live CRD `crd` as read through `version`, in all namespaces.
-async fn objects_of(
-    ctx: &Context,
-    crd: &serde_json::Value,
-    version: &str,
-) -> Result<Vec<DynamicObject>> {
-    let text = |pointer: &str| {
-        crd.pointer(pointer)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-    };
-    crds::list_objects(
-        &ctx.client,
-        text("/spec/group"),
-        version,
-        text("/spec/names/kind"),
-        text("/spec/names/plural"),
-    )
-    .await
-}
-
-/// Whether objects of the live CRD `crd` are read through `version`.
-async fn read_through(ctx: &Context, crd: &serde_json::Value, version: &str) -> Result<bool> {
-    let text = |pointer: &str| {
-        crd.pointer(pointer)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-    };
-    crds::has_objects(
-        &ctx.client,
-        text("/spec/group"),
-        version,
-        text("/spec/names/kind"),
-        text("/spec/names/plural"),
-    )
-    .await
 }
 
 /// Once content is installed, the tarballs of any other content are of no use: remove them.

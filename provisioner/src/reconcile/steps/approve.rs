@@ -8,8 +8,10 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
+use super::crd_check;
 use super::unpack::Content;
 use crate::error::Result;
+use crate::policy::plan::Plan;
 use crate::reconcile::{Flow, Outcome, Pass, next_visit};
 use crate::source::registry::digest_of;
 use crate::status::{condition, publish};
@@ -20,6 +22,7 @@ pub(crate) async fn approve(
     pass: &mut Pass<'_>,
     class: &ProvisionerClass,
     content: &Content,
+    plan: &Plan,
 ) -> Result<Flow<()>> {
     let digest = digest_of(&content.resolved_image).unwrap_or_default();
     let verdict = verdict(
@@ -69,6 +72,16 @@ pub(crate) async fn approve(
         );
         Ok(Flow::Stop(Outcome::Stalled(visit)))
     } else {
+        // Awaiting an approver: the unsafe CRD changes the apply would refuse (or apply, where
+        // the CRD accepts them) come first among the highlights they review.
+        let highlights: Vec<_> = crd_check::findings(pass.ctx, plan)
+            .await?
+            .iter()
+            .flat_map(|crd| crd.highlights().collect::<Vec<_>>())
+            .collect();
+        if let Some(permissions) = pass.status.requested_permissions.as_mut() {
+            permissions.highlights.splice(0..0, highlights);
+        }
         Ok(Flow::Stop(Outcome::Done(visit)))
     }
 }

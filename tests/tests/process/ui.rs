@@ -190,6 +190,18 @@ impl Browser {
         }
     }
 
+    /// Checks that the browser is at `path`; the message shows the page's notice if it is not.
+    async fn expect_path(&self, path: &str) {
+        let now = self.path().await;
+        if now != path {
+            let notice = match self.driver().find(By::Css("#flash")).await {
+                Ok(flash) => flash.text().await.unwrap_or_default(),
+                Err(_) => self.driver().source().await.unwrap_or_default(),
+            };
+            panic!("at {now}, not {path}: {notice}");
+        }
+    }
+
     async fn text(&self, css: &str) -> String {
         self.driver()
             .find(By::Css(css))
@@ -210,12 +222,16 @@ impl Browser {
         .await
     }
 
+    /// Clicks `css`. The element's own click (as a keyboard user's Enter would), not a click at
+    /// its coordinates: a live update may move it between finding it and clicking there.
     async fn click(&self, css: &str) {
-        self.driver()
+        let element = self
+            .driver()
             .find(By::Css(css))
             .await
-            .unwrap_or_else(|e| panic!("{css} on the page: {e}"))
-            .click()
+            .unwrap_or_else(|e| panic!("{css} on the page: {e}"));
+        self.driver()
+            .execute("arguments[0].click()", vec![element.to_json().unwrap()])
             .await
             .unwrap();
     }
@@ -366,7 +382,7 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
 
     // The printed URL signs in, then leaves the token out of the address bar.
     browser.goto(&server.url).await;
-    assert_eq!(browser.path().await, "/");
+    browser.expect_path(&"/").await;
     let listed = browser.text("#bundles").await;
     assert!(listed.contains(&name), "{listed}");
     // Filtered to what awaits review, the bundle is listed with its Review link.
@@ -375,7 +391,7 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
         .await;
     let rows = browser.text("#bundles").await;
     assert!(
-        rows.contains("Showing 1 of") && rows.contains(&name),
+        rows.contains("1 of ") && rows.contains(" bundles match") && rows.contains(&name),
         "{rows}"
     );
     browser.screenshots("bundles").await;
@@ -384,7 +400,9 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
     browser
         .click(&format!("a[href=\"/bundles/{name}/review\"]"))
         .await;
-    assert_eq!(browser.path().await, format!("/bundles/{name}/review"));
+    browser
+        .expect_path(&format!("/bundles/{name}/review"))
+        .await;
     // Highlights first: the ClusterRole, flagged, leads the changes, then the ConfigMap's diff.
     let attention = browser.text("#attention").await;
     assert!(
@@ -414,7 +432,7 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
         .type_into("#approve-reason", "reviewed on the page")
         .await;
     browser.click("#approve").await;
-    assert_eq!(browser.path().await, format!("/bundles/{name}"));
+    browser.expect_path(&format!("/bundles/{name}")).await;
     let flash = browser.text("#flash").await;
     assert!(flash.contains(&format!("Approved {digest}")), "{flash}");
     // The page turns Ready by itself: the watch tells it the bundle changed.
@@ -480,6 +498,45 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
         "{changes}"
     );
     browser.screenshots("review-update").await;
+
+    // Approved, the second digest installs; the history then offers to roll back to the first,
+    // after asking, and the button pins spec.image to it as `kubectl bundle rollback` does.
+    browser.click("#approve").await;
+    let updated = wait_bundle(&client, &name, "Ready with the second digest", |b| {
+        is_ready(b)
+            && b.status.as_ref().and_then(|s| s.installed_image.as_deref()) == Some(second.as_str())
+    })
+    .await;
+    assert_eq!(updated.status.unwrap().history.len(), 2);
+    browser
+        .goto(&format!("{}/bundles/{name}", server.base))
+        .await;
+    let first = digest_of(&review.pinned);
+    // A click at the button, as a mouse makes it: the confirmation opens.
+    browser
+        .driver()
+        .find(By::Css(&format!(
+            "#history form input[value=\"{first}\"] ~ button"
+        )))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.driver().accept_alert().await.unwrap();
+    browser
+        .wait_text("#flash", &format!("pinned to {first}"))
+        .await;
+    browser.expect_path(&format!("/bundles/{name}")).await;
+    assert_eq!(bundle(&client, &name).await.spec.image, review.pinned);
+    assert!(
+        server
+            .output
+            .lock()
+            .unwrap()
+            .contains("it stays pinned until spec.image changes again"),
+        "the rollback command ran"
+    );
     browser.quit().await;
     drop(server);
 }
@@ -500,11 +557,15 @@ async fn a_denial_with_a_reason_shows_on_the_bundle() {
     browser
         .goto(&server.url_for(&format!("/bundles/{name}/review")))
         .await;
-    assert_eq!(browser.path().await, format!("/bundles/{name}/review"));
+    browser
+        .expect_path(&format!("/bundles/{name}/review"))
+        .await;
 
     // Deny needs a reason: the browser does not send the form without one.
     browser.click("#deny").await;
-    assert_eq!(browser.path().await, format!("/bundles/{name}/review"));
+    browser
+        .expect_path(&format!("/bundles/{name}/review"))
+        .await;
     assert!(
         bundle(&client, &name)
             .await
@@ -516,7 +577,7 @@ async fn a_denial_with_a_reason_shows_on_the_bundle() {
 
     browser.type_into("#deny-reason", "grants too much").await;
     browser.click("#deny").await;
-    assert_eq!(browser.path().await, format!("/bundles/{name}"));
+    browser.expect_path(&format!("/bundles/{name}")).await;
     assert!(browser.text("#flash").await.contains(&format!(
         "Denied {digest} of bundle {name}: grants too much"
     )));
@@ -643,7 +704,9 @@ async fn a_user_without_status_permission_sees_the_decision_refused() {
     browser.type_into("#approve-reason", "looks fine").await;
     browser.click("#approve").await;
     // Back on the review, with the API server's refusal.
-    assert_eq!(browser.path().await, format!("/bundles/{name}/review"));
+    browser
+        .expect_path(&format!("/bundles/{name}/review"))
+        .await;
     let refused = browser.text("#flash").await;
     assert!(
         refused.contains(&format!("not allowed to decide on bundle {name}"))
@@ -857,6 +920,8 @@ async fn requests_without_the_token_or_from_another_origin_are_refused() {
 static CLUSTER: Isolated = Isolated::new();
 
 const MANY: usize = 2000;
+/// Rows per page of the bundles page.
+const PAGE_ROWS: usize = 200;
 
 #[tokio::test]
 async fn the_bundles_page_of_2000_bundles_loads_fast() {
@@ -906,19 +971,60 @@ async fn the_bundles_page_of_2000_bundles_loads_fast() {
 
     let kc = cluster.kubeconfig().display().to_string();
     let server = UiServer::start(&kc);
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
+    // In the browser, signed in with the printed URL: the first load waits for the watch's
+    // first list of every bundle; a load after it reads the page from the watch's cache.
+    let browser = Browser::start().await;
+    browser.goto(&server.url).await;
+    let navigation = "const n = performance.getEntriesByType('navigation')[0]; \
+        return { response: n.responseEnd - n.requestStart, \
+                 loaded: n.loadEventEnd - n.startTime, \
+                 rows: document.querySelectorAll('#bundles tbody tr').length };";
+    let (browser_ref, base) = (&browser, server.base.as_str());
+    let timing = |first: bool| {
+        let browser = browser_ref;
+        async move {
+            if !first {
+                browser.goto(&format!("{base}/")).await;
+            }
+            let timing = browser
+                .driver()
+                .execute(navigation, vec![])
+                .await
+                .unwrap()
+                .json()
+                .clone();
+            assert_eq!(timing["rows"], PAGE_ROWS, "a page of rows");
+            timing
+        }
+    };
+    let cold = timing(true).await;
+    let warm = timing(false).await;
+    // The last page holds the last bundles; the pager leads back.
+    browser
+        .goto(&format!("{base}/?page={}", MANY / PAGE_ROWS))
+        .await;
+    let last = browser.text("#bundles").await;
+    assert!(
+        last.contains(&format!("app-{:04}", MANY - 1)) && !last.contains("app-0001 "),
+        "the last page"
+    );
+    browser.click("#previous-page").await;
+    assert_eq!(
+        browser.path().await,
+        format!("/?page={}", MANY / PAGE_ROWS - 1)
+    );
+    eprintln!("in Chromium (ms): first load {cold}, then {warm}");
+
+    // The server alone, with the browser's session: the time to the whole page.
+    let port = server.base.rsplit(':').next().unwrap();
+    let session = browser
+        .driver()
+        .get_named_cookie(format!("gantry-ui-{port}"))
+        .await
         .unwrap();
-    let signed_in = http.get(&server.url).send().await.unwrap();
-    let cookie = signed_in.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
-    // The first load waits for the watch's first list; then the page is read from its cache.
+    let cookie = format!("{}={}", session.name, session.value);
+    browser.quit().await;
+    let http = reqwest::Client::new();
     let load = || async {
         let start = Instant::now();
         let response = http
@@ -931,47 +1037,35 @@ async fn the_bundles_page_of_2000_bundles_loads_fast() {
         let body = response.text().await.unwrap();
         (start.elapsed(), body)
     };
-    let (first, body) = load().await;
+    let (_, body) = load().await;
     assert!(
-        body.contains(&format!("Showing {MANY} of {MANY} bundles"))
+        body.contains(&format!("{MANY} of {MANY} bundles match"))
+            && body.contains(&format!("page 1 of {}", MANY / PAGE_ROWS))
             && body.contains(&format!("{} awaiting review", MANY / 10)),
-        "every bundle is listed"
+        "every bundle is counted"
     );
     let mut times = Vec::new();
     for _ in 0..10 {
         let (took, body) = load().await;
-        assert_eq!(body.matches("<tr>").count(), MANY + 1, "a row per bundle");
+        assert_eq!(
+            body.matches("<tr>").count(),
+            PAGE_ROWS + 1,
+            "a page of rows"
+        );
         times.push(took);
     }
     times.sort();
     let median = times[times.len() / 2];
     eprintln!(
-        "the bundles page of {MANY} bundles ({} KiB): first load {first:?}, then median {median:?}, slowest {:?}",
+        "the bundles page of {MANY} bundles ({} KiB): median {median:?}, fastest {:?}, slowest {:?} of {} loads",
         body.len() / 1024,
-        times[times.len() - 1]
+        times[0],
+        times[times.len() - 1],
+        times.len()
     );
-
-    // In the browser: from the request to the page shown.
-    let browser = Browser::start().await;
-    browser.goto(&server.url).await;
-    let timing = browser
-        .driver()
-        .execute(
-            "const n = performance.getEntriesByType('navigation')[0]; \
-             return { response: n.responseEnd - n.requestStart, \
-                      loaded: n.loadEventEnd - n.startTime, rows: document.querySelectorAll('#bundles tbody tr').length };",
-            vec![],
-        )
-        .await
-        .unwrap()
-        .json()
-        .clone();
-    eprintln!("in Chromium: {timing}");
-    assert_eq!(timing["rows"], MANY);
-    browser.quit().await;
-    // The target is 200 ms for the server; a debug build on a busy machine gets some slack.
+    // The target is 200 ms; a debug build on a machine busy with other tests gets some slack.
     assert!(
-        median < Duration::from_millis(1000),
+        median < Duration::from_millis(500),
         "the page of {MANY} bundles took {median:?}"
     );
 }

@@ -382,7 +382,7 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
 
     // The printed URL signs in, then leaves the token out of the address bar.
     browser.goto(&server.url).await;
-    browser.expect_path(&"/").await;
+    browser.expect_path("/").await;
     let listed = browser.text("#bundles").await;
     assert!(listed.contains(&name), "{listed}");
     // Filtered to what awaits review, the bundle is listed with its Review link.
@@ -515,7 +515,7 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
     // A click at the button, as a mouse makes it: the confirmation opens.
     browser
         .driver()
-        .find(By::Css(&format!(
+        .find(By::Css(format!(
             "#history form input[value=\"{first}\"] ~ button"
         )))
         .await

@@ -44,15 +44,6 @@ impl HostGantry {
 /// A storage server and a provisioner on this host, serving a class of their own, while no
 /// other provisioner runs.
 pub(super) async fn host_gantry(cluster: &'static NodeCluster) -> HostGantry {
-    host_gantry_with(cluster, &[]).await
-}
-
-/// [`host_gantry`] with further provisioner flags (`--unpack-image` for classes that pull on
-/// the node).
-pub(super) async fn host_gantry_with(
-    cluster: &'static NodeCluster,
-    flags: &[String],
-) -> HostGantry {
     let alone = HOST_PROVISIONER.write().await;
     {
         let class = unique_name("health");
@@ -93,10 +84,7 @@ pub(super) async fn host_gantry_with(
                 "--resync-interval=30s".into(),
                 "--backoff-base=200ms".into(),
                 "--backoff-cap=5s".into(),
-            ]
-            .into_iter()
-            .chain(flags.iter().cloned())
-            .collect(),
+            ],
         });
         HostGantry {
             _storage: storage,

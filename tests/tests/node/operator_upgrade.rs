@@ -1,6 +1,6 @@
 //! An operator's life through a moving tag: prometheus-operator v0.84.0 installed as a bundle
-//! (its Namespace, CRDs, RBAC and Deployment) from `:stable`, through a class that pulls on
-//! the node and waits for health; custom resources the bundle does not own created beside it;
+//! (its Namespace, CRDs, RBAC and Deployment) from `:stable`, through a class that waits for
+//! health; custom resources the bundle does not own created beside it;
 //! the tag moved to v0.85.0 (the CRD check passes the real upgrade, the resources survive with
 //! their UIDs); `kubectl bundle rollback` back to v0.84.0, refused first because the older CRDs
 //! drop properties, then accepted for that one digest; and an uninstall in which the operator,
@@ -20,13 +20,13 @@ use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
     ApprovalPolicy, Bundle, BundleSpec, CRD_UPGRADE_ALLOWED_ANNOTATION, HealthPolicy,
-    ProvisionerClassSpec, PullMode,
+    ProvisionerClassSpec,
 };
 use gantry_tests::e2e::kubectl::{kubectl_bundle_command, text};
 use gantry_tests::e2e::{apply_class, class_spec_for, digest_of, namespace_yaml, push_to};
-use gantry_tests::{ImageConfig, NodeCluster, gantry_images, node_cluster, unique_name};
+use gantry_tests::{ImageConfig, NodeCluster, node_cluster, unique_name};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, LogParams, PostParams,
@@ -35,7 +35,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::health::{condition, host_gantry_with, wait};
+use super::health::{condition, host_gantry, wait};
 use super::operators::{
     OPERATOR, crd_names, operator_dir, operator_pod, operator_started, rbac_manifests,
     ready_and_healthy, yaml_files,
@@ -248,30 +248,15 @@ where
 #[tokio::test]
 async fn prometheus_operator_upgrade_rollback_and_uninstall_with_its_finalizers() {
     let cluster = node_cluster();
-    // Classes that pull on the node need the unpack image: Gantry's own.
-    let images = tokio::task::spawn_blocking(|| gantry_images(node_cluster().registry()))
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let _gantry =
-        host_gantry_with(cluster, &[format!("--unpack-image={}", images.provisioner)]).await;
+    let _gantry = host_gantry(cluster).await;
     let client = cluster.client().await;
-    // Unpack Pods run in the provisioner's namespace as its unpack ServiceAccount.
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "gantry-health");
-    let account: ServiceAccount = serde_json::from_value(json!({
-        "metadata": { "name": "gantry-unpack" }, "automountServiceAccountToken": false }))
-    .unwrap();
-    match accounts.create(&PostParams::default(), &account).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => panic!("creating the unpack ServiceAccount: {e}"),
-    }
     let busybox = cluster.busybox_image().to_string();
     let registry = cluster.registry();
 
     let class = unique_name("upgrade");
+    // Pulled by the provisioner: unpack Pods (`pullMode: Node`) could not reach this host
+    // Gantry's storage server, which listens on loopback only.
     let spec = ProvisionerClassSpec {
-        pull_mode: PullMode::Node,
         health: Some(HealthPolicy {
             wait: Some(true),
             timeout: Some("10m".into()),

@@ -252,3 +252,55 @@ fn secure(headers: &mut HeaderMap) {
         headers.insert(name, HeaderValue::from_static(value));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_signs_in_once() {
+        let (auth, token) = Auth::new("127.0.0.1:4000".parse().unwrap());
+        assert_eq!(token.len(), 64);
+        assert!(auth.exchange("wrong").is_none());
+        let session = auth.exchange(&token).expect("the token signs in");
+        assert!(auth.exchange(&token).is_none(), "once");
+        assert!(auth.csrf_ok(&session, &session.csrf));
+        assert!(!auth.csrf_ok(&session, "0000"));
+        auth.set_flash(
+            &session,
+            Flash {
+                ok: true,
+                text: "done".into(),
+            },
+        );
+        assert_eq!(
+            auth.take_flash(&session).map(|f| f.text),
+            Some("done".into())
+        );
+        assert!(auth.take_flash(&session).is_none(), "shown once");
+    }
+
+    #[test]
+    fn only_the_served_address_is_a_host_or_origin() {
+        let (auth, _) = Auth::new("127.0.0.1:4000".parse().unwrap());
+        assert_eq!(auth.hosts, ["127.0.0.1:4000", "localhost:4000"]);
+        assert!(auth.origin_allowed("http://127.0.0.1:4000"));
+        assert!(auth.origin_allowed("http://localhost:4000"));
+        assert!(!auth.origin_allowed("http://127.0.0.1:4001"));
+        assert!(!auth.origin_allowed("https://127.0.0.1:4000"));
+        assert!(!auth.origin_allowed("null"));
+        let (other, _) = Auth::new("192.0.2.7:4000".parse().unwrap());
+        assert_eq!(
+            other.hosts,
+            ["192.0.2.7:4000"],
+            "localhost only on loopback"
+        );
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same("abc", "abc"));
+        assert!(!same("abc", "abd"));
+        assert!(!same("abc", "ab"));
+    }
+}

@@ -177,3 +177,18 @@ fn title_of((_, kind, namespace, name): &diff::ObjectKey) -> String {
 fn created(text: &str) -> bool {
     text.lines().any(|l| l.starts_with("@@ -0,0 "))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_diff_from_nothing_is_a_new_object() {
+        assert!(created(
+            "--- a (live)\n+++ a (after apply)\n@@ -0,0 +1,3 @@\n+kind: ConfigMap\n"
+        ));
+        assert!(!created(
+            "--- a (live)\n+++ a (after apply)\n@@ -1,3 +1,3 @@\n-x\n+y\n"
+        ));
+    }
+}

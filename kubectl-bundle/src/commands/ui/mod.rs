@@ -189,3 +189,37 @@ pub async fn ui(global: &GlobalArgs, args: UiArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_object_names_are_bundle_names() {
+        assert!(valid_name("my-app.v2"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("--yes"));
+        assert!(!valid_name("My-App"));
+        assert!(!valid_name("a/b"));
+    }
+
+    #[test]
+    fn commands_parse_their_own_options() {
+        let args: crate::commands::review::DenyArgs = parse_args(&[
+            "deny".into(),
+            "app".into(),
+            "--digest=sha256:aa".into(),
+            "--reason=--not a flag".into(),
+        ])
+        .unwrap();
+        let text = format!("{args:?}");
+        assert!(
+            text.contains("--not a flag") && text.contains("sha256:aa"),
+            "{text}"
+        );
+        assert!(
+            parse_args::<crate::commands::review::DenyArgs>(&["deny".into(), "app".into()])
+                .is_err()
+        );
+    }
+}

@@ -7,7 +7,8 @@
 //! health. The API server proxies `metrics.k8s.io` to the Pod (the harness's front-proxy
 //! certificate and `--enable-aggregator-routing`), metrics-server scrapes the kubelet with its
 //! ServiceAccount token, and `kubectl top` answers. Uninstalling removes the APIService with
-//! everything else, and discovery stays whole: a dangling APIService breaks it for everyone.
+//! everything else: the group is no longer served (404, where a dangling APIService answers
+//! 503) and discovery is whole.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -370,6 +371,12 @@ async fn metrics_server_serves_kubectl_top_and_uninstalls_without_breaking_disco
     assert!(
         !String::from_utf8_lossy(&versions.stdout).contains("metrics.k8s.io"),
         "metrics.k8s.io is no longer served"
+    );
+    // Removed, not dangling: an APIService without a backend answers 503 for its group.
+    let group = kubectl(cluster, &["get", "--raw", "/apis/metrics.k8s.io/v1beta1"]);
+    assert!(
+        !group.status.success() && String::from_utf8_lossy(&group.stderr).contains("NotFound"),
+        "/apis/metrics.k8s.io/v1beta1 is not found: {group:?}"
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     wait(

@@ -4,7 +4,8 @@
 //! - A: the operator's CRDs, RBAC and Deployment, its images taken from the node's registry
 //!   with `spec.images`, told the config reloader's image with its own flag;
 //! - B (`dependsOn: [A]`): the admission webhook (Deployment without replicas, Service,
-//!   ServiceAccount, PDB, ServiceMonitor), its serving certificate, and a
+//!   ServiceAccount, PDB, ServiceMonitor, moved into the test's namespace and trimmed with
+//!   `spec.patches`), its serving certificate, and a
 //!   ValidatingWebhookConfiguration for PrometheusRules without a caBundle; a Job the test
 //!   starts patches the caBundle in with a field manager of its own, as cert-manager's
 //!   cainjector does, and an HPA the test creates scales the webhook to two replicas;
@@ -26,7 +27,8 @@ use base64::Engine;
 use gantry_api::conditions::{reasons, types};
 use gantry_api::images::image_name;
 use gantry_api::{
-    ApprovalPolicy, Bundle, BundleSpec, HealthPolicy, ImageOverride, ProvisionerClassSpec,
+    ApprovalPolicy, Bundle, BundlePatch, BundleSpec, HealthPolicy, ImageOverride, ObjectSelector,
+    ProvisionerClassSpec,
 };
 use gantry_tests::e2e::{apply_class, class_spec_for, push_to, spec_of_class};
 use gantry_tests::{ImageConfig, NodeCluster, Pki, node_cluster, unique_name};
@@ -116,6 +118,7 @@ async fn prometheus_operator_with_its_webhook_works_and_co_owned_fields_stay() {
     let b_spec = BundleSpec {
         depends_on: vec![a.clone()],
         images: vec![override_of(UPSTREAM_WEBHOOK_IMAGE, &webhook)],
+        patches: webhook_patches(&namespace),
         ..spec_of_class(&b_image, Some(&namespace), &class)
     };
     let created = Instant::now();
@@ -442,8 +445,7 @@ fn operator_files(namespace: &str, reloader: &str) -> Vec<(String, String)> {
     files
 }
 
-/// Bundle B: the upstream webhook manifests, the Deployment without replicas (an HPA's) and
-/// without its anti-affinity (one node), its certificate, and the webhook configuration
+/// Bundle B: the upstream webhook manifests, its certificate, and the webhook configuration
 /// without a caBundle.
 fn webhook_files(namespace: &str, pki: &Pki, vwc: &str) -> Vec<(String, String)> {
     let host = format!("{WEBHOOK}.{namespace}.svc");
@@ -455,17 +457,9 @@ fn webhook_files(namespace: &str, pki: &Pki, vwc: &str) -> Vec<(String, String)>
         "stringData": {"tls.crt": cert.cert_pem, "tls.key": cert.key_pem},
     });
     let mut files = vec![("10-secret.yaml".to_string(), yaml(&secret))];
+    // As upstream ships them: `spec.patches` moves them and drops the replicas.
     for (name, text) in yaml_files(&operator_dir().join("webhook")) {
-        let mut object = placed(&text, namespace);
-        if object["kind"] == "Deployment" {
-            let spec = object["spec"].as_object_mut().unwrap();
-            assert!(spec.remove("replicas").is_some(), "upstream sets replicas");
-            object["spec"]["template"]["spec"]
-                .as_object_mut()
-                .unwrap()
-                .remove("affinity");
-        }
-        files.push((format!("20-{name}"), yaml(&object)));
+        files.push((format!("20-{name}"), text));
     }
     let configuration = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -489,6 +483,35 @@ fn webhook_files(namespace: &str, pki: &Pki, vwc: &str) -> Vec<(String, String)>
     });
     files.push(("30-validating-webhook.yaml".into(), yaml(&configuration)));
     files
+}
+
+/// The upstream webhook objects (all labelled with its name) moved from `default` into
+/// `namespace`; its Deployment without replicas (the HPA's) and without its required
+/// anti-affinity (one node cannot run two replicas under it).
+fn webhook_patches(namespace: &str) -> Vec<BundlePatch> {
+    let ops = |ops: Value| ops.to_string();
+    vec![
+        BundlePatch {
+            patch: ops(
+                json!([{"op": "replace", "path": "/metadata/namespace", "value": namespace}]),
+            ),
+            target: ObjectSelector {
+                label_selector: Some(format!("app.kubernetes.io/name={WEBHOOK}")),
+                ..Default::default()
+            },
+        },
+        BundlePatch {
+            patch: ops(json!([
+                {"op": "remove", "path": "/spec/replicas"},
+                {"op": "remove", "path": "/spec/template/spec/affinity"}
+            ])),
+            target: ObjectSelector {
+                kind: Some("Deployment".into()),
+                name: Some(WEBHOOK.into()),
+                ..Default::default()
+            },
+        },
+    ]
 }
 
 fn rule(name: &str, expr: &str) -> String {

@@ -151,6 +151,14 @@ pub struct BundleSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub patches: Vec<crate::BundlePatch>,
+
+    /// Fields Gantry neither sets nor repairs, because another controller owns them (an HPA's
+    /// `/spec/replicas`, a webhook's `caBundle`): JSON pointers, for the objects each `target`
+    /// selects. They are left out of the comparison with the live object, and an apply keeps
+    /// their live values. The approval of a digest covers the rules it was given with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub ignore: Vec<crate::IgnoreRule>,
 }
 
 /// Where a bundle stands. Written by the controller, except `approval`, which only approvers write.
@@ -371,6 +379,10 @@ pub struct Approval {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub patches: Vec<crate::BundlePatch>,
+    /// `spec.ignore` when the decision was made: an approval holds only while it is the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub ignore: Vec<crate::IgnoreRule>,
 }
 
 /// An approver's decision.

@@ -134,6 +134,9 @@ pub mod reasons {
         /// names the patch (`spec.patches[2]`), the operation and the object. Nothing was
         /// applied.
         INVALID_PATCH = "InvalidPatch" => Failure;
+        /// A rule of `spec.ignore` is invalid (a pointer that is not one, a bad target); the
+        /// message names it. Nothing is applied.
+        INVALID_IGNORE_RULE = "InvalidIgnoreRule" => Failure;
         /// An object is already managed by another bundle.
         CONFLICT = "Conflict" => Failure;
         /// The ServiceAccount the bundle is applied as may not read or write one of its

@@ -8,6 +8,7 @@ pub mod conditions;
 pub mod crd;
 pub mod health;
 mod identity;
+pub mod ignore;
 pub mod images;
 mod names;
 pub mod patches;
@@ -17,8 +18,7 @@ pub mod unpack;
 
 pub use bundle::{
     Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, DriftMode,
-    HISTORY_LIMIT,
-    HistoryApproval, HistoryEntry, InventoryEntry, KindCount, NOT_HEALTHY_LIMIT,
+    HISTORY_LIMIT, HistoryApproval, HistoryEntry, InventoryEntry, KindCount, NOT_HEALTHY_LIMIT,
     NamespacePermissions, NotHealthyObject, ObjectHealth, PermissionHighlight,
     RequestedPermissions,
 };
@@ -28,6 +28,7 @@ pub use class::{
 };
 pub use health::{EffectiveHealth, HealthCheckExpr, HealthPolicy};
 pub use identity::ServiceAccountReference;
+pub use ignore::IgnoreRule;
 pub use images::ImageOverride;
 pub use names::*;
 pub use patches::BundlePatch;

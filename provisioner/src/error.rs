@@ -83,6 +83,9 @@ pub enum Error {
     #[error("{0}")]
     InvalidPatch(#[from] gantry_api::patches::PatchError),
 
+    #[error("{0}")]
+    InvalidIgnoreRule(String),
+
     #[error("install namespace {0} does not exist and the bundle does not create it")]
     NamespaceNotFound(String),
 
@@ -291,6 +294,7 @@ impl Error {
             // The patch, or content in which its paths exist, must come: the spec or the
             // digest.
             Error::InvalidPatch(_) => Some(Stall::Digest),
+            Error::InvalidIgnoreRule(_) => Some(Stall::Spec),
             Error::Verification {
                 source: ImageError::VerificationFailed { .. },
                 ..
@@ -341,6 +345,7 @@ impl Error {
             Error::NamespaceRequired(_) => (INSTALLED, reasons::NAMESPACE_REQUIRED),
             Error::NamespaceNotFound(_) => (INSTALLED, reasons::NAMESPACE_NOT_FOUND),
             Error::InvalidPatch(_) => (INSTALLED, reasons::INVALID_PATCH),
+            Error::InvalidIgnoreRule(_) => (INSTALLED, reasons::INVALID_IGNORE_RULE),
             Error::Conflict { .. } => (INSTALLED, reasons::CONFLICT),
             Error::CrdNotEstablished { .. } => (INSTALLED, reasons::CRD_NOT_ESTABLISHED),
             Error::UnsafeCrdUpgrade { .. } => (INSTALLED, reasons::UNSAFE_CRD_UPGRADE),

@@ -465,6 +465,14 @@ pub(crate) async fn diff_object(
         .await
         .with_context(|| format!("reading {title}"))?
         .map(|live| serde_json::to_value(live).unwrap_or(Value::Null));
+    // Fields `spec.ignore` leaves to other controllers go out with their live values, as the
+    // provisioner sends them: they are no change.
+    let mut object = object;
+    let ignored = gantry_api::ignore::ignored_paths(&bundle.spec.ignore, &object);
+    if !ignored.is_empty() {
+        let removed = gantry_api::ignore::remove_fields(&mut object, &ignored);
+        gantry_api::ignore::restore_fields(&mut object, &removed, live.as_ref());
+    }
     let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
     let (after, note) = match api.patch(&name, &params, &Patch::Apply(&object)).await {
         Ok(applied) => (serde_json::to_value(applied).unwrap_or(Value::Null), ""),

@@ -417,6 +417,15 @@ async fn print_status(
             field("", line.trim_start());
         }
     }
+    if !bundle.spec.ignore.is_empty() {
+        field(
+            "Ignored:",
+            "fields left to other controllers (spec.ignore):",
+        );
+        for line in ignore_lines(&bundle.spec.ignore).lines() {
+            field("", line.trim_start());
+        }
+    }
     let class = class_name(bundle);
     field(
         "Class:",
@@ -664,6 +673,9 @@ async fn decide(
     if !shown.spec.patches.is_empty() {
         approval["patches"] = json!(shown.spec.patches);
     }
+    if !shown.spec.ignore.is_empty() {
+        approval["ignore"] = json!(shown.spec.ignore);
+    }
     // The resourceVersion makes the write fail if the bundle changed since it was shown.
     let patch = json!({
         "apiVersion": "gantry.dev/v1alpha1",
@@ -708,6 +720,7 @@ pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<(
             && a.decision == ApprovalDecision::Approved
             && a.images == bundle.spec.images
             && a.patches == bundle.spec.patches
+            && a.ignore == bundle.spec.ignore
     }) {
         bail!("bundle {} is already approved for {digest}", args.name);
     }
@@ -727,6 +740,10 @@ pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<(
     if !bundle.spec.images.is_empty() {
         println!("With its images rewritten (spec.images):");
         print!("{}", images_lines(&bundle.spec.images));
+    }
+    if !bundle.spec.ignore.is_empty() {
+        println!("With fields left to other controllers (spec.ignore):");
+        print!("{}", ignore_lines(&bundle.spec.ignore));
     }
     if !args.yes {
         if !std::io::stdin().is_terminal() {
@@ -966,6 +983,21 @@ pub async fn deny(global: &GlobalArgs, args: DenyArgs) -> anyhow::Result<()> {
 }
 
 /// ` by USER` when the approver is known.
+/// `spec.ignore`: one rule per line, `PATHS of TARGET`.
+fn ignore_lines(rules: &[gantry_api::IgnoreRule]) -> String {
+    rules
+        .iter()
+        .map(|rule| {
+            let target = rule
+                .target
+                .as_ref()
+                .map(|t| serde_json::to_string(t).unwrap_or_default())
+                .unwrap_or_else(|| "every object".into());
+            format!("  {} of {target}\n", rule.paths.join(", "))
+        })
+        .collect()
+}
+
 /// `spec.patches`: each patch's target, then its operations with their values, indented.
 fn patches_lines(patches: &[gantry_api::BundlePatch]) -> String {
     let mut out = String::new();
@@ -1021,6 +1053,7 @@ mod tests {
                 approved_by: None,
                 images: Vec::new(),
                 patches: Vec::new(),
+                ignore: Vec::new(),
             }),
             ..Default::default()
         }
@@ -1084,6 +1117,7 @@ mod tests {
             approved_by: Some("alice".into()),
             images: Vec::new(),
             patches: Vec::new(),
+            ignore: Vec::new(),
         };
         // Right after a deny, the status is the deny's: not this approval's outcome.
         let denied_before = decided(
@@ -1172,6 +1206,7 @@ mod tests {
             approved_by: Some("alice".into()),
             images: Vec::new(),
             patches: Vec::new(),
+            ignore: Vec::new(),
         };
         assert_eq!(decision_text(&denial), "Denied sha256:aa by alice: not now");
         // Still awaiting approval: the provisioner has not read the denial.

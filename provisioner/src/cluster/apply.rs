@@ -497,7 +497,16 @@ async fn apply_one(
     }
     let api = object.api(client);
     let force = policy.ssa != Ssa::Merge;
-    let mut applied = send(&api, &object.name, &object.object, force).await;
+    // Fields `spec.ignore` leaves to other controllers go out with their live values: left out,
+    // a field the provisioner owned alone would be removed by the API server.
+    let with_live = match object.ignored.is_empty() {
+        true => None,
+        false => Some(with_ignored_fields(&api, object, identity).await?),
+    };
+    let mut applied = match &with_live {
+        Some(value) => send(&api, &object.name, value, force).await,
+        None => send(&api, &object.name, &object.object, force).await,
+    };
     if policy.ssa == Ssa::Merge
         && let Err(kube::Error::Api(status)) = &applied
         && status.code == 409
@@ -544,6 +553,28 @@ async fn apply_one(
             })
         }
     }
+}
+
+/// `object` with its ignored fields back: their live values, or the bundle's where the object
+/// (or the field) is not live.
+async fn with_ignored_fields(
+    api: &Api<DynamicObject>,
+    object: &PlannedObject,
+    identity: &str,
+) -> Result<Value> {
+    let live = match api.get_opt(&object.name).await {
+        Ok(live) => live.map(|live| serde_json::to_value(live).unwrap_or(Value::Null)),
+        Err(e) if is_forbidden(&e) => return Err(forbidden(object, identity, &e)),
+        Err(e) => {
+            return Err(Error::Apply {
+                object: object.to_string(),
+                message: api_message(&e),
+            });
+        }
+    };
+    let mut value = object.value();
+    gantry_api::ignore::restore_fields(&mut value, &object.ignored, live.as_ref());
+    Ok(value)
 }
 
 /// One server-side apply of `patch`, answered with the metadata only: the whole object would be

@@ -424,6 +424,7 @@ mod tests {
             object: serde_json::value::to_raw_value(&body).unwrap(),
             defines_crd: None,
             needs_crd: None,
+            ignored: Vec::new(),
         }
     }
 

@@ -33,6 +33,9 @@ pub struct PlannedObject {
     pub object: Box<RawValue>,
     /// When the object is a CRD of the bundle: its name.
     pub defines_crd: Option<String>,
+    /// The fields `spec.ignore` left out of the object (JSON pointer, the bundle's value): an
+    /// apply carries their live values, or the bundle's when the object is not live.
+    pub ignored: Vec<(String, Value)>,
     /// When the object's kind is defined by a CRD of the bundle: that CRD's name.
     pub needs_crd: Option<String>,
 }
@@ -128,6 +131,33 @@ impl Plan {
 
     /// Rewrites the container images `overrides` name (`Bundle.spec.images`) in every object:
     /// what is applied, reviewed and compared is the rewritten object.
+    /// Leaves the fields `rules` (`Bundle.spec.ignore`) name out of the objects they select,
+    /// and records them on each object; returns how many fields were left out.
+    pub fn ignore_fields(&mut self, rules: &[gantry_api::IgnoreRule]) -> Result<usize> {
+        if rules.is_empty() {
+            return Ok(0);
+        }
+        let mut ignored = 0;
+        for object in &mut self.objects {
+            let mut value = object.value();
+            let paths = gantry_api::ignore::ignored_paths(rules, &value);
+            if paths.is_empty() {
+                continue;
+            }
+            let removed = gantry_api::ignore::remove_fields(&mut value, &paths);
+            if removed.is_empty() {
+                continue;
+            }
+            ignored += removed.len();
+            object.ignored = removed;
+            object.object = serde_json::value::to_raw_value(&value).map_err(|e| Error::Apply {
+                object: object.to_string(),
+                message: format!("leaving out its ignored fields: {e}"),
+            })?;
+        }
+        Ok(ignored)
+    }
+
     pub fn rewrite_images(&mut self, overrides: &[gantry_api::ImageOverride]) -> Result<usize> {
         let mut rewritten = 0;
         if overrides.is_empty() {
@@ -366,6 +396,7 @@ pub fn plan_patched(
             object,
             defines_crd,
             needs_crd,
+            ignored: Vec::new(),
         });
     }
     if !without_namespace.is_empty() {

@@ -237,6 +237,7 @@ mod tests {
                     approved_by: None,
                     images: Vec::new(),
                     patches: Vec::new(),
+                    ignore: Vec::new(),
                 })
             },
         ];

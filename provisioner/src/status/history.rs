@@ -67,6 +67,7 @@ mod tests {
             approved_by: Some("alice".into()),
             images: Vec::new(),
             patches: Vec::new(),
+            ignore: Vec::new(),
         });
         let image = |c| format!("r.test/app@{}", digest(c));
         record_history(&mut status, &image('a'), Time(Timestamp::now()));

@@ -174,6 +174,7 @@ mod tests {
             approved_by: None,
             images: Vec::new(),
             patches: Vec::new(),
+            ignore: Vec::new(),
         });
         assert!(!differs(&a, &b));
         b.phase = Some(gantry_api::BundlePhase::Installed);

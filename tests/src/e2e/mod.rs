@@ -289,6 +289,7 @@ const STALLED_REASONS: &[&str] = &[
     reasons::DENIED,
     reasons::UNSAFE_CRD_UPGRADE,
     reasons::INVALID_HEALTH_EXPRESSION,
+    reasons::INVALID_IGNORE_RULE,
     reasons::INVALID_OBJECT_POLICY,
     reasons::IMMUTABLE_FIELD_CHANGED,
     reasons::INVALID_PATCH,

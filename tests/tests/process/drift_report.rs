@@ -66,8 +66,9 @@ async fn reported_drift_is_shown_and_left_until_a_forced_reconcile() {
     .await;
     let message = &condition(&bundle, types::DRIFTED).unwrap().message;
     assert!(
-        message.contains(&format!("ConfigMap {ns}/a (a.yaml document 0): .data.value"))
-            && message.contains(&format!("ConfigMap {ns}/b (b.yaml document 0): missing"))
+        message.contains(&format!(
+            "ConfigMap {ns}/a (a.yaml document 0): .data.value"
+        )) && message.contains(&format!("ConfigMap {ns}/b (b.yaml document 0): missing"))
             && message.contains("2 objects drifted")
             && message.contains(&format!("kubectl bundle reconcile --force {name}")),
         "{message}"

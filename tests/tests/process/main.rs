@@ -17,6 +17,7 @@ mod docs_airgapped;
 mod drift_report;
 mod health;
 mod health_rules;
+mod ignore;
 mod install;
 mod leader;
 mod logs;

@@ -33,6 +33,7 @@ pub(crate) async fn approve(
         &Changes {
             images: &pass.bundle.spec.images,
             patches: &pass.bundle.spec.patches,
+            ignore: &pass.bundle.spec.ignore,
         },
         pass.status.approval.as_ref(),
     );
@@ -92,6 +93,7 @@ pub(crate) async fn approve(
 struct Changes<'a> {
     images: &'a [ImageOverride],
     patches: &'a [BundlePatch],
+    ignore: &'a [gantry_api::IgnoreRule],
 }
 
 impl Changes<'_> {
@@ -103,6 +105,9 @@ impl Changes<'_> {
         }
         if approval.images != self.images {
             fields.push("spec.images");
+        }
+        if approval.ignore != self.ignore {
+            fields.push("spec.ignore");
         }
         fields
     }
@@ -197,6 +202,7 @@ mod tests {
             approved_by: None,
             images: Vec::new(),
             patches: Vec::new(),
+            ignore: Vec::new(),
         }
     }
 
@@ -278,6 +284,7 @@ mod tests {
                 &Changes {
                     images,
                     patches: &[],
+                    ignore: &[],
                 },
                 Some(&approved),
             )
@@ -310,7 +317,11 @@ mod tests {
                 "reviewed",
                 "b",
                 "sha256:new",
-                &Changes { images, patches },
+                &Changes {
+                    images,
+                    patches,
+                    ignore: &[],
+                },
                 Some(&approved),
             )
         };

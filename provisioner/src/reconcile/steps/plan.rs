@@ -8,7 +8,7 @@ use kube::runtime::events::EventType;
 use super::unpack::Content;
 use crate::cluster::discovery::served_kinds;
 use crate::cluster::identity::Applier;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::policy::permissions::{Scope, requested_permissions};
 use crate::policy::plan::{Plan, plan_patched};
 use crate::reconcile::{Flow, Pass};
@@ -38,6 +38,9 @@ pub(crate) async fn plan(
         |gvk| served.get(gvk).cloned(),
     )?;
     plan.rewrite_images(&pass.bundle.spec.images)?;
+    // Last: a field another controller owns is left out whatever the patches made of it.
+    gantry_api::ignore::validate(&pass.bundle.spec.ignore).map_err(Error::InvalidIgnoreRule)?;
+    plan.ignore_fields(&pass.bundle.spec.ignore)?;
     if !unmatched.is_empty() {
         let message = format!(
             "{} selected no object of the content; nothing was patched by {}",

@@ -1,8 +1,9 @@
 //! An aggregated API installed as a bundle on the node: metrics-server v0.9.0, built from its
 //! Go module by `tools/metrics-server/build.sh`, runs from an image of its static binary, with
 //! its release manifest (`components.yaml`, rendered from the module's own manifests) unchanged
-//! in the bundle but for one argument, `--kubelet-insecure-tls` (the kubelet serves a
-//! self-signed certificate). The Bundle points the image at the node's registry (`spec.images`).
+//! in the bundle. The Bundle adds one argument, `--kubelet-insecure-tls` (the kubelet serves a
+//! self-signed certificate), with a patch (`spec.patches`), and points the image at the node's
+//! registry (`spec.images`), as a user installing upstream's release would.
 //! Gantry runs as Pods and pulls through the node (`pullMode: Node`); the class waits for
 //! health. The API server proxies `metrics.k8s.io` to the Pod (the harness's front-proxy
 //! certificate and `--enable-aggregator-routing`), metrics-server scrapes the kubelet with its
@@ -17,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
-    ApprovalPolicy, Bundle, BundleSpec, HealthPolicy, ImageOverride, ProvisionerClassSpec,
-    PullMode, ServiceAccountReference,
+    ApprovalPolicy, Bundle, BundlePatch, BundleSpec, HealthPolicy, ImageOverride, ObjectSelector,
+    ProvisionerClassSpec, PullMode, ServiceAccountReference,
 };
 use gantry_tests::e2e::{apply_class, class_spec_for, push_to, spec_of_class};
 use gantry_tests::{
@@ -136,16 +137,20 @@ fn release_objects(text: &str) -> Vec<Value> {
     objects
 }
 
-/// `components.yaml` with [`INSECURE_TLS`] added to the container's arguments: Bundles have
-/// no way yet to patch an object of their content, so the bundle carries the one change.
-fn insecure_tls_added(components: &str) -> String {
-    let last_arg = "        - --metric-resolution=15s\n";
-    assert_eq!(
-        components.matches(last_arg).count(),
-        1,
-        "components.yaml has the argument {last_arg:?} once"
-    );
-    components.replace(last_arg, &format!("{last_arg}        - {INSECURE_TLS}\n"))
+/// The patch that adds [`INSECURE_TLS`] to the metrics-server container's arguments, as a user
+/// writes it in the Bundle (docs/bundle-format.md, "Patching upstream manifests").
+fn insecure_tls_patch() -> BundlePatch {
+    BundlePatch {
+        patch: format!(
+            "- op: add\n  path: /spec/template/spec/containers/0/args/-\n  value: {INSECURE_TLS}\n"
+        ),
+        target: ObjectSelector {
+            group: Some("apps".into()),
+            kind: Some("Deployment".into()),
+            name: Some(METRICS_SERVER.into()),
+            ..Default::default()
+        },
+    }
 }
 
 /// A class of its own: bundle images pulled by the node's runtime through unpack Pods, health
@@ -185,12 +190,13 @@ async fn metrics_server_serves_kubectl_top_and_uninstalls_without_breaking_disco
     let bundle_image = push_to(
         cluster.registry(),
         &format!("{METRICS_SERVER}/bundle:{VERSION}"),
-        &[("components.yaml", insecure_tls_added(&components))],
+        &[("components.yaml", components.clone())],
     )
     .await;
     let class = node_class(cluster, &client).await;
     let name = unique_name(METRICS_SERVER);
     let spec = BundleSpec {
+        patches: vec![insecure_tls_patch()],
         images: vec![ImageOverride {
             name: UPSTREAM_IMAGE.into(),
             new_name: Some(format!(

@@ -311,10 +311,10 @@ mod tests {
         assert_eq!(immutable_fields(&job), ["spec.template"]);
         let service = status(
             422,
-            "Service \"web\" is invalid: spec.clusterIPs[0]: Invalid value: []string{\"10.0.0.9\"}: may not change once set",
+            "Service \"web\" is invalid: spec.clusterIPs[0]: Invalid value: []string{\"127.0.0.9\"}: may not change once set",
             &[(
                 "FieldValueInvalid",
-                "Invalid value: []string{\"10.0.0.9\"}: may not change once set",
+                "Invalid value: []string{\"127.0.0.9\"}: may not change once set",
                 "spec.clusterIPs[0]",
             )],
         );

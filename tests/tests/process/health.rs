@@ -13,7 +13,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
-fn crd(group: &str) -> String {
+pub(super) fn crd(group: &str) -> String {
     format!(
         "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names:\n    kind: Widget\n    plural: widgets\n    singular: widget\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    subresources:\n      status: {{}}\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n"
     )
@@ -49,7 +49,7 @@ async fn install_healthy(
 }
 
 /// Whether condition `type_` is at `status` with `reason`, at the bundle's generation.
-fn at(
+pub(super) fn at(
     type_: &'static str,
     status: &'static str,
     reason: &'static str,

@@ -14,11 +14,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
-fn crd(group: &str) -> String {
-    format!(
-        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names:\n    kind: Widget\n    plural: widgets\n    singular: widget\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    subresources:\n      status: {{}}\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n"
-    )
-}
+use super::health::{at, crd};
 
 fn rule(group: &str, current: &str) -> HealthCheckExpr {
     HealthCheckExpr {
@@ -27,20 +23,6 @@ fn rule(group: &str, current: &str) -> HealthCheckExpr {
         in_progress: None,
         failed: Some("has(status.phase) && status.phase == 'Broken'".into()),
         current: current.into(),
-    }
-}
-
-fn at(
-    type_: &'static str,
-    status: &'static str,
-    reason: &'static str,
-) -> impl Fn(&gantry_api::Bundle) -> bool {
-    move |bundle| {
-        condition(bundle, type_).is_some_and(|c| {
-            c.status == status
-                && c.reason == reason
-                && c.observed_generation == bundle.metadata.generation
-        })
     }
 }
 

@@ -61,3 +61,11 @@ pub const FORCE_ANNOTATION: &str = "gantry.dev/force";
 pub const FORCE_ENABLED: &str = "enabled";
 /// The value of [`FORCE_ANNOTATION`] that is the same as its absence.
 pub const FORCE_DISABLED: &str = "disabled";
+
+/// Label on a Bundle naming the provisioner replica (shard) that reconciles it, written by the
+/// sharder when replicas run with `--sharding`; on a shard's own Lease, the shard it announces.
+pub const SHARD_LABEL: &str = "gantry.dev/shard";
+/// Label on a Bundle, set by the sharder to the shard that must let it go: that shard finishes
+/// its pass, then removes both this label and [`SHARD_LABEL`], and the sharder assigns the
+/// bundle to its new shard. No bundle is reconciled by two replicas at once.
+pub const DRAIN_LABEL: &str = "gantry.dev/drain";

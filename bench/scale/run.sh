@@ -9,6 +9,7 @@
 #   bash bench/scale/run.sh [BUNDLES] [OBJECTS]     # 200 bundles x 20 objects by default
 #   STEADY_SECONDS=60 bash bench/scale/run.sh 2000   # a shorter steady window (default 300)
 #   PROVISIONER_ARGS="--reconcile-concurrency=16" bash bench/scale/run.sh 1000
+#   REPLICAS=3 bash bench/scale/run.sh 2000          # 3 replicas with --sharding (default 1)
 #
 # FLOOR=1 (default) first measures what the API server accepts on its own: apply-floor
 # server-side-applies the same BUNDLES x OBJECTS ConfigMaps into BUNDLES other namespaces
@@ -24,14 +25,44 @@ BUNDLES="${1:-${BUNDLES:-200}}"
 OBJECTS="${2:-${OBJECTS:-20}}"
 STEADY_SECONDS="${STEADY_SECONDS:-${STEADY:-300}}"
 READY_DEADLINE="${READY_DEADLINE:-900}"
+REPLICAS="${REPLICAS:-1}"
 read -r -a provisioner_args <<< "--resolve-interval=5m ${PROVISIONER_ARGS:-}"
+shard_args=()
+((REPLICAS > 1)) && shard_args=(--sharding)
 work="$(mktemp -d)"
+extra_pids=()
+stop_replicas() { ((${#extra_pids[@]})) && kill "${extra_pids[@]}" 2>/dev/null; wait 2>/dev/null || true; }
 trap 'bench_down; rm -rf "$work"' EXIT
 
-bench_up "$work/env" "${provisioner_args[@]}"
-trap 'bench_down; rm -rf "$work"' EXIT
+if ((REPLICAS > 1)); then
+  bench_up "$work/env" "${provisioner_args[@]}" "${shard_args[@]}" --identity shard-0
+else
+  bench_up "$work/env" "${provisioner_args[@]}"
+fi
+trap 'stop_replicas; bench_down; rm -rf "$work"' EXIT
 run_id="$(date +%s)"
 pid="$GANTRY_PROVISIONER_PID"
+pids=("$pid")
+# More replicas, each a shard: the same flags, an identity of its own.
+for ((i = 1; i < REPLICAS; i++)); do
+  mkdir -p "$work/shard-$i"
+  "$bench_bin/gantry-provisioner" --kubeconfig "$KUBECONFIG" --storage-url "$GANTRY_STORAGE_URL" \
+    --namespace gantry-system --metrics-address 127.0.0.1:0 --scratch-dir "$work/shard-$i" \
+    "${provisioner_args[@]}" "${shard_args[@]}" --identity "shard-$i" >"$work/shard-$i/log" 2>&1 &
+  extra_pids+=($!)
+  pids+=($!)
+done
+if ((REPLICAS > 1)); then
+  for _ in $(seq 1 120); do
+    live="$(kubectl -n gantry-system get lease -l gantry.dev/shard --no-headers 2>/dev/null | wc -l)"
+    ((live == REPLICAS)) && break
+    sleep 0.5
+  done
+  ((live == REPLICAS)) || { echo "only $live of $REPLICAS shards announced themselves" >&2; exit 1; }
+fi
+# The largest peak RSS of the replicas, and their CPU seconds together.
+peak_rss_replicas() { for p in "${pids[@]}"; do peak_rss_mib "$p"; echo; done | sort -g | tail -1; }
+cpu_replicas() { python3 -c "import sys; print(sum(float(a) for a in sys.argv[1:]))" $(for p in "${pids[@]}"; do cpu_seconds "$p"; done); }
 
 # One image of $OBJECTS ConfigMaps without a namespace; each bundle installs it into its own
 # install namespace.
@@ -110,7 +141,7 @@ echo "  the $BUNDLES Bundles created in ${created}s"
 wait_ready_count bundles "$BUNDLES" "$READY_DEADLINE" ||
   { echo "only $(ready_count) of $BUNDLES Ready after $READY_DEADLINE s" >&2; exit 1; }
 all_ready="$(python3 -c "print($(now) - $start)")"
-peak_install="$(peak_rss_mib "$pid")"
+peak_install="$(peak_rss_replicas)"
 api_requests_snapshot "$work/requests-after"
 echo "  requests while installing, by verb and resource (the benchmark's own lists included):"
 api_requests_delta "$work/requests-before" "$work/requests-after"
@@ -118,9 +149,9 @@ api_requests_delta "$work/requests-before" "$work/requests-after"
 echo "==> all Ready in ${all_ready}s; measuring ${STEADY_SECONDS}s of steady state"
 before="$(writes)"
 registry_before="$(registry_requests)"
-cpu_before="$(cpu_seconds "$pid")"
+cpu_before="$(cpu_replicas)"
 sleep "$STEADY_SECONDS"
-cpu_after="$(cpu_seconds "$pid")"
+cpu_after="$(cpu_replicas)"
 registry_after="$(registry_requests)"
 after="$(writes)"
 # The two `kubectl get --raw /metrics` calls above are reads; nothing else runs.
@@ -128,9 +159,15 @@ steady_writes=$(( after - before ))
 cpu_percent="$(python3 -c "print(f'{($cpu_after - $cpu_before) / $STEADY_SECONDS * 100:.2f}')")"
 
 printf '\n%-48s %s\n' "bundles x objects" "${BUNDLES} x ${OBJECTS}"
+printf '%-48s %s\n' "provisioner replicas" "$REPLICAS"
 printf '%-48s %.1f s (target for 2,000 x 20: 120 s)\n' "time to all Ready" "$all_ready"
 [[ -n "$floor" ]] && printf '%-48s %.1f s (Gantry %sx the floor)\n' "floor: apply-floor, the same ConfigMaps" "$floor" "$(ratio "$all_ready" "$floor")"
-printf '%-48s %s MiB (at all Ready %s MiB; target 100 MiB)\n' "provisioner peak RSS" "$(peak_rss_mib "$pid")" "$peak_install"
+printf '%-48s %s MiB (at all Ready %s MiB; target 100 MiB)\n' "provisioner peak RSS (largest replica)" "$(peak_rss_replicas)" "$peak_install"
+if ((REPLICAS > 1)); then
+  for p in "${pids[@]}"; do printf '%-48s %s MiB\n' "  replica PID $p peak RSS" "$(peak_rss_mib "$p")"; done
+  kubectl get bundles -o jsonpath='{range .items[*]}{.metadata.labels.gantry\.dev/shard}{"\n"}{end}' |
+    sort | uniq -c | awk '{ printf "  %-46s %s bundles\n", $2, $1 }'
+fi
 printf '%-48s %s MiB\n' "provisioner RSS at the end" "$(awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")"
 printf '%-48s %s\n' "write requests while installing (for scale)" "$(( before - initial ))"
 printf '%-48s %s (target 0)\n' "write requests in ${STEADY_SECONDS}s of steady state" "$steady_writes"

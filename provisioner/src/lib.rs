@@ -15,6 +15,7 @@ mod policy;
 mod reconcile;
 pub mod run;
 mod server;
+mod sharding;
 mod source;
 mod state;
 mod status;

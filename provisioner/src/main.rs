@@ -77,6 +77,11 @@ struct Flags {
     /// Elect a leader with a Lease so several replicas can run.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     leader_election: bool,
+    /// Shard bundles across replicas: each replica reconciles the bundles labelled
+    /// gantry.dev/shard=<its identity>, and the one holding the Lease assigns them
+    /// (docs/scaling.md). Without it, one replica leads and the others wait.
+    #[arg(long)]
+    sharding: bool,
     /// Name of the Lease.
     #[arg(long, default_value = "gantry-provisioner")]
     lease_name: String,
@@ -208,6 +213,7 @@ fn options(flags: Flags) -> anyhow::Result<Options> {
         metrics_address: flags.metrics_address,
         lease_name: flags.leader_election.then_some(flags.lease_name),
         identity,
+        sharding: flags.sharding,
     })
 }
 

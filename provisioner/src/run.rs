@@ -9,8 +9,12 @@ use std::sync::Arc;
 use kube::runtime::events::Reporter;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
 
-use crate::reconcile::controllers::{self, Controllers};
+use kube::Client;
+
+use crate::cluster::shard::{Fence, ReplicaLayer};
+use crate::reconcile::controllers::{self, Controllers, Shard};
 use crate::server::{self, Readiness};
+use crate::sharding::{membership, sharder};
 use crate::source::node_pull::driver::remove_left_behind;
 use crate::source::storage::{StorageClient, Token};
 use crate::state::Settings;
@@ -32,8 +36,11 @@ pub struct Options {
     pub metrics_address: SocketAddr,
     /// The Lease to hold while leading (in `settings.namespace`); `None` runs at once.
     pub lease_name: Option<String>,
-    /// Identity in the Lease and in Events.
+    /// Identity in the Lease and in Events; with `sharding`, also the shard's name.
     pub identity: String,
+    /// Shard bundles across the replicas: each reconciles the bundles labelled with its
+    /// identity, and the elected one assigns them (docs/scaling.md).
+    pub sharding: bool,
 }
 
 /// Why the process could not start or keep leading.
@@ -74,7 +81,12 @@ pub async fn run(
     options: Options,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), StartError> {
-    let (client, config) = kube_client(options.kubeconfig.as_deref()).await?;
+    let (config, identity) = (
+        kube_config(options.kubeconfig.as_deref()).await?,
+        options.identity.clone(),
+    );
+    // Every request names the replica (User-Agent): the API server's audit log tells them apart.
+    let client = ReplicaLayer::new(Fence::open(), &identity).client(config.clone())?;
     let ca = match &options.storage_ca_file {
         Some(path) => Some(std::fs::read(path).map_err(|source| StartError::ReadFile {
             path: path.clone(),
@@ -102,18 +114,30 @@ pub async fn run(
     tokio::spawn(server::serve(listener, metrics.clone(), readiness.clone()));
     tokio::spawn(count_runtime_tasks(metrics.clone()));
 
-    let controllers = Controllers {
-        client: client.clone(),
-        config: Some(config),
+    let controllers = |client: Client, shard: Option<Shard>| Controllers {
+        client,
+        config: Some(config.clone()),
         settings: options.settings.clone(),
-        storage,
+        storage: storage.clone(),
         metrics: metrics.clone(),
         reporter: Reporter {
             controller: "gantry-provisioner".into(),
             instance: Some(options.identity.clone()),
         },
         concurrency: options.reconcile_concurrency,
+        shard,
     };
+    if options.sharding {
+        readiness.set(true);
+        let shards = Shards {
+            client: &client,
+            config: &config,
+            options: &options,
+            metrics: &metrics,
+        };
+        return shards.run(&controllers, shutdown).await;
+    }
+    let controllers = controllers(client.clone(), None);
     let Some(lease_name) = &options.lease_name else {
         readiness.set(true);
         metrics.leader.set(1);
@@ -174,9 +198,7 @@ pub async fn run(
     Ok(())
 }
 
-async fn kube_client(
-    kubeconfig: Option<&std::path::Path>,
-) -> Result<(kube::Client, kube::Config), StartError> {
+async fn kube_config(kubeconfig: Option<&std::path::Path>) -> Result<kube::Config, StartError> {
     let config = match kubeconfig {
         Some(path) => {
             let error = |source| StartError::Kubeconfig {
@@ -190,7 +212,158 @@ async fn kube_client(
         }
         None => kube::Config::infer().await?,
     };
-    Ok((kube::Client::try_from(config.clone())?, config))
+    Ok(config)
+}
+
+/// A replica of a sharded provisioner: announces its shard, reconciles the bundles labelled
+/// with it (restarting its controllers after its Lease lapsed), and runs the sharder while it
+/// holds the leader Lease.
+struct Shards<'a> {
+    client: &'a Client,
+    config: &'a kube::Config,
+    options: &'a Options,
+    metrics: &'a Arc<Metrics>,
+}
+
+impl Shards<'_> {
+    async fn run(
+        &self,
+        controllers: &impl Fn(Client, Option<Shard>) -> Controllers,
+        shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ) -> Result<(), StartError> {
+        let identity = self.options.identity.clone();
+        let namespace = self.options.settings.namespace.clone();
+        let fence = Fence::for_shard();
+        let layer = ReplicaLayer::new(fence.clone(), &identity);
+        let fenced = layer.client(self.config.clone())?;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = |rx: &tokio::sync::watch::Receiver<bool>| {
+            let mut rx = rx.clone();
+            async move {
+                let _ = rx.wait_for(|stopping| *stopping).await;
+            }
+        };
+        let (announce_stop, announce_stopped) = tokio::sync::oneshot::channel::<()>();
+        let announce = tokio::spawn(membership::announce(
+            self.client.clone(),
+            namespace.clone(),
+            identity.clone(),
+            fence.clone(),
+            async move {
+                let _ = announce_stopped.await;
+            },
+        ));
+        tracing::info!(%identity, "shard announced; reconciling the bundles labelled with it");
+
+        let owner = async {
+            loop {
+                let shard = Shard {
+                    identity: identity.clone(),
+                    layer: layer.clone(),
+                    fence: fence.clone(),
+                };
+                let (ended, why) = tokio::sync::oneshot::channel::<bool>();
+                let until = {
+                    let stop = stopped(&stop_rx);
+                    let fence = fence.clone();
+                    async move {
+                        let lapsed = tokio::select! {
+                            _ = stop => false,
+                            _ = fence.lapse() => true,
+                        };
+                        let _ = ended.send(lapsed);
+                    }
+                };
+                controllers::run(controllers(fenced.clone(), Some(shard)), until).await;
+                if !why.await.unwrap_or(false) {
+                    break;
+                }
+                // Passes begun before the lapse are over; new ones start from fresh caches
+                // and a new list of the bundles that are this shard's now.
+                tracing::warn!("the shard Lease lapsed: the controllers start again");
+                fence.restart();
+            }
+        };
+        let sharder = self.lead(stopped(&stop_rx));
+        let signal = async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        };
+        let ((), (), led) = tokio::join!(signal, owner, sharder);
+        // Releasing the shard Lease hands the bundles over at once.
+        let _ = announce_stop.send(());
+        let _ = announce.await;
+        led
+    }
+
+    /// Waits for the leader Lease, then runs the sharder while holding it.
+    async fn lead(&self, stop: impl Future<Output = ()>) -> Result<(), StartError> {
+        tokio::pin!(stop);
+        let Some(lease_name) = &self.options.lease_name else {
+            self.metrics.leader.set(1);
+            sharder::run(
+                self.client.clone(),
+                self.options.settings.namespace.clone(),
+                self.metrics.clone(),
+                stop,
+            )
+            .await;
+            return Ok(());
+        };
+        let manager = LeaseManagerBuilder::new(self.client.clone(), lease_name)
+            .with_namespace(&self.options.settings.namespace)
+            .with_identity(&self.options.identity)
+            .with_duration(15)
+            .with_grace(5)
+            .build()
+            .await?;
+        let (mut leading, lease_task) = manager.watch().await;
+        loop {
+            while !*leading.borrow_and_update() {
+                tokio::select! {
+                    changed = leading.changed() => {
+                        if changed.is_err() { return Err(StartError::LeaderElectionStopped); }
+                    }
+                    _ = &mut stop => {
+                        drop(leading);
+                        if let Ok(Ok(manager)) = lease_task.await {
+                            let _ = manager.release().await;
+                        }
+                        return Ok(());
+                    }
+                }
+            }
+            tracing::info!(identity = %self.options.identity, "leading: running the sharder");
+            self.metrics.leader.set(1);
+            let lost = async {
+                while leading.changed().await.is_ok() {
+                    if !*leading.borrow() {
+                        break;
+                    }
+                }
+            };
+            let mut stopping = false;
+            tokio::select! {
+                _ = sharder::run(
+                    self.client.clone(),
+                    self.options.settings.namespace.clone(),
+                    self.metrics.clone(),
+                    std::future::pending::<()>(),
+                ) => {}
+                _ = lost => {}
+                _ = &mut stop => { stopping = true; }
+            }
+            self.metrics.leader.set(0);
+            if stopping {
+                drop(leading);
+                if let Ok(Ok(manager)) = lease_task.await {
+                    let _ = manager.release().await;
+                }
+                return Ok(());
+            }
+            tracing::warn!("lost the leader Lease: the sharder stops");
+        }
+    }
 }
 
 /// Keeps `runtime_tasks` current, for soak runs that watch for leaked tasks.

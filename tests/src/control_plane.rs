@@ -32,6 +32,24 @@ const START_TIMEOUT: Duration = Duration::from_secs(90);
 /// aggregated API servers accept forwarded identities from.
 const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 
+/// The API server's audit log, in the control plane's directory: one JSON event per line.
+const AUDIT_LOG: &str = "audit.log";
+
+/// Writes of ConfigMaps and Bundles at level Metadata, the response stage only; nothing else.
+const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted", "Panic"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete"]
+  resources:
+  - group: ""
+    resources: ["configmaps"]
+  - group: "gantry.dev"
+    resources: ["bundles", "bundles/status"]
+- level: None
+"#;
+
 /// How to start a control plane. The default is the loopback control plane of the API tests:
 /// no ServiceAccount admission, Service IPs only allocated, nothing reachable off loopback.
 #[derive(Clone, Debug, Default)]
@@ -187,6 +205,9 @@ impl ControlPlane {
         let port = free_port_on(address)?;
         let server = format!("https://{address}:{port}");
         let apiserver_log = dir.join("kube-apiserver.log");
+        // Writes are audited (metadata only: who, with which User-Agent, what, when), so a
+        // test can tell which provisioner replica wrote what.
+        let audit_policy = write("audit-policy.yaml", AUDIT_POLICY)?;
         let mut apiserver = Command::new(binaries.join("kube-apiserver"));
         apiserver
             .arg(format!("--etcd-servers={etcd_url}"))
@@ -263,6 +284,12 @@ impl ControlPlane {
                 sa_key_file.display()
             ))
             .arg("--profiling=false")
+            .arg(format!("--audit-policy-file={}", audit_policy.display()))
+            .arg(format!(
+                "--audit-log-path={}",
+                dir.join(AUDIT_LOG).display()
+            ))
+            .arg("--audit-log-maxsize=0")
             .arg("--v=1");
         let apiserver = spawn_daemon(lifetime, apiserver, &apiserver_log)?;
         processes.0.push(apiserver);
@@ -401,6 +428,11 @@ impl ControlPlane {
     }
 
     /// The CA that signed the API server's certificate and verifies client certificates.
+    /// The API server's audit log: ConfigMap and Bundle writes, one JSON event per line.
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join(AUDIT_LOG)
+    }
+
     pub fn pki(&self) -> &Pki {
         &self.pki
     }

@@ -143,6 +143,7 @@ pub struct Provisioner {
     process: Option<Child>,
     pid: u32,
     metrics_url: String,
+    log: PathBuf,
 }
 
 /// How to start a provisioner.
@@ -201,7 +202,13 @@ impl Provisioner {
             pid: process.id(),
             process: attached(lifetime, process),
             metrics_url: format!("http://127.0.0.1:{port}"),
+            log,
         })
+    }
+
+    /// Its log (stderr and stdout).
+    pub fn log(&self) -> &Path {
+        &self.log
     }
 
     /// `http://127.0.0.1:PORT` serving /metrics, /healthz and /readyz.

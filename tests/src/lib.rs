@@ -19,6 +19,7 @@ mod node;
 mod oci_image;
 mod pki;
 mod process;
+mod proxy;
 mod registry;
 
 use std::future::Future;
@@ -40,6 +41,7 @@ pub use node::{
 pub use oci_image::{ImageConfig, push_rootfs};
 pub use pki::Pki;
 pub use process::{Lifetime, stop_detached};
+pub use proxy::CuttableProxy;
 pub use registry::{Registry, RegistryOptions, registry};
 
 /// Installs rustls' `ring` provider for the process: with more than one TLS user compiled in

@@ -35,8 +35,8 @@ const FIELD_MANAGER: &str = "kubectl-bundle";
     after_help = "Examples:\n  kubectl bundle list\n  kubectl bundle list -o wide\n  kubectl bundle list -l team=payments\n  kubectl bundle list -o jsonpath='{.items[*].metadata.name}'\n  kubectl bundle list --watch"
 )]
 pub struct ListArgs {
-    /// Output format: json, yaml, name, wide (adds the image and the resolved reference),
-    /// jsonpath=TEMPLATE or custom-columns=HEADER:EXPRESSION,...
+    /// Output format: json, yaml, name, wide (adds the image, the resolved reference and the
+    /// shard, the provisioner replica that reconciles the bundle), jsonpath=TEMPLATE or custom-columns=HEADER:EXPRESSION,...
     #[arg(short = 'o', long = "output", value_parser = parse_output)]
     output: Option<OutputFormat>,
     /// After listing, print bundles again as they change.
@@ -190,7 +190,7 @@ fn list_header(wide: bool) -> Vec<String> {
         "APPROVAL",
     ];
     if wide {
-        header.extend(["IMAGE", "RESOLVED"]);
+        header.extend(["IMAGE", "RESOLVED", "SHARD"]);
     }
     header.into_iter().map(String::from).collect()
 }
@@ -212,6 +212,14 @@ fn list_row(bundle: &Bundle, wide: bool) -> Vec<String> {
     if wide {
         row.push(bundle.spec.image.clone());
         row.push(status.resolved_image.clone().unwrap_or_default());
+        // Set when the provisioner runs sharded; empty with one replica.
+        row.push(
+            bundle
+                .labels()
+                .get(gantry_api::SHARD_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+        );
     }
     row
 }

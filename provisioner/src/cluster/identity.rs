@@ -63,6 +63,8 @@ pub struct Appliers {
     config: Option<Config>,
     own: Client,
     impersonating: Mutex<HashMap<ServiceAccountReference, Client>>,
+    /// The replica's layer (its fence and User-Agent), put on every client built here.
+    layer: Option<crate::cluster::shard::ReplicaLayer>,
 }
 
 impl Appliers {
@@ -71,7 +73,14 @@ impl Appliers {
             config,
             own,
             impersonating: Mutex::new(HashMap::new()),
+            layer: None,
         }
+    }
+
+    /// Clients built from now on carry `layer` (the own client already does).
+    pub fn with_layer(mut self, layer: crate::cluster::shard::ReplicaLayer) -> Self {
+        self.layer = Some(layer);
+        self
     }
 
     /// The client acting as `account` (`None`: the provisioner itself).
@@ -97,8 +106,11 @@ impl Appliers {
         // ServiceAccount user given without groups.
         config.auth_info.impersonate = Some(account.username());
         config.auth_info.impersonate_groups = None;
-        let client = Client::try_from(config)
-            .map_err(|e| Error::Impersonation(format!("a client for {account}: {e}")))?;
+        let client = match &self.layer {
+            Some(layer) => layer.client(config),
+            None => Client::try_from(config),
+        }
+        .map_err(|e| Error::Impersonation(format!("a client for {account}: {e}")))?;
         clients.insert(account.clone(), client.clone());
         Ok(client)
     }

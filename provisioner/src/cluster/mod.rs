@@ -13,3 +13,4 @@ pub mod identity;
 pub mod inventory;
 pub mod live;
 pub mod preflight;
+pub mod shard;

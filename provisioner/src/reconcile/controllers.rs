@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use gantry_api::{Bundle, ProvisionerClass};
+use gantry_api::{Bundle, ProvisionerClass, SHARD_LABEL};
 use kube::api::Api;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::Reporter;
@@ -15,6 +15,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
+use crate::cluster::shard::{Fence, ReplicaLayer};
 use crate::error::Error;
 use crate::reconcile::{class, dependents_of};
 use crate::source::storage::StorageClient;
@@ -32,6 +33,16 @@ pub struct Controllers {
     pub reporter: Reporter,
     /// Bundles reconciled at once.
     pub concurrency: u16,
+    /// With `--sharding`: this replica's shard; only bundles labelled with it are reconciled.
+    pub shard: Option<Shard>,
+}
+
+/// A replica's shard: its identity, and the layer and fence of its clients.
+#[derive(Clone)]
+pub struct Shard {
+    pub identity: String,
+    pub layer: ReplicaLayer,
+    pub fence: Fence,
 }
 
 /// Runs both controllers until `shutdown` completes.
@@ -47,11 +58,15 @@ pub async fn run(
         metrics,
         reporter,
         concurrency,
+        shard,
     } = controllers;
     let classes_api: Api<ProvisionerClass> = Api::all(client.clone());
     let bundles_api: Api<Bundle> = Api::all(client.clone());
-    let class_controller = Controller::new(classes_api.clone(), watcher::Config::default());
-    let class_store = class_controller.store();
+    let (class_store, class_writer) = reflector::store::<ProvisionerClass>();
+    let class_events = watcher::watcher(classes_api.clone(), watcher::Config::default())
+        .default_backoff()
+        .reflect(class_writer)
+        .applied_objects();
     // The Bundles are kept in memory, one copy each, for as long as the provisioner runs:
     // nothing reads their managedFields, which with thousands of bundles add up, so the
     // store keeps them without.
@@ -64,10 +79,25 @@ pub async fn run(
         metrics,
         reporter,
     );
+    // A shard watches only its own bundles: its memory and work are its share.
+    let bundle_watch = match &shard {
+        Some(shard) => {
+            watcher::Config::default().labels(&format!("{SHARD_LABEL}={}", shard.identity))
+        }
+        None => watcher::Config::default(),
+    };
+    let ctx = match shard {
+        Some(Shard {
+            identity,
+            layer,
+            fence,
+        }) => ctx.for_shard(identity, layer, fence),
+        None => ctx,
+    };
     let ctx = Arc::new(ctx);
     let (bundle_store, bundle_writer) = reflector::store::<Bundle>();
     let claims = ctx.claims.clone();
-    let bundle_events = watcher::watcher(bundles_api.clone(), watcher::Config::default())
+    let bundle_events = watcher::watcher(bundles_api.clone(), bundle_watch)
         .default_backoff()
         .modify(|bundle| bundle.managed_fields_mut().clear())
         .reflect(bundle_writer)
@@ -92,7 +122,9 @@ pub async fn run(
         }
     };
 
-    let classes = class_controller
+    // Every shard reconciles the classes too: a class's status is written only when it
+    // changes, so the replicas agree after one write.
+    let classes = Controller::for_stream(class_events, class_store.clone())
         .graceful_shutdown_on(on_shutdown(&shutdown_tx))
         .run(class::reconcile, class_error_policy, ctx.clone())
         .for_each(|_| async {});

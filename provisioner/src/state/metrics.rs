@@ -23,6 +23,12 @@ pub struct HealthLabels {
     pub state: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabels {
+    /// The shard (replica identity).
+    pub shard: String,
+}
+
 /// Every metric the provisioner exports.
 pub struct Metrics {
     pub registry: Registry,
@@ -40,6 +46,15 @@ pub struct Metrics {
     pub health_transitions: Family<HealthLabels, Counter>,
     /// Signature verifications that asked the registry (cached results are not counted).
     pub signature_verifications: Family<ResultLabels, Counter>,
+    /// Bundles each live shard owns (exported by the replica running the sharder).
+    pub shard_bundles: Family<ShardLabels, Gauge>,
+    /// Bundles moved from one shard to another.
+    pub shard_handovers: Counter,
+    /// How long bundles waited for a shard: from the sharder finding them without a live owner
+    /// to their assignment.
+    pub shard_unowned_seconds: Histogram,
+    /// Bundles this replica let go when the sharder drained them.
+    pub shard_releases: Counter,
 }
 
 impl Default for Metrics {
@@ -113,6 +128,30 @@ impl Default for Metrics {
             "Signature verifications that asked the registry, by result (verified, failed)",
             signature_verifications.clone(),
         );
+        let shard_bundles = Family::<ShardLabels, Gauge>::default();
+        registry.register(
+            "shard_bundles",
+            "Bundles owned by each live shard (on the replica running the sharder)",
+            shard_bundles.clone(),
+        );
+        let shard_handovers = Counter::default();
+        registry.register(
+            "shard_handovers",
+            "Bundles moved from one shard to another",
+            shard_handovers.clone(),
+        );
+        let shard_unowned_seconds = Histogram::new(exponential_buckets(0.05, 2.0, 12));
+        registry.register(
+            "shard_unowned_seconds",
+            "Time bundles spent without a live shard before the sharder assigned them",
+            shard_unowned_seconds.clone(),
+        );
+        let shard_releases = Counter::default();
+        registry.register(
+            "shard_releases",
+            "Bundles this replica let go when drained",
+            shard_releases.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -127,6 +166,10 @@ impl Default for Metrics {
             runtime_tasks,
             health_transitions,
             signature_verifications,
+            shard_bundles,
+            shard_handovers,
+            shard_unowned_seconds,
+            shard_releases,
         }
     }
 }

@@ -25,6 +25,7 @@ use crate::cluster::discovery::KindCache;
 use crate::cluster::drift::DriftWatches;
 use crate::cluster::events::EventRecorder;
 use crate::cluster::identity::Appliers;
+use crate::cluster::shard::{Fence, ReplicaLayer};
 use crate::error::Result;
 use crate::policy::identity::ServiceAccountDefaults;
 use crate::source::node_pull::NodePullSettings;
@@ -105,6 +106,10 @@ pub struct Context {
     pub registries: RegistryClients,
     /// Which bundles' inventories list each object, kept by the Bundle watch.
     pub claims: Arc<Claims>,
+    /// With `--sharding`: this replica's shard, whose bundles it reconciles.
+    pub shard: Option<String>,
+    /// Whether this replica may write (always, without sharding).
+    pub fence: Fence,
 }
 
 impl Context {
@@ -138,8 +143,18 @@ impl Context {
             verified: Default::default(),
             registries: Default::default(),
             claims: Default::default(),
+            shard: None,
+            fence: Fence::open(),
         };
         (context, drift_events)
+    }
+
+    /// The context of a shard: its identity, its fence, and clients that carry them.
+    pub fn for_shard(mut self, shard: String, layer: ReplicaLayer, fence: Fence) -> Self {
+        self.appliers = self.appliers.with_layer(layer);
+        self.shard = Some(shard);
+        self.fence = fence;
+        self
     }
 
     /// A registry client with the credentials of `class` and `bundle` (secrets in the

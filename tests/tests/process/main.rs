@@ -7,7 +7,7 @@
 //! (`gantry_tests::e2e::gantry()`). A module whose provisioner must be the only one on its
 //! cluster, runs with flags of its own, or must have none at all gets a control plane of its
 //! own (`gantry_tests::e2e::Isolated`, a `static CLUSTER` in the module, and why in its
-//! comment): install, leader, manifests, ordering, restart, smoke, tenancy, timing, ui (its page of 2,000 bundles), unpack_pods.
+//! comment): install, leader, manifests, ordering, restart, sharding, smoke, tenancy, timing, ui (its page of 2,000 bundles), unpack_pods.
 
 mod approval_race;
 mod crd_upgrade;
@@ -32,6 +32,7 @@ mod provisioner;
 mod registry;
 mod relocate;
 mod restart;
+mod sharding;
 mod smoke;
 mod tenancy;
 mod timing;

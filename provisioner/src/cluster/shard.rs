@@ -1,0 +1,287 @@
+//! A replica's side of sharding: the fence that holds its writes while its shard Lease is not
+//! current, the client layer that enforces it, and letting a bundle go when the sharder drains
+//! it.
+//!
+//! A replica whose Lease lapsed (it was paused, or cut off from the API server) may find, once
+//! it runs again, that its bundles were handed to other replicas. The fence closes before the
+//! Lease expires in the sharder's eyes (by [`SAFETY_MARGIN`]), every write of the controllers
+//! goes through it, and a lapse stays a lapse until the controllers have been restarted: a pass
+//! that began before the lapse never writes again.
+
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
+
+use futures::future::{BoxFuture, FutureExt};
+use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL};
+use http::{HeaderValue, Method, Request, header::USER_AGENT};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use tokio::sync::watch;
+use tower::{Layer, Service};
+
+/// How much earlier than the Lease's expiry the fence closes: covers the time a renewal takes
+/// and clocks that differ a little between replicas.
+pub const SAFETY_MARGIN: Duration = Duration::from_secs(5);
+
+/// Whether this replica may write. Always open without sharding.
+#[derive(Clone)]
+pub struct Fence {
+    state: Option<Arc<Mutex<FenceState>>>,
+    lapses: watch::Sender<u64>,
+}
+
+#[derive(Debug, Default)]
+struct FenceState {
+    /// Writes are allowed until then (the last renewal's request time, plus the Lease's
+    /// duration, less the margin); `None` before the first renewal.
+    valid_until: Option<Instant>,
+    /// The Lease ran out at some point since the controllers started: closed until they restart.
+    lapsed: bool,
+}
+
+impl Fence {
+    /// A fence that never closes (one replica, no sharding).
+    pub fn open() -> Self {
+        Self {
+            state: None,
+            lapses: watch::Sender::new(0),
+        }
+    }
+
+    /// A fence for a shard: closed until the shard's Lease is first renewed.
+    pub fn for_shard() -> Self {
+        Self {
+            state: Some(Arc::default()),
+            lapses: watch::Sender::new(0),
+        }
+    }
+
+    /// May this replica write now?
+    pub fn is_open(&self) -> bool {
+        let Some(state) = &self.state else {
+            return true;
+        };
+        let Ok(mut state) = state.lock() else {
+            return false;
+        };
+        match state.valid_until {
+            Some(until) if !state.lapsed && Instant::now() < until => true,
+            Some(_) => {
+                if !state.lapsed {
+                    state.lapsed = true;
+                    self.lapses.send_modify(|n| *n += 1);
+                }
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The shard's Lease was renewed by a request sent at `asked_at`, for `duration`.
+    pub fn renewed(&self, asked_at: Instant, duration: Duration) {
+        let Some(state) = &self.state else {
+            return;
+        };
+        let Ok(mut state) = state.lock() else {
+            return;
+        };
+        if let Some(until) = state.valid_until
+            && until <= asked_at
+            && !state.lapsed
+        {
+            state.lapsed = true;
+            self.lapses.send_modify(|n| *n += 1);
+        }
+        state.valid_until = Some(asked_at + duration.saturating_sub(SAFETY_MARGIN));
+    }
+
+    /// Whether the Lease lapsed since the controllers started.
+    pub fn lapsed(&self) -> bool {
+        self.is_open();
+        self.state
+            .as_ref()
+            .and_then(|s| s.lock().ok().map(|s| s.lapsed))
+            .unwrap_or(false)
+    }
+
+    /// Completes when the Lease lapses (at once if it already has).
+    pub async fn lapse(&self) {
+        let mut lapses = self.lapses.subscribe();
+        loop {
+            if self.lapsed() {
+                return;
+            }
+            // A lapse by time alone is noticed by the next check; look at least every second.
+            let _ = tokio::time::timeout(Duration::from_secs(1), lapses.changed()).await;
+        }
+    }
+
+    /// The controllers restarted after a lapse: writes are allowed again once the Lease is
+    /// current.
+    pub fn restart(&self) {
+        if let Some(state) = &self.state
+            && let Ok(mut state) = state.lock()
+        {
+            state.lapsed = false;
+        }
+    }
+}
+
+/// Wraps a Kubernetes client's service: names the replica in `User-Agent` (so the API
+/// server's audit log tells replicas apart) and refuses writes while `fence` is closed.
+#[derive(Clone)]
+pub struct ReplicaLayer {
+    fence: Fence,
+    user_agent: HeaderValue,
+}
+
+impl ReplicaLayer {
+    pub fn new(fence: Fence, identity: &str) -> Self {
+        let text = format!(
+            "gantry-provisioner/{} ({identity})",
+            env!("CARGO_PKG_VERSION")
+        );
+        let user_agent = HeaderValue::from_str(&text)
+            .unwrap_or_else(|_| HeaderValue::from_static("gantry-provisioner"));
+        Self { fence, user_agent }
+    }
+
+    /// A client for `config` with this layer.
+    pub fn client(&self, config: kube::Config) -> Result<Client, kube::Error> {
+        Ok(kube::client::ClientBuilder::try_from(config)?
+            .with_layer(self)
+            .build())
+    }
+}
+
+impl<S> Layer<S> for ReplicaLayer {
+    type Service = ReplicaService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        ReplicaService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct ReplicaService<S> {
+    inner: S,
+    layer: ReplicaLayer,
+}
+
+/// The error a fenced write fails with.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "this replica's shard Lease is not current: its writes are held until its controllers restart"
+)]
+pub struct Fenced;
+
+impl<S, B> Service<Request<B>> for ReplicaService<S>
+where
+    S: Service<Request<B>>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: From<tower::BoxError> + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        request
+            .headers_mut()
+            .insert(USER_AGENT, self.layer.user_agent.clone());
+        let reads = [Method::GET, Method::HEAD, Method::OPTIONS];
+        if !reads.contains(request.method()) && !self.layer.fence.is_open() {
+            let error: tower::BoxError = Box::new(Fenced);
+            return futures::future::ready(Err(error.into())).boxed();
+        }
+        self.inner.call(request).boxed()
+    }
+}
+
+/// Lets a drained bundle go: removes its shard and drain labels, only if the bundle still is
+/// the version this replica saw (the sharder may have moved it since).
+pub async fn release(client: &Client, bundle: &Bundle) -> Result<(), kube::Error> {
+    let api: Api<Bundle> = Api::all(client.clone());
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": bundle.resource_version(),
+            "labels": { SHARD_LABEL: null, DRAIN_LABEL: null },
+        }
+    });
+    api.patch(
+        &bundle.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Is `bundle` being drained from this replica?
+pub fn is_draining(bundle: &Bundle) -> bool {
+    bundle.labels().contains_key(DRAIN_LABEL)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_fence_never_closes() {
+        let fence = Fence::open();
+        assert!(fence.is_open());
+        assert!(!fence.lapsed());
+    }
+
+    #[test]
+    fn a_shard_fence_opens_on_renewal_and_a_lapse_holds_until_restart() {
+        let fence = Fence::for_shard();
+        assert!(!fence.is_open(), "closed before the first renewal");
+        fence.renewed(Instant::now(), Duration::from_secs(60));
+        assert!(fence.is_open());
+        // A renewal asked for after the fence had closed: the Lease lapsed in between.
+        let past = Instant::now() - Duration::from_secs(120);
+        let fence = Fence::for_shard();
+        fence.renewed(past, Duration::from_secs(60));
+        assert!(!fence.is_open(), "past its time");
+        fence.renewed(Instant::now(), Duration::from_secs(60));
+        assert!(fence.lapsed());
+        assert!(!fence.is_open(), "a lapse holds after a renewal");
+        fence.restart();
+        assert!(fence.is_open(), "open again after the restart");
+    }
+
+    #[tokio::test]
+    async fn writes_are_refused_while_fenced_and_reads_go_through() {
+        use tower::ServiceExt;
+        let fence = Fence::for_shard();
+        let (mock, mut handle) = tower_test::mock::pair::<Request<()>, ()>();
+        let mut service = ReplicaLayer::new(fence.clone(), "r1").layer(mock);
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                assert!(
+                    request.headers()[USER_AGENT]
+                        .to_str()
+                        .unwrap()
+                        .contains("(r1)")
+                );
+                send.send_response(());
+            }
+        });
+        let get = Request::get("/api").body(()).unwrap();
+        assert!(service.ready().await.unwrap().call(get).await.is_ok());
+        let patch = || Request::patch("/api/v1/x").body(()).unwrap();
+        let refused = service.ready().await.unwrap().call(patch()).await;
+        assert!(refused.unwrap_err().to_string().contains("shard Lease"));
+        fence.renewed(Instant::now(), Duration::from_secs(60));
+        assert!(service.ready().await.unwrap().call(patch()).await.is_ok());
+    }
+}

@@ -1,0 +1,144 @@
+//! A shard announces itself: a Lease of its own (`gantry-shard-<identity>`, labelled
+//! `gantry.dev/shard=<identity>`) in the provisioner's namespace, renewed every few seconds.
+//! The sharder counts a shard live while its Lease is current; the replica's [`Fence`] opens
+//! with each renewal and closes before the Lease would expire.
+//!
+//! Written here rather than with kube-lease-manager: the fence needs the time each renewal was
+//! asked for, and a shard's Lease has one holder that never competes for it.
+
+use std::time::{Duration, Instant};
+
+use gantry_api::SHARD_LABEL;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+
+use crate::cluster::errors::is_not_found;
+use crate::cluster::shard::Fence;
+
+/// How long a shard's Lease lasts without renewal.
+pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+/// How often it is renewed.
+pub const RENEW_INTERVAL: Duration = Duration::from_secs(3);
+
+/// The Lease a shard announces itself with.
+pub fn lease_name(identity: &str) -> String {
+    let name: String = format!("gantry-shard-{identity}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(253)
+        .collect();
+    name.trim_end_matches(['-', '.']).to_string()
+}
+
+/// Renews this shard's Lease until `stop` completes, then deletes it so that the sharder hands
+/// the shard's bundles over at once rather than after the Lease expires.
+pub async fn announce(
+    client: Client,
+    namespace: String,
+    identity: String,
+    fence: Fence,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let leases: Api<Lease> = Api::namespaced(client, &namespace);
+    let name = lease_name(&identity);
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(RENEW_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tick.tick() => {}
+        }
+        let asked_at = Instant::now();
+        match renew(&leases, &name, &identity).await {
+            Ok(()) => fence.renewed(asked_at, LEASE_DURATION),
+            Err(e) => tracing::warn!(lease = %name, "renewing the shard Lease: {e}"),
+        }
+    }
+    match leases.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => tracing::info!(lease = %name, "shard Lease released"),
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => tracing::warn!(lease = %name, "releasing the shard Lease: {e}"),
+    }
+}
+
+async fn renew(leases: &Api<Lease>, name: &str, identity: &str) -> Result<(), kube::Error> {
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let lease = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": { "name": name, "labels": { SHARD_LABEL: identity } },
+        "spec": {
+            "holderIdentity": identity,
+            "leaseDurationSeconds": LEASE_DURATION.as_secs(),
+            "renewTime": now,
+        }
+    });
+    leases
+        .patch(
+            name,
+            &PatchParams::apply("gantry-shard").force(),
+            &Patch::Apply(&lease),
+        )
+        .await
+        .map(|_| ())
+}
+
+/// Is a shard's Lease current at `now`?
+pub fn is_live(lease: &Lease, now: k8s_openapi::jiff::Timestamp) -> bool {
+    let Some(spec) = &lease.spec else {
+        return false;
+    };
+    let (Some(renewed), Some(seconds)) = (&spec.renew_time, spec.lease_duration_seconds) else {
+        return false;
+    };
+    let Ok(duration) = k8s_openapi::jiff::SignedDuration::try_from(Duration::from_secs(
+        u64::try_from(seconds).unwrap_or(0),
+    )) else {
+        return false;
+    };
+    renewed
+        .0
+        .checked_add(duration)
+        .is_ok_and(|expiry| expiry > now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+    #[test]
+    fn lease_names_are_valid_object_names() {
+        assert_eq!(
+            lease_name("gantry-provisioner-7d9f"),
+            "gantry-shard-gantry-provisioner-7d9f"
+        );
+        assert_eq!(lease_name("Host_1:22"), "gantry-shard-host-1-22");
+    }
+
+    #[test]
+    fn a_lease_is_live_until_its_duration_has_passed() {
+        let renewed = Timestamp::now();
+        let lease = Lease {
+            spec: Some(LeaseSpec {
+                renew_time: Some(MicroTime(renewed)),
+                lease_duration_seconds: Some(15),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(is_live(&lease, renewed + SignedDuration::from_secs(14)));
+        assert!(!is_live(&lease, renewed + SignedDuration::from_secs(16)));
+        assert!(!is_live(&Lease::default(), renewed));
+    }
+}

@@ -1,0 +1,309 @@
+//! The sharder, run by the elected replica: assigns every Bundle to a live shard with the
+//! consistent-hash ring ([`crate::policy::ring`]) and writes the assignment as the
+//! `gantry.dev/shard` label; moves bundles when shards join or go.
+//!
+//! A bundle moves from a live shard in two steps, so that it is never reconciled by two
+//! replicas at once: the sharder sets `gantry.dev/drain` and waits; the old shard finishes its
+//! pass and removes both labels; then the sharder assigns the new shard. A shard whose Lease
+//! expired is not asked: its fence closed before the Lease expired, so it writes no more, and
+//! its bundles are assigned at once. Every label write is conditional on the bundle's
+//! resourceVersion: a write based on an old view fails and the next round looks again.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, PartialObjectMeta, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio::sync::Notify;
+
+use crate::policy::ring::Ring;
+use crate::sharding::membership::is_live;
+use crate::state::metrics::{Metrics, ShardLabels};
+
+/// Label writes in flight at once.
+const WRITES_AT_ONCE: usize = 16;
+/// How long changes are gathered before a round (a burst of new bundles is one round).
+const DEBOUNCE: Duration = Duration::from_millis(200);
+/// A round at least this often: Leases expire without an event.
+const TICK: Duration = Duration::from_secs(1);
+
+/// What the sharder does to one bundle in a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Move {
+    /// Write `gantry.dev/shard=<shard>` (and no drain label).
+    Assign(String),
+    /// Ask the owner to let the bundle go: `gantry.dev/drain=<owner>`.
+    Drain(String),
+    /// The bundle stays where it is after all: remove the drain label.
+    Keep,
+}
+
+/// The move for a bundle labelled `current` (draining when `draining`), whose place on the
+/// ring is `desired`, given the live shards. `None`: nothing to do.
+pub fn decide(
+    current: Option<&str>,
+    draining: bool,
+    desired: Option<&str>,
+    live: &BTreeSet<String>,
+) -> Option<Move> {
+    let desired = desired?;
+    match current {
+        // Unassigned, or its shard is gone (its Lease expired or was released): assign.
+        None => Some(Move::Assign(desired.to_string())),
+        Some(owner) if !live.contains(owner) => Some(Move::Assign(desired.to_string())),
+        Some(owner) if owner == desired => draining.then_some(Move::Keep),
+        Some(owner) if !draining => Some(Move::Drain(owner.to_string())),
+        // Drain asked; the owner has not let go yet.
+        Some(_) => None,
+    }
+}
+
+/// Runs the sharder until `stop` completes.
+pub async fn run(
+    client: Client,
+    namespace: String,
+    metrics: Arc<Metrics>,
+    stop: impl Future<Output = ()>,
+) {
+    let leases_api: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    let bundles_api: Api<Bundle> = Api::all(client.clone());
+    let bundle_metadata: Api<PartialObjectMeta<Bundle>> = Api::all(client.clone());
+    let changed = Arc::new(Notify::new());
+
+    let (leases, lease_writer) = reflector::store::<Lease>();
+    let lease_events = {
+        let changed = changed.clone();
+        watcher::watcher(leases_api, watcher::Config::default().labels(SHARD_LABEL))
+            .default_backoff()
+            .reflect(lease_writer)
+            .for_each(move |_| {
+                changed.notify_one();
+                futures::future::ready(())
+            })
+    };
+    // Names and labels are all the sharder reads: a metadata watch, without managedFields.
+    let (bundles, bundle_writer) = reflector::store::<PartialObjectMeta<Bundle>>();
+    let bundle_events = {
+        let changed = changed.clone();
+        watcher::watcher(bundle_metadata, watcher::Config::default())
+            .default_backoff()
+            .modify(|bundle| bundle.managed_fields_mut().clear())
+            .reflect(bundle_writer)
+            .for_each(move |_| {
+                changed.notify_one();
+                futures::future::ready(())
+            })
+    };
+    let rounds = async {
+        if leases.wait_until_ready().await.is_err() || bundles.wait_until_ready().await.is_err() {
+            return;
+        }
+        tracing::info!("sharding bundles");
+        let mut unowned: HashMap<String, Instant> = HashMap::new();
+        let mut shards_seen: BTreeSet<String> = BTreeSet::new();
+        loop {
+            round(
+                &bundles_api,
+                &leases,
+                &bundles,
+                &metrics,
+                &mut unowned,
+                &mut shards_seen,
+            )
+            .await;
+            let _ = tokio::time::timeout(TICK, changed.notified()).await;
+            tokio::time::sleep(DEBOUNCE).await;
+        }
+    };
+    tokio::select! {
+        _ = stop => {}
+        _ = lease_events => {}
+        _ = bundle_events => {}
+        _ = rounds => {}
+    }
+}
+
+/// One look at the shards and the bundles, and the label writes that follow.
+async fn round(
+    api: &Api<Bundle>,
+    leases: &Store<Lease>,
+    bundles: &Store<PartialObjectMeta<Bundle>>,
+    metrics: &Metrics,
+    unowned: &mut HashMap<String, Instant>,
+    shards_seen: &mut BTreeSet<String>,
+) {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let live: BTreeSet<String> = leases
+        .state()
+        .iter()
+        .filter(|lease| is_live(lease, now))
+        .filter_map(|lease| lease.labels().get(SHARD_LABEL).cloned())
+        .collect();
+    let bundles = bundles.state();
+    let names: Vec<String> = bundles.iter().map(|b| b.name_any()).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let ring = Ring::new(live.iter().cloned());
+    let desired: BTreeMap<&str, &str> = ring.assign(&refs);
+
+    let mut owned: BTreeMap<&str, i64> = live.iter().map(|s| (s.as_str(), 0)).collect();
+    let mut moves = Vec::new();
+    let present: BTreeSet<&str> = refs.iter().copied().collect();
+    unowned.retain(|name, _| present.contains(name.as_str()));
+    for bundle in bundles.iter() {
+        let name = bundle.name_any();
+        let labels = bundle.labels();
+        let current = labels.get(SHARD_LABEL).map(String::as_str);
+        let draining = labels.contains_key(DRAIN_LABEL);
+        match current {
+            Some(owner) if live.contains(owner) => {
+                if let Some(count) = owned.get_mut(owner) {
+                    *count += 1;
+                }
+            }
+            _ => {
+                unowned.entry(name.clone()).or_insert_with(Instant::now);
+            }
+        }
+        if let Some(next) = decide(
+            current,
+            draining,
+            desired.get(name.as_str()).copied(),
+            &live,
+        ) {
+            let handover = matches!(next, Move::Assign(_)) && current.is_some();
+            moves.push((name, bundle.resource_version(), next, handover));
+        }
+    }
+    for (shard, count) in &owned {
+        metrics
+            .shard_bundles
+            .get_or_create(&ShardLabels {
+                shard: shard.to_string(),
+            })
+            .set(*count);
+    }
+    for gone in shards_seen.difference(&live) {
+        metrics.shard_bundles.remove(&ShardLabels {
+            shard: gone.clone(),
+        });
+    }
+    *shards_seen = live.clone();
+    if live.is_empty() && !bundles.is_empty() {
+        tracing::warn!("no live shard: bundles wait for a replica to announce itself");
+    }
+
+    let results: Vec<(String, Move, bool, Result<(), kube::Error>)> = stream::iter(moves)
+        .map(|(name, version, next, handover)| async move {
+            let result = write(api, &name, version, &next).await;
+            (name, next, handover, result)
+        })
+        .buffer_unordered(WRITES_AT_ONCE)
+        .collect()
+        .await;
+    for (name, next, handover, result) in results {
+        match result {
+            Ok(()) => {
+                if let Move::Assign(shard) = &next {
+                    if handover {
+                        metrics.shard_handovers.inc();
+                    }
+                    if let Some(since) = unowned.remove(&name) {
+                        metrics
+                            .shard_unowned_seconds
+                            .observe(since.elapsed().as_secs_f64());
+                    }
+                    tracing::debug!(bundle = %name, %shard, "assigned");
+                }
+            }
+            // Changed since this round's view (a conflict), or gone: the next round sees it.
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
+            Err(e) => tracing::warn!(bundle = %name, ?next, "writing the shard label: {e}"),
+        }
+    }
+}
+
+/// Writes one move, if the bundle is still at `version`.
+async fn write(
+    api: &Api<Bundle>,
+    name: &str,
+    version: Option<String>,
+    next: &Move,
+) -> Result<(), kube::Error> {
+    let labels = match next {
+        Move::Assign(shard) => serde_json::json!({ SHARD_LABEL: shard, DRAIN_LABEL: null }),
+        Move::Drain(owner) => serde_json::json!({ DRAIN_LABEL: owner }),
+        Move::Keep => serde_json::json!({ DRAIN_LABEL: null }),
+    };
+    let patch = serde_json::json!({
+        "metadata": { "resourceVersion": version, "labels": labels }
+    });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(shards: &[&str]) -> BTreeSet<String> {
+        shards.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn unassigned_bundles_and_those_of_gone_shards_are_assigned_at_once() {
+        let shards = live(&["a", "b"]);
+        assert_eq!(
+            decide(None, false, Some("a"), &shards),
+            Some(Move::Assign("a".into()))
+        );
+        // The owner's Lease expired: no drain, its fence already holds its writes.
+        assert_eq!(
+            decide(Some("c"), false, Some("b"), &shards),
+            Some(Move::Assign("b".into()))
+        );
+        assert_eq!(
+            decide(Some("c"), true, Some("b"), &shards),
+            Some(Move::Assign("b".into()))
+        );
+    }
+
+    #[test]
+    fn a_bundle_moves_from_a_live_shard_only_through_a_drain() {
+        let shards = live(&["a", "b"]);
+        assert_eq!(
+            decide(Some("a"), false, Some("b"), &shards),
+            Some(Move::Drain("a".into()))
+        );
+        // Asked already: wait for the owner to let go.
+        assert_eq!(decide(Some("a"), true, Some("b"), &shards), None);
+        // Once let go, it is unassigned and goes to its new shard.
+        assert_eq!(
+            decide(None, false, Some("b"), &shards),
+            Some(Move::Assign("b".into()))
+        );
+    }
+
+    #[test]
+    fn a_bundle_in_place_stays_and_a_drain_no_longer_needed_is_taken_back() {
+        let shards = live(&["a", "b"]);
+        assert_eq!(decide(Some("a"), false, Some("a"), &shards), None);
+        assert_eq!(
+            decide(Some("a"), true, Some("a"), &shards),
+            Some(Move::Keep)
+        );
+    }
+
+    #[test]
+    fn without_live_shards_nothing_moves() {
+        assert_eq!(decide(None, false, None, &live(&[])), None);
+        assert_eq!(decide(Some("a"), false, None, &live(&[])), None);
+    }
+}

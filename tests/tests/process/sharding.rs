@@ -1,0 +1,370 @@
+//! Three provisioner replicas with `--sharding` on one cluster: every bundle is assigned to one
+//! live replica (label `gantry.dev/shard`), no replica holds much more than its share, and
+//! bundles move when a replica is killed (SIGKILL), paused past its Lease (SIGSTOP), or cut off
+//! from the API server (a proxy between them), and again when it comes back.
+//!
+//! That no bundle was applied by two replicas at once is checked against the API server's own
+//! audit log: the bundles' content never changes, so each of their ConfigMaps must have been
+//! written exactly once, whichever replica wrote it. A replica that went on writing after its
+//! bundles were handed over would write objects the new owner had written already.
+//!
+//! A control plane of its own: these provisioners must be the only ones, and the audit log
+//! must hold their writes alone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL};
+use gantry_tests::e2e::*;
+use gantry_tests::{
+    CuttableProxy, Provisioner, ProvisionerOptions, StorageOptions, StorageServer, registry,
+    unique_name, wait_until,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
+static CLUSTER: Isolated = Isolated::new();
+
+/// ConfigMaps per bundle: enough that a pass takes a moment, so faults land in the middle of
+/// some.
+const OBJECTS: usize = 30;
+/// How long a fault's handover and the settling after it may take (Leases last 15 s).
+const SETTLE: Duration = Duration::from_secs(180);
+
+fn start_replica(storage: &StorageServer, kubeconfig: &Path, identity: &str) -> Provisioner {
+    Provisioner::start(ProvisionerOptions {
+        kubeconfig: kubeconfig.to_path_buf(),
+        storage_url: storage.url().to_string(),
+        storage_token: None,
+        namespace: NAMESPACE.into(),
+        args: [
+            "--sharding",
+            "--identity",
+            identity,
+            "--apply-concurrency=2",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect(),
+    })
+}
+
+/// A copy of `kubeconfig` that reaches the API server through `proxy`.
+fn kubeconfig_through(kubeconfig: &Path, server: &str, proxy: SocketAddr) -> PathBuf {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    let through = text.replace(server, &format!("https://{proxy}"));
+    assert_ne!(text, through, "the kubeconfig names {server}");
+    let path = kubeconfig.with_file_name("kubeconfig-through-proxy");
+    std::fs::write(&path, through).unwrap();
+    path
+}
+
+/// Creates `count` bundles of `image`, each installing into a namespace of its own name.
+async fn create_bundles(client: &Client, image: &str, prefix: &str, count: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for _ in 0..count {
+        let name = unique_name(prefix);
+        ensure_namespace(client, &name).await;
+        create_bundle(client, &name, spec(image, Some(&name))).await;
+        names.push(name);
+    }
+    names
+}
+
+/// Each bundle's shard label (`None`: unassigned), for `names`.
+async fn assignments(client: &Client, names: &[String]) -> BTreeMap<String, Option<String>> {
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let all = bundles.list(&ListParams::default()).await.unwrap();
+    let wanted: BTreeSet<&String> = names.iter().collect();
+    all.items
+        .iter()
+        .filter(|b| wanted.contains(&b.name_any()))
+        .map(|b| (b.name_any(), b.labels().get(SHARD_LABEL).cloned()))
+        .collect()
+}
+
+/// Waits until every bundle of `names` is Ready, assigned to one of `shards`, and drained of
+/// nothing; returns how many each shard holds.
+async fn wait_settled(
+    client: &Client,
+    names: &[String],
+    shards: &[&str],
+    what: &str,
+) -> BTreeMap<String, usize> {
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let last = std::sync::Mutex::new(String::new());
+    let settled = tokio::time::timeout(
+        SETTLE,
+        wait_until(what, SETTLE, || async {
+            let all = bundles.list(&ListParams::default()).await.ok()?;
+            let wanted: BTreeSet<&String> = names.iter().collect();
+            let mut load = BTreeMap::new();
+            let mut seen = 0;
+            let mut pending = Vec::new();
+            for bundle in all.items.iter().filter(|b| wanted.contains(&b.name_any())) {
+                seen += 1;
+                let shard = bundle.labels().get(SHARD_LABEL);
+                let on_live = shard.is_some_and(|s| shards.contains(&s.as_str()));
+                let draining = bundle.labels().contains_key(DRAIN_LABEL);
+                if !on_live || draining || !is_ready(bundle) {
+                    pending.push(format!(
+                        "{} shard={shard:?} draining={draining} ready={}",
+                        bundle.name_any(),
+                        is_ready(bundle)
+                    ));
+                    continue;
+                }
+                *load.entry(shard.unwrap().clone()).or_insert(0) += 1;
+            }
+            *last.lock().unwrap() = format!("{} of {} pending: {pending:?}", pending.len(), seen);
+            (seen == names.len() && pending.is_empty()).then_some(load)
+        }),
+    )
+    .await;
+    settled.unwrap_or_else(|_| panic!("{what}: {}", last.lock().unwrap()))
+}
+
+/// The live shards' Leases, by shard.
+async fn shard_leases(client: &Client) -> BTreeSet<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    leases
+        .list(&ListParams::default().labels(SHARD_LABEL))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|l| l.labels().get(SHARD_LABEL).cloned())
+        .collect()
+}
+
+fn signal(provisioner: &Provisioner, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &provisioner.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {}", provisioner.pid());
+}
+
+async fn metric(provisioner: &Provisioner, name: &str) -> Option<f64> {
+    let text = reqwest::get(format!("{}/metrics", provisioner.metrics_url()))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Waits until one of `names` assigned to `shard` shows `Installing`: a pass of that shard is
+/// under way.
+async fn wait_installing_on(client: &Client, names: &[String], shard: &str) {
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    wait_until(
+        &format!("a pass of {shard} to be under way"),
+        WAIT,
+        || async {
+            let all = bundles.list(&ListParams::default()).await.ok()?;
+            all.items
+                .iter()
+                .any(|b| {
+                    names.contains(&b.name_any())
+                        && b.labels().get(SHARD_LABEL).map(String::as_str) == Some(shard)
+                        && b.status.as_ref().and_then(|s| s.phase)
+                            == Some(gantry_api::BundlePhase::Installing)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_writers() {
+    let cluster = CLUSTER.get();
+    let client = setup(&cluster).await;
+    let storage = StorageServer::start(StorageOptions::default());
+
+    let server = cluster.server_url().to_string();
+    let target: SocketAddr = server
+        .trim_start_matches("https://")
+        .parse()
+        .expect("the API server's address");
+    let proxy = CuttableProxy::start(target).await.unwrap();
+    let proxied = kubeconfig_through(cluster.kubeconfig(), &server, proxy.address());
+    let mut r1 = start_replica(&storage, cluster.kubeconfig(), "r1");
+    let r2 = start_replica(&storage, cluster.kubeconfig(), "r2");
+    let r3 = start_replica(&storage, &proxied, "r3");
+    wait_until("three shard Leases", WAIT, || async {
+        (shard_leases(&client).await.len() == 3).then_some(())
+    })
+    .await;
+
+    let ns = unique_name("sharded");
+    let files: Vec<(String, String)> = (0..OBJECTS)
+        .map(|i| {
+            (
+                format!("{i:02}.yaml"),
+                config_map(&format!("cm-{i}"), None, "v"),
+            )
+        })
+        .collect();
+    let files: Vec<(&str, String)> = files.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    push(&format!("{ns}/app:v1"), &files).await;
+    let image = format!("{}/{ns}/app:v1", registry().host());
+
+    // Spread: every replica gets bundles, none more than 1.25 times its share.
+    let mut all = create_bundles(&client, &image, "shard-a", 24).await;
+    let load = wait_settled(&client, &all, &["r1", "r2", "r3"], "24 bundles on 3 shards").await;
+    assert_eq!(load.len(), 3, "every replica holds bundles: {load:?}");
+    assert!(
+        load.values().all(|&n| n <= 10),
+        "no replica holds more than ceil(1.25 x 24 / 3) = 10: {load:?}"
+    );
+
+    // A replica is killed while bundles install: its bundles go to the others.
+    let batch = create_bundles(&client, &image, "shard-b", 12).await;
+    all.extend(batch.iter().cloned());
+    wait_installing_on(&client, &batch, "r1").await;
+    r1.kill();
+    wait_settled(&client, &all, &["r2", "r3"], "r1's bundles on r2 and r3").await;
+
+    // A replica is paused past its Lease in the middle of a pass: its bundles move, and once
+    // it runs again it writes nothing of them; it restarts its controllers and takes a share
+    // back, which the other replica drains to it.
+    let batch = create_bundles(&client, &image, "shard-c", 12).await;
+    all.extend(batch.iter().cloned());
+    wait_installing_on(&client, &batch, "r2").await;
+    signal(&r2, "STOP");
+    wait_settled(
+        &client,
+        &all,
+        &["r3"],
+        "r2's bundles on r3 while r2 is paused",
+    )
+    .await;
+    let drained_before = metric(&r3, "gantry_provisioner_shard_releases_total")
+        .await
+        .unwrap_or(0.0);
+    signal(&r2, "CONT");
+    let load = wait_settled(&client, &all, &["r2", "r3"], "r2 back").await;
+    assert_eq!(load.len(), 2, "r2 took a share back: {load:?}");
+    let log = std::fs::read_to_string(r2.log()).unwrap();
+    assert!(
+        log.contains("the shard Lease lapsed"),
+        "r2 restarted its controllers after its Lease lapsed:\n{log}"
+    );
+    let drained = metric(&r3, "gantry_provisioner_shard_releases_total")
+        .await
+        .unwrap_or(0.0);
+    assert!(
+        drained > drained_before,
+        "r3 let bundles go through the drain ({drained_before} -> {drained})"
+    );
+
+    // A replica is cut off from the API server: its bundles move; reconnected, it takes a
+    // share back.
+    let batch = create_bundles(&client, &image, "shard-d", 12).await;
+    all.extend(batch.iter().cloned());
+    wait_installing_on(&client, &batch, "r3").await;
+    proxy.cut();
+    wait_settled(
+        &client,
+        &all,
+        &["r2"],
+        "r3's bundles on r2 while r3 is cut off",
+    )
+    .await;
+    proxy.restore();
+    wait_settled(&client, &all, &["r2", "r3"], "r3 back").await;
+
+    // The killed replica starts again under its name: the ring spreads the bundles over three.
+    let r1 = start_replica(&storage, cluster.kubeconfig(), "r1");
+    let load = wait_settled(&client, &all, &["r1", "r2", "r3"], "r1 back").await;
+    assert_eq!(load.len(), 3, "{load:?}");
+    let bound = (1.25 * all.len() as f64 / 3.0).ceil() as usize;
+    assert!(
+        load.values().all(|&n| n <= bound),
+        "{load:?} within {bound}"
+    );
+    // kubectl bundle list -o wide names each bundle's shard.
+    let shards = assignments(&client, &all).await;
+    let listed = gantry_tests::e2e::kubectl::ok_on(&cluster, &["list", "-o", "wide"]);
+    let header: Vec<&str> = listed.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header.last(), Some(&"SHARD"), "{listed}");
+    for line in listed.lines().skip(1) {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        if let Some(Some(shard)) = shards.get(cells[0]) {
+            assert_eq!(cells.last(), Some(&shard.as_str()), "{line}");
+        }
+    }
+
+    // The audit log: every ConfigMap of every bundle written exactly once, by a replica.
+    let namespaces: BTreeSet<&str> = all.iter().map(String::as_str).collect();
+    let writes = config_map_writes(&cluster.audit_log(), &namespaces);
+    let mut writers = BTreeSet::new();
+    let mut twice = Vec::new();
+    for ((namespace, name), agents) in &writes {
+        writers.extend(agents.iter().cloned());
+        if agents.len() != 1 {
+            twice.push(format!("{namespace}/{name}: {agents:?}"));
+        }
+    }
+    assert!(
+        twice.is_empty(),
+        "ConfigMaps written more than once (two writers):\n{}",
+        twice.join("\n")
+    );
+    assert_eq!(
+        writes.len(),
+        all.len() * OBJECTS,
+        "every ConfigMap of every bundle was written"
+    );
+    assert!(
+        writers.iter().all(|w| w.starts_with("gantry-provisioner/")),
+        "{writers:?}"
+    );
+    assert!(
+        writers.len() >= 3,
+        "the replicas shared the work: {writers:?}"
+    );
+    drop((r1, r2, r3));
+}
+
+/// The successful writes of ConfigMaps in `namespaces` in the audit log, by object: the
+/// User-Agent of each.
+fn config_map_writes(
+    audit_log: &Path,
+    namespaces: &BTreeSet<&str>,
+) -> BTreeMap<(String, String), Vec<String>> {
+    let text = std::fs::read_to_string(audit_log).unwrap();
+    let mut writes: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for line in text.lines() {
+        let event: serde_json::Value = serde_json::from_str(line).unwrap();
+        let object = &event["objectRef"];
+        let namespace = object["namespace"].as_str().unwrap_or_default();
+        let verb = event["verb"].as_str().unwrap_or_default();
+        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+        let uri = event["requestURI"].as_str().unwrap_or_default();
+        if object["resource"] != "configmaps"
+            || !namespaces.contains(namespace)
+            || !["create", "update", "patch"].contains(&verb)
+            || !(200..300).contains(&code)
+            || uri.contains("dryRun")
+        {
+            continue;
+        }
+        writes
+            .entry((
+                namespace.to_string(),
+                object["name"].as_str().unwrap_or_default().to_string(),
+            ))
+            .or_default()
+            .push(event["userAgent"].as_str().unwrap_or_default().to_string());
+    }
+    writes
+}

@@ -142,6 +142,14 @@ pub struct BundleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftMode>,
 
+    /// What happens to the bundle's objects when the Bundle is deleted: `Delete` (default)
+    /// deletes them in waves, each gone before the next, a Namespace counting as gone once it
+    /// terminates; `Orphan` leaves them in place, no longer labelled as managed;
+    /// `WaitForTermination` deletes them as `Delete` does and keeps the Bundle until every one
+    /// is gone, Namespaces included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
+
     /// JSON patches (RFC 6902) applied to the objects each `target` selects before they are
     /// planned and applied, as Flux's `Kustomization.spec.patches` (JSON 6902 only; no
     /// strategic-merge patches). Patches apply in order, then `images` rewrites. A patch that
@@ -416,6 +424,19 @@ pub enum DriftMode {
     Correct,
     /// Reported in the `Drifted` condition, left as it is.
     Report,
+}
+
+/// `Bundle.spec.deletionPolicy`: what happens to a bundle's objects when the Bundle is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Deleted in waves; the Bundle goes once they are gone, a Namespace once it terminates.
+    #[default]
+    Delete,
+    /// Left in place without the `gantry.dev/bundle` label, so nothing manages them any more.
+    Orphan,
+    /// Deleted as with `Delete`; the Bundle goes only once every object is gone, Namespaces
+    /// included.
+    WaitForTermination,
 }
 
 /// How many objects `status.objectHealth.notHealthy` lists.

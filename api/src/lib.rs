@@ -17,9 +17,9 @@ pub mod storage;
 pub mod unpack;
 
 pub use bundle::{
-    Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, DriftMode,
-    HISTORY_LIMIT, HistoryApproval, HistoryEntry, InventoryEntry, KindCount, NOT_HEALTHY_LIMIT,
-    NamespacePermissions, NotHealthyObject, ObjectHealth, PermissionHighlight,
+    Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, DeletionPolicy,
+    DriftMode, HISTORY_LIMIT, HistoryApproval, HistoryEntry, InventoryEntry, KindCount,
+    NOT_HEALTHY_LIMIT, NamespacePermissions, NotHealthyObject, ObjectHealth, PermissionHighlight,
     RequestedPermissions,
 };
 pub use class::{

@@ -140,7 +140,8 @@ pub struct InstallArgs {
 )]
 pub struct UninstallArgs {
     /// Delete every Bundle first, while the provisioner still runs, and wait until they are
-    /// gone: their objects are deleted with them. Without it, uninstall refuses while
+    /// gone: their objects are deleted with them (orphaned, for a Bundle with
+    /// `spec.deletionPolicy: Orphan`). Without it, uninstall refuses while
     /// Bundles exist.
     #[arg(long)]
     delete_bundles: bool,
@@ -622,7 +623,7 @@ pub async fn uninstall(global: &GlobalArgs, args: UninstallArgs) -> anyhow::Resu
             .collect();
         if !names.is_empty() && !args.delete_bundles {
             bail!(
-                "{} Bundle(s) exist: {}. Uninstalling Gantry would leave them stuck in deletion and their objects on the cluster. Delete them first (`kubectl delete bundles --all`), or pass --delete-bundles to do so here (their objects are deleted with them); annotate objects to keep `gantry.dev/prune=disabled` first",
+                "{} Bundle(s) exist: {}. Uninstalling Gantry would leave them stuck in deletion and their objects on the cluster. Delete them first (`kubectl delete bundles --all`), or pass --delete-bundles to do so here (their objects are deleted with them); to keep objects, annotate them `gantry.dev/prune=disabled`, or set a Bundle's spec.deletionPolicy to Orphan, first",
                 names.len(),
                 names.join(", ")
             );

@@ -1,7 +1,7 @@
 //! Removing objects a bundle no longer has (prune) or that it had (uninstall), and the order
 //! an uninstall removes them in.
 
-use gantry_api::{BUNDLE_LABEL, InventoryEntry, PRUNE_ANNOTATION, PRUNE_DISABLED};
+use gantry_api::{BUNDLE_LABEL, DeletionPolicy, InventoryEntry, PRUNE_ANNOTATION, PRUNE_DISABLED};
 use kube::api::{Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
@@ -88,7 +88,8 @@ pub fn uninstall_waves(inventory: &[InventoryEntry]) -> Vec<(Wave, Vec<Inventory
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removal {
     Deleted,
-    /// Annotated `gantry.dev/prune: disabled`: left in place, no longer labelled as managed.
+    /// Annotated `gantry.dev/prune: disabled`, or removed under `deletionPolicy: Orphan`: left
+    /// in place, no longer labelled as managed.
     Orphaned,
     /// Already gone, or managed by someone else now.
     Skipped,
@@ -96,12 +97,15 @@ pub enum Removal {
     Deleting,
 }
 
-/// Removes `entry` if it is still managed by `bundle`. Errors carry the object's description.
+/// Removes `entry` if it is still managed by `bundle`: deletes it, or orphans it when `policy`
+/// is `Orphan` or the object is annotated `gantry.dev/prune: disabled` (prunes pass `Delete`).
+/// Errors carry the object's description.
 pub async fn remove(
     client: &Client,
     kinds: &KindCache,
     entry: &InventoryEntry,
     bundle: &str,
+    policy: DeletionPolicy,
 ) -> Result<Removal, (String, String)> {
     let object = describe(entry);
     let Some((api, live)) = live_object(client, kinds, entry).await? else {
@@ -113,13 +117,20 @@ pub async fn remove(
     if live.metadata.deletion_timestamp.is_some() {
         return Ok(Removal::Deleting);
     }
-    if live.annotations().get(PRUNE_ANNOTATION).map(String::as_str) == Some(PRUNE_DISABLED) {
+    let keep = policy == DeletionPolicy::Orphan
+        || live.annotations().get(PRUNE_ANNOTATION).map(String::as_str) == Some(PRUNE_DISABLED);
+    if keep {
+        // Only the label marks an object as managed (apply conflicts, drift watches, claims
+        // go by it); the field manager's entries stay, as any former writer's do.
         let patch = json!({ "metadata": { "labels": { BUNDLE_LABEL: null } } });
-        return api
+        return match api
             .patch_metadata(&entry.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map(|_| Removal::Orphaned)
-            .map_err(|e| (object, api_message(&e)));
+        {
+            Ok(_) => Ok(Removal::Orphaned),
+            Err(e) if is_not_found(&e) => Ok(Removal::Skipped),
+            Err(e) => Err((object, api_message(&e))),
+        };
     }
     match api.delete(&entry.name, &DeleteParams::background()).await {
         Ok(_) => Ok(Removal::Deleted),
@@ -128,32 +139,40 @@ pub async fn remove(
     }
 }
 
-/// What keeps a removed object from being gone: `None` when it is gone or no longer managed by
-/// `bundle`, else its description with its finalizers. A Namespace counts as gone once its
-/// deletion started: the namespace controller empties it, which may take long and is not the
-/// bundle's to wait for.
+/// Whether a managed object still there counts as gone for an uninstall under `policy`. A
+/// Namespace does once its deletion started, unless the policy is `WaitForTermination`: the
+/// namespace controller empties it, which may take long, and only that policy waits for it.
+fn counts_as_gone(entry: &InventoryEntry, terminating: bool, policy: DeletionPolicy) -> bool {
+    entry.group.is_empty()
+        && entry.kind == "Namespace"
+        && terminating
+        && policy != DeletionPolicy::WaitForTermination
+}
+
+/// What keeps a removed object from being gone: `None` when it is gone, counts as gone under
+/// `policy`, or is no longer managed by `bundle`; else its description with its finalizers.
 pub async fn still_present(
     client: &Client,
     kinds: &KindCache,
     entry: &InventoryEntry,
     bundle: &str,
+    policy: DeletionPolicy,
 ) -> Result<Option<String>, (String, String)> {
     let object = describe(entry);
     let Some((_, live)) = live_object(client, kinds, entry).await? else {
         return Ok(None);
     };
     let managed = live.labels().get(BUNDLE_LABEL).map(String::as_str) == Some(bundle);
-    let namespace_going = entry.group.is_empty()
-        && entry.kind == "Namespace"
-        && live.metadata.deletion_timestamp.is_some();
-    if !managed || namespace_going {
+    let terminating = live.metadata.deletion_timestamp.is_some();
+    if !managed || counts_as_gone(entry, terminating, policy) {
         return Ok(None);
     }
     let finalizers = live.finalizers();
-    let mut described = if finalizers.is_empty() {
-        object
-    } else {
-        format!("{object} (finalizers: {})", finalizers.join(", "))
+    let mut described = match (finalizers.is_empty(), terminating) {
+        (false, _) => format!("{object} (finalizers: {})", finalizers.join(", ")),
+        // A terminating Namespace holds no metadata finalizer: its content holds it.
+        (true, true) if entry.kind == "Namespace" => format!("{object} (terminating)"),
+        (true, _) => object,
     };
     if entry.group == "apiextensions.k8s.io"
         && entry.kind == "CustomResourceDefinition"
@@ -319,6 +338,23 @@ mod tests {
                 (Wave::Namespaces, vec!["monitoring".to_string()]),
             ]
         );
+    }
+
+    #[test]
+    fn only_wait_for_termination_waits_for_a_terminating_namespace() {
+        let namespace = entry("", "Namespace", None, "app");
+        let config_map = entry("", "ConfigMap", Some("app"), "settings");
+        // A custom kind named Namespace is not one.
+        let custom = entry("example.com", "Namespace", None, "app");
+        for policy in [DeletionPolicy::Delete, DeletionPolicy::Orphan] {
+            assert!(counts_as_gone(&namespace, true, policy));
+            assert!(!counts_as_gone(&namespace, false, policy));
+            assert!(!counts_as_gone(&config_map, true, policy));
+            assert!(!counts_as_gone(&custom, true, policy));
+        }
+        let wait = DeletionPolicy::WaitForTermination;
+        assert!(!counts_as_gone(&namespace, true, wait));
+        assert!(!counts_as_gone(&config_map, true, wait));
     }
 
     #[test]

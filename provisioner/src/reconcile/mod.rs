@@ -20,7 +20,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gantry_api::{Bundle, BundleStatus, EffectiveHealth, InventoryEntry, ProvisionerClass};
+use gantry_api::{
+    Bundle, BundleStatus, DeletionPolicy, EffectiveHealth, InventoryEntry, ProvisionerClass,
+};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
@@ -353,16 +355,17 @@ async fn assess_health(pass: &mut Pass<'_>, applier: &Applier, being_deleted: &[
     Outcome::Done(Action::requeue(wake.map_or(visit, |w| w.min(visit))))
 }
 
-/// Removes `entries` (in the order given) that are still managed by the bundle. A failure
-/// names the object and the API server's message.
+/// Removes `entries` (in the order given) that are still managed by the bundle, deleting or
+/// orphaning them as `policy` says. A failure names the object and the API server's message.
 async fn remove_objects<'e>(
     pass: &Pass<'_>,
     applier: &Applier,
     entries: impl IntoIterator<Item = &'e InventoryEntry>,
+    policy: DeletionPolicy,
 ) -> Result<(), (String, String)> {
     let ctx = pass.ctx;
     for entry in entries {
-        let removed = remove(&applier.client, &ctx.kinds, entry, &pass.name)
+        let removed = remove(&applier.client, &ctx.kinds, entry, &pass.name, policy)
             .await
             .map_err(|(object, message)| {
                 (object, format!("{message} (as {})", applier.describe()))

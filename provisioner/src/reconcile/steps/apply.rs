@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
-    Bundle, CRD_UPGRADE_ALLOWED_ANNOTATION, DriftMode, InventoryEntry, ProvisionerClass,
+    Bundle, CRD_UPGRADE_ALLOWED_ANNOTATION, DeletionPolicy, DriftMode, InventoryEntry,
+    ProvisionerClass,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -314,7 +315,8 @@ async fn prune(
         .collect::<Vec<_>>();
     // Collected first: a filtering iterator held across the removals' awaits would make the
     // reconcile future not `Send` for all lifetimes.
-    remove_objects(pass, applier, gone)
+    // A prune deletes: only `gantry.dev/prune: disabled` keeps an object the content dropped.
+    remove_objects(pass, applier, gone, DeletionPolicy::Delete)
         .await
         .map_err(|(object, message)| Error::Prune { object, message })
 }

@@ -2,12 +2,14 @@
 //! Namespaces; each in reverse apply order), each wave waited for until its objects are gone
 //! (finalizers, CRDs whose custom resources are cleaned up) before the next is deleted, so an
 //! operator still runs while its custom resources are finalized; then remove the stored
-//! content, then the finalizer.
+//! content, then the finalizer. `spec.deletionPolicy` decides what removing means: `Delete`
+//! counts a terminating Namespace as gone, `WaitForTermination` waits until it is, and `Orphan`
+//! deletes nothing and only takes the bundle's label off each object.
 
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{Bundle, InventoryEntry, UNINSTALL_FINALIZER};
+use gantry_api::{Bundle, DeletionPolicy, InventoryEntry, UNINSTALL_FINALIZER};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -26,15 +28,19 @@ use crate::status::publish;
 /// How often a bundle whose objects are still being deleted looks again.
 const UNINSTALL_RECHECK: Duration = Duration::from_secs(2);
 
+/// How many of the objects still there a waiting message names; it counts them all.
+const NAMED_LEFT: usize = 5;
+
 /// `entries` that are still there, described with their finalizers.
 async fn remaining(
     pass: &Pass<'_>,
     applier: &Applier,
     entries: &[InventoryEntry],
+    policy: DeletionPolicy,
 ) -> Result<Vec<String>> {
     let mut remaining = Vec::new();
     for entry in entries {
-        let present = still_present(&applier.client, &pass.ctx.kinds, entry, &pass.name)
+        let present = still_present(&applier.client, &pass.ctx.kinds, entry, &pass.name, policy)
             .await
             .map_err(|(object, message)| Error::Uninstall {
                 object,
@@ -45,22 +51,84 @@ async fn remaining(
     Ok(remaining)
 }
 
-/// Deletes the waves in order, stopping at the first whose objects are not all gone: returns
-/// that wave with what is left of it.
+/// The wave an uninstall waits for, and what is left of it.
+struct Waiting {
+    wave: Wave,
+    /// Whether a later wave waits for this one.
+    before_more: bool,
+    left: Vec<String>,
+}
+
+/// Deletes the waves in order, stopping at the first whose objects are not all gone (under
+/// `policy`): returns that wave with what is left of it.
 async fn remove_in_waves(
     pass: &Pass<'_>,
     applier: &Applier,
-) -> Result<Option<(Wave, Vec<String>)>> {
-    for (wave, entries) in uninstall_waves(&pass.status.inventory) {
-        remove_objects(pass, applier, entries.iter())
+    policy: DeletionPolicy,
+) -> Result<Option<Waiting>> {
+    let waves = uninstall_waves(&pass.status.inventory);
+    let count = waves.len();
+    for (index, (wave, entries)) in waves.into_iter().enumerate() {
+        remove_objects(pass, applier, entries.iter(), policy)
             .await
             .map_err(|(object, message)| Error::Uninstall { object, message })?;
-        let left = remaining(pass, applier, &entries).await?;
+        let left = remaining(pass, applier, &entries, policy).await?;
         if !left.is_empty() {
-            return Ok(Some((wave, left)));
+            return Ok(Some(Waiting {
+                wave,
+                before_more: index + 1 < count,
+                left,
+            }));
         }
     }
     Ok(None)
+}
+
+/// Takes every object of the inventory out of the bundle's hands, deleting none.
+async fn orphan_all(pass: &Pass<'_>, applier: &Applier) -> Result<()> {
+    remove_objects(
+        pass,
+        applier,
+        pass.status.inventory.iter().rev(),
+        DeletionPolicy::Orphan,
+    )
+    .await
+    .map_err(|(object, message)| Error::Uninstall { object, message })
+}
+
+/// What a bundle waiting for `waiting` says: the wave, how many of its objects are left, and
+/// the first few of them.
+fn waiting_message(waiting: &Waiting) -> String {
+    let left = &waiting.left;
+    let mut named = left
+        .iter()
+        .take(NAMED_LEFT)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if left.len() > NAMED_LEFT {
+        named.push_str(&format!(" and {} more", left.len() - NAMED_LEFT));
+    }
+    let next = if waiting.before_more {
+        " before the next objects are"
+    } else {
+        ""
+    };
+    format!(
+        "waiting for {} of the {} to be deleted{next}: {named}",
+        left.len(),
+        waiting.wave.describe()
+    )
+}
+
+/// When a bundle still waiting `overdue` past its uninstall deadline looks again: after half
+/// that long, from the usual recheck up to `ceiling`, so that an uninstall stuck for hours is
+/// not read every 2 s. The objects' watches still wake it as soon as they go.
+fn recheck_after(overdue: Option<Duration>, ceiling: Duration) -> Duration {
+    match overdue {
+        None => UNINSTALL_RECHECK,
+        Some(overdue) => (overdue / 2).clamp(UNINSTALL_RECHECK, ceiling.max(UNINSTALL_RECHECK)),
+    }
 }
 
 pub(crate) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
@@ -69,29 +137,39 @@ pub(crate) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
         return Ok(Outcome::Gone);
     }
     let name = &pass.name.clone();
+    let policy = bundle.spec.deletion_policy.unwrap_or_default();
     // Nothing installed (a bundle refused before its first apply): no identity is needed.
     let waiting = if pass.status.inventory.is_empty() {
         None
     } else {
         let applier = uninstall_applier(pass)?;
-        remove_in_waves(pass, &applier).await?
+        match policy {
+            DeletionPolicy::Orphan => {
+                orphan_all(pass, &applier).await?;
+                None
+            }
+            DeletionPolicy::Delete | DeletionPolicy::WaitForTermination => {
+                remove_in_waves(pass, &applier, policy).await?
+            }
+        }
     };
-    if let Some((wave, left)) = waiting {
+    if let Some(waiting) = waiting {
         let deadline = timing::apply_timeout(bundle, &ctx.settings);
-        let message = format!(
-            "waiting for {} of the {} to be deleted before the next objects are: {}",
-            left.len(),
-            wave.describe(),
-            left.join(", ")
-        );
-        if overdue(bundle, deadline) {
+        let message = waiting_message(&waiting);
+        let overdue = overdue(bundle, deadline);
+        if overdue.is_some() {
+            let needed = if waiting.wave == Wave::Namespaces {
+                "the namespace controller must be running and able to delete what they hold"
+            } else {
+                "whatever removes their finalizers must be running"
+            };
             // Still waiting: giving up would leave objects behind that nothing tracks.
             pass.set_condition(
                 types::INSTALLED,
                 false,
                 reasons::UNINSTALL_FAILED,
                 format!(
-                    "not done within {} (the bundle's spec.timeout, else --apply-timeout), still {message}; whatever removes their finalizers must be running",
+                    "not done within {} (the bundle's spec.timeout, else --apply-timeout), still {message}; {needed}",
                     super::apply::humantime(deadline)
                 ),
             );
@@ -99,7 +177,10 @@ pub(crate) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
             pass.set_condition(types::INSTALLED, false, reasons::UNINSTALLING, message);
         }
         // The objects' watches wake the bundle when they go; the requeue is a safety net.
-        return Ok(Outcome::Done(Action::requeue(UNINSTALL_RECHECK)));
+        let ceiling = timing::retry_ceiling(bundle).unwrap_or(ctx.settings.backoff_cap);
+        return Ok(Outcome::Done(Action::requeue(recheck_after(
+            overdue, ceiling,
+        ))));
     }
     ctx.storage.delete_bundle(name).await?;
     let finalizers: Vec<String> = bundle
@@ -121,27 +202,26 @@ pub(crate) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
     ctx.resolved.forget(name);
     ctx.checked.forget(name);
     ctx.written.forget(name);
-    publish(
-        ctx,
-        bundle,
-        EventType::Normal,
-        reasons::UNINSTALLED,
-        "objects and stored content removed",
-    )
-    .await;
+    let note = match policy {
+        DeletionPolicy::Orphan => {
+            "objects orphaned (spec.deletionPolicy: Orphan) and stored content removed"
+        }
+        DeletionPolicy::Delete | DeletionPolicy::WaitForTermination => {
+            "objects and stored content removed"
+        }
+    };
+    publish(ctx, bundle, EventType::Normal, reasons::UNINSTALLED, note).await;
     Ok(Outcome::Gone)
 }
 
-/// Whether the bundle's deletion was requested more than `deadline` ago.
-fn overdue(bundle: &Bundle, deadline: Duration) -> bool {
-    bundle
-        .metadata
-        .deletion_timestamp
-        .as_ref()
-        .is_some_and(|at| {
-            let elapsed = k8s_openapi::jiff::Timestamp::now().duration_since(at.0);
-            elapsed.as_secs() >= 0 && elapsed.unsigned_abs() >= deadline
-        })
+/// How long past `deadline` after its deletion was requested the bundle is, if it is.
+fn overdue(bundle: &Bundle, deadline: Duration) -> Option<Duration> {
+    let at = bundle.metadata.deletion_timestamp.as_ref()?;
+    let elapsed = k8s_openapi::jiff::Timestamp::now().duration_since(at.0);
+    if elapsed.as_secs() < 0 {
+        return None;
+    }
+    elapsed.unsigned_abs().checked_sub(deadline)
 }
 
 /// Who removes the objects: the identity the bundle's class names now (as installs use it);
@@ -173,4 +253,69 @@ fn uninstall_applier(pass: &Pass<'_>) -> Result<Applier> {
         }
     };
     Applier::as_account(account, &ctx.appliers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(wave: Wave, before_more: bool, left: usize) -> Waiting {
+        Waiting {
+            wave,
+            before_more,
+            left: (1..=left).map(|i| format!("ConfigMap app/c{i}")).collect(),
+        }
+    }
+
+    #[test]
+    fn a_waiting_message_names_the_first_objects_and_counts_them_all() {
+        assert_eq!(
+            waiting_message(&waiting(Wave::Others, true, 2)),
+            "waiting for 2 of the workloads, RBAC and other objects to be deleted before the next objects are: ConfigMap app/c1, ConfigMap app/c2"
+        );
+        assert_eq!(
+            waiting_message(&waiting(Wave::Others, false, 7)),
+            "waiting for 7 of the workloads, RBAC and other objects to be deleted: ConfigMap app/c1, ConfigMap app/c2, ConfigMap app/c3, ConfigMap app/c4, ConfigMap app/c5 and 2 more"
+        );
+        assert!(
+            waiting_message(&waiting(Wave::Namespaces, false, 5))
+                .ends_with("to be deleted: ConfigMap app/c1, ConfigMap app/c2, ConfigMap app/c3, ConfigMap app/c4, ConfigMap app/c5")
+        );
+    }
+
+    #[test]
+    fn an_overdue_uninstall_looks_again_less_often_up_to_the_ceiling() {
+        let ceiling = Duration::from_secs(300);
+        let secs = Duration::from_secs;
+        assert_eq!(recheck_after(None, ceiling), UNINSTALL_RECHECK);
+        assert_eq!(recheck_after(Some(secs(0)), ceiling), UNINSTALL_RECHECK);
+        assert_eq!(recheck_after(Some(secs(60)), ceiling), secs(30));
+        assert_eq!(recheck_after(Some(secs(3600)), ceiling), ceiling);
+        // A ceiling below the usual recheck does not make it more frequent.
+        assert_eq!(
+            recheck_after(Some(secs(3600)), Duration::from_secs(1)),
+            UNINSTALL_RECHECK
+        );
+    }
+
+    #[test]
+    fn overdue_counts_from_the_deletion_request() {
+        let mut bundle = Bundle::new("b", gantry_api::BundleSpec::default());
+        let deadline = Duration::from_secs(60);
+        assert_eq!(overdue(&bundle, deadline), None);
+        let ago = |secs: i64| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now()
+                    - k8s_openapi::jiff::SignedDuration::from_secs(secs),
+            )
+        };
+        bundle.metadata.deletion_timestamp = Some(ago(10));
+        assert_eq!(overdue(&bundle, deadline), None);
+        bundle.metadata.deletion_timestamp = Some(ago(90));
+        let past = overdue(&bundle, deadline).expect("overdue");
+        assert!(
+            past >= Duration::from_secs(30) && past < Duration::from_secs(35),
+            "{past:?}"
+        );
+    }
 }

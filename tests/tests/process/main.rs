@@ -12,6 +12,7 @@
 mod approval_race;
 mod crd_upgrade;
 mod crd_versions;
+mod deletion_policy;
 mod demo;
 mod docs_airgapped;
 mod drift_report;

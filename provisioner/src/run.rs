@@ -5,6 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::runtime::events::Reporter;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
@@ -279,8 +280,18 @@ impl Shards<'_> {
                     break;
                 }
                 // Passes begun before the lapse are over; new ones start from fresh caches
-                // and a new list of the bundles that are this shard's now.
-                tracing::warn!("the shard Lease lapsed: the controllers start again");
+                // and a new list of the bundles that are this shard's now, once the Lease is
+                // current again (a start before that would lapse at once).
+                tracing::warn!(
+                    "the shard Lease lapsed: the controllers start again once it is renewed"
+                );
+                let mut stop = std::pin::pin!(stopped(&stop_rx));
+                while !fence.is_current() {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                        _ = &mut stop => return,
+                    }
+                }
                 fence.restart();
             }
         };
@@ -310,33 +321,68 @@ impl Shards<'_> {
             .await;
             return Ok(());
         };
-        let manager = LeaseManagerBuilder::new(self.client.clone(), lease_name)
-            .with_namespace(&self.options.settings.namespace)
-            .with_identity(&self.options.identity)
-            .with_duration(15)
-            .with_grace(5)
-            .build()
-            .await?;
-        let (mut leading, lease_task) = manager.watch().await;
+        // Leader election that stops (the API server unreachable for long) starts again: this
+        // replica goes on reconciling its own bundles meanwhile.
+        loop {
+            let built = LeaseManagerBuilder::new(self.client.clone(), lease_name)
+                .with_namespace(&self.options.settings.namespace)
+                .with_identity(&self.options.identity)
+                .with_duration(15)
+                .with_grace(5)
+                .build()
+                .await;
+            let manager = match built {
+                Ok(manager) => manager,
+                Err(e) => {
+                    tracing::warn!("leader election: {e}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(2)) => continue,
+                        _ = &mut stop => return Ok(()),
+                    }
+                }
+            };
+            let (mut leading, lease_task) = manager.watch().await;
+            let stopping = self.while_leading(&mut leading, &mut stop).await;
+            drop(leading);
+            let manager = lease_task.await;
+            if stopping {
+                // Give the Lease up so that another replica runs the sharder at once.
+                if let Ok(Ok(manager)) = manager {
+                    let _ = manager.release().await;
+                }
+                return Ok(());
+            }
+            tracing::warn!("leader election stopped: starting it again");
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = &mut stop => return Ok(()),
+            }
+        }
+    }
+
+    /// Runs the sharder whenever `leading` says so; `true` once `stop` completed, `false` when
+    /// leader election ended.
+    async fn while_leading(
+        &self,
+        leading: &mut tokio::sync::watch::Receiver<bool>,
+        stop: &mut (impl Future<Output = ()> + Unpin),
+    ) -> bool {
         loop {
             while !*leading.borrow_and_update() {
                 tokio::select! {
-                    changed = leading.changed() => {
-                        if changed.is_err() { return Err(StartError::LeaderElectionStopped); }
-                    }
-                    _ = &mut stop => {
-                        drop(leading);
-                        if let Ok(Ok(manager)) = lease_task.await {
-                            let _ = manager.release().await;
-                        }
-                        return Ok(());
-                    }
+                    changed = leading.changed() => if changed.is_err() { return false; },
+                    _ = &mut *stop => return true,
                 }
             }
             tracing::info!(identity = %self.options.identity, "leading: running the sharder");
             self.metrics.leader.set(1);
+            let mut ended = false;
             let lost = async {
-                while leading.changed().await.is_ok() {
+                loop {
+                    if leading.changed().await.is_err() {
+                        ended = true;
+                        break;
+                    }
                     if !*leading.borrow() {
                         break;
                     }
@@ -351,17 +397,16 @@ impl Shards<'_> {
                     std::future::pending::<()>(),
                 ) => {}
                 _ = lost => {}
-                _ = &mut stop => { stopping = true; }
+                _ = &mut *stop => { stopping = true; }
             }
             self.metrics.leader.set(0);
             if stopping {
-                drop(leading);
-                if let Ok(Ok(manager)) = lease_task.await {
-                    let _ = manager.release().await;
-                }
-                return Ok(());
+                return true;
             }
             tracing::warn!("lost the leader Lease: the sharder stops");
+            if ended {
+                return false;
+            }
         }
     }
 }

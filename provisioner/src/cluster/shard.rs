@@ -117,7 +117,19 @@ impl Fence {
         }
     }
 
-    /// The controllers restarted after a lapse: writes are allowed again once the Lease is
+    /// Was the Lease renewed recently enough that writes would be allowed, lapse aside?
+    pub fn is_current(&self) -> bool {
+        let Some(state) = &self.state else {
+            return true;
+        };
+        state
+            .lock()
+            .ok()
+            .and_then(|state| state.valid_until)
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// The controllers restarted after a lapse: writes are allowed again while the Lease is
     /// current.
     pub fn restart(&self) {
         if let Some(state) = &self.state
@@ -255,6 +267,7 @@ mod tests {
         fence.renewed(Instant::now(), Duration::from_secs(60));
         assert!(fence.lapsed());
         assert!(!fence.is_open(), "a lapse holds after a renewal");
+        assert!(fence.is_current());
         fence.restart();
         assert!(fence.is_open(), "open again after the restart");
     }

@@ -138,8 +138,12 @@ pub async fn run(
         let ctx = ctx.clone();
         let shutdown = on_shutdown(&shutdown_tx);
         async move {
-            if class_store.wait_until_ready().await.is_err() {
-                return;
+            // Shut down before the classes were listed (a shard whose Lease lapsed at once):
+            // nothing to stop.
+            let mut shutdown = Box::pin(shutdown);
+            tokio::select! {
+                ready = class_store.wait_until_ready() => if ready.is_err() { return; },
+                _ = &mut shutdown => return,
             }
             let store = bundle_store.clone();
             let dependents = bundle_store.clone();

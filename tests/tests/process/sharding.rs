@@ -87,20 +87,21 @@ async fn assignments(client: &Client, names: &[String]) -> BTreeMap<String, Opti
 }
 
 /// Waits until every bundle of `names` is Ready, assigned to one of `shards`, and drained of
-/// nothing; returns how many each shard holds.
+/// nothing, and every one of `shards` holds some and none more than ceil(1.25 x an even
+/// share), as the sharder's ring places them; returns how many each shard holds.
 async fn wait_settled(
     client: &Client,
     names: &[String],
     shards: &[&str],
     what: &str,
+    logs: &[&Provisioner],
 ) -> BTreeMap<String, usize> {
     let bundles: Api<Bundle> = Api::all(client.clone());
-    let last = std::sync::Mutex::new(String::new());
-    let settled = tokio::time::timeout(
-        SETTLE,
-        wait_until(what, SETTLE, || async {
-            let all = bundles.list(&ListParams::default()).await.ok()?;
-            let wanted: BTreeSet<&String> = names.iter().collect();
+    let wanted: BTreeSet<&String> = names.iter().collect();
+    let deadline = std::time::Instant::now() + SETTLE;
+    let mut last = String::new();
+    while std::time::Instant::now() < deadline {
+        if let Ok(all) = bundles.list(&ListParams::default()).await {
             let mut load = BTreeMap::new();
             let mut seen = 0;
             let mut pending = Vec::new();
@@ -108,10 +109,10 @@ async fn wait_settled(
                 seen += 1;
                 let shard = bundle.labels().get(SHARD_LABEL);
                 let on_live = shard.is_some_and(|s| shards.contains(&s.as_str()));
-                let draining = bundle.labels().contains_key(DRAIN_LABEL);
-                if !on_live || draining || !is_ready(bundle) {
+                let draining = bundle.labels().get(DRAIN_LABEL);
+                if !on_live || draining.is_some() || !is_ready(bundle) {
                     pending.push(format!(
-                        "{} shard={shard:?} draining={draining} ready={}",
+                        "{} shard={shard:?} drain={draining:?} ready={}",
                         bundle.name_any(),
                         is_ready(bundle)
                     ));
@@ -119,12 +120,45 @@ async fn wait_settled(
                 }
                 *load.entry(shard.unwrap().clone()).or_insert(0) += 1;
             }
-            *last.lock().unwrap() = format!("{} of {} pending: {pending:?}", pending.len(), seen);
-            (seen == names.len() && pending.is_empty()).then_some(load)
-        }),
-    )
-    .await;
-    settled.unwrap_or_else(|_| panic!("{what}: {}", last.lock().unwrap()))
+            let bound = (1.25 * names.len() as f64 / shards.len() as f64).ceil() as usize;
+            if seen == names.len()
+                && pending.is_empty()
+                && load.len() == shards.len()
+                && load.values().all(|&n| n <= bound)
+            {
+                return load;
+            }
+            last = format!(
+                "{} of {seen} pending: {pending:?}; load {load:?}",
+                pending.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut logs_text = String::new();
+    for provisioner in logs {
+        let text = std::fs::read_to_string(provisioner.log()).unwrap_or_default();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                ["shard", "lead", "drain", "releas", "lapse", "WARN", "ERROR"]
+                    .iter()
+                    .any(|w| l.contains(w))
+            })
+            .collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+        logs_text.push_str(&format!("\n--- {}:\n{tail}", provisioner.log().display()));
+    }
+    // The whole logs, for a closer look: the harness removes its state at exit.
+    let kept = gantry_tests::workspace_root().join("target/sharding-logs");
+    let _ = std::fs::create_dir_all(&kept);
+    for (i, provisioner) in logs.iter().enumerate() {
+        let _ = std::fs::copy(provisioner.log(), kept.join(format!("replica-{i}.log")));
+    }
+    panic!(
+        "timed out after {SETTLE:?} waiting for {what}: {last}{logs_text}\n(logs in {})",
+        kept.display()
+    );
 }
 
 /// The live shards' Leases, by shard.
@@ -219,7 +253,14 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
 
     // Spread: every replica gets bundles, none more than 1.25 times its share.
     let mut all = create_bundles(&client, &image, "shard-a", 24).await;
-    let load = wait_settled(&client, &all, &["r1", "r2", "r3"], "24 bundles on 3 shards").await;
+    let load = wait_settled(
+        &client,
+        &all,
+        &["r1", "r2", "r3"],
+        "24 bundles on 3 shards",
+        &[&r1, &r2, &r3],
+    )
+    .await;
     assert_eq!(load.len(), 3, "every replica holds bundles: {load:?}");
     assert!(
         load.values().all(|&n| n <= 10),
@@ -231,7 +272,14 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     all.extend(batch.iter().cloned());
     wait_installing_on(&client, &batch, "r1").await;
     r1.kill();
-    wait_settled(&client, &all, &["r2", "r3"], "r1's bundles on r2 and r3").await;
+    wait_settled(
+        &client,
+        &all,
+        &["r2", "r3"],
+        "r1's bundles on r2 and r3",
+        &[&r2, &r3],
+    )
+    .await;
 
     // A replica is paused past its Lease in the middle of a pass: its bundles move, and once
     // it runs again it writes nothing of them; it restarts its controllers and takes a share
@@ -245,13 +293,14 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         &all,
         &["r3"],
         "r2's bundles on r3 while r2 is paused",
+        &[&r3],
     )
     .await;
     let drained_before = metric(&r3, "gantry_provisioner_shard_releases_total")
         .await
         .unwrap_or(0.0);
     signal(&r2, "CONT");
-    let load = wait_settled(&client, &all, &["r2", "r3"], "r2 back").await;
+    let load = wait_settled(&client, &all, &["r2", "r3"], "r2 back", &[&r2, &r3]).await;
     assert_eq!(load.len(), 2, "r2 took a share back: {load:?}");
     let log = std::fs::read_to_string(r2.log()).unwrap();
     assert!(
@@ -277,31 +326,54 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         &all,
         &["r2"],
         "r3's bundles on r2 while r3 is cut off",
+        &[&r2, &r3],
     )
     .await;
     proxy.restore();
-    wait_settled(&client, &all, &["r2", "r3"], "r3 back").await;
+    wait_settled(&client, &all, &["r2", "r3"], "r3 back", &[&r2, &r3]).await;
 
     // The killed replica starts again under its name: the ring spreads the bundles over three.
     let r1 = start_replica(&storage, cluster.kubeconfig(), "r1");
-    let load = wait_settled(&client, &all, &["r1", "r2", "r3"], "r1 back").await;
+    let load = wait_settled(
+        &client,
+        &all,
+        &["r1", "r2", "r3"],
+        "r1 back",
+        &[&r1, &r2, &r3],
+    )
+    .await;
     assert_eq!(load.len(), 3, "{load:?}");
     let bound = (1.25 * all.len() as f64 / 3.0).ceil() as usize;
     assert!(
         load.values().all(|&n| n <= bound),
         "{load:?} within {bound}"
     );
-    // kubectl bundle list -o wide names each bundle's shard.
-    let shards = assignments(&client, &all).await;
-    let listed = gantry_tests::e2e::kubectl::ok_on(&cluster, &["list", "-o", "wide"]);
-    let header: Vec<&str> = listed.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header.last(), Some(&"SHARD"), "{listed}");
-    for line in listed.lines().skip(1) {
-        let cells: Vec<&str> = line.split_whitespace().collect();
-        if let Some(Some(shard)) = shards.get(cells[0]) {
-            assert_eq!(cells.last(), Some(&shard.as_str()), "{line}");
-        }
-    }
+    // kubectl bundle list -o wide names each bundle's shard (read between two reads of the
+    // labels that agree: the ring may still be moving a bundle).
+    wait_until(
+        "kubectl bundle list -o wide to show each bundle's shard",
+        WAIT,
+        || async {
+            let before = assignments(&client, &all).await;
+            let listed = gantry_tests::e2e::kubectl::ok_on(&cluster, &["list", "-o", "wide"]);
+            let after = assignments(&client, &all).await;
+            let header: Vec<&str> = listed.lines().next()?.split_whitespace().collect();
+            assert_eq!(header.last(), Some(&"SHARD"), "{listed}");
+            let shown: BTreeMap<String, Option<String>> = listed
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let cells: Vec<&str> = line.split_whitespace().collect();
+                    let name = cells.first()?.to_string();
+                    before
+                        .contains_key(&name)
+                        .then(|| (name, cells.last().map(|s| s.to_string())))
+                })
+                .collect();
+            (before == after && shown == before).then_some(())
+        },
+    )
+    .await;
 
     // The audit log: every ConfigMap of every bundle written exactly once, by a replica.
     let namespaces: BTreeSet<&str> = all.iter().map(String::as_str).collect();

@@ -4,9 +4,10 @@
 //! from the API server (a proxy between them), and again when it comes back.
 //!
 //! That no bundle was applied by two replicas at once is checked against the API server's own
-//! audit log: the bundles' content never changes, so each of their ConfigMaps must have been
-//! written exactly once, whichever replica wrote it. A replica that went on writing after its
-//! bundles were handed over would write objects the new owner had written already.
+//! audit log, where each request names its replica (User-Agent): in the order the API server
+//! received them, a bundle's writes come from one replica after another, never back to one
+//! that had handed the bundle over. A replica that went on writing after its bundles were
+//! handed over (paused mid-pass, say) would show up as such a return.
 //!
 //! A control plane of its own: these provisioners must be the only ones, and the audit log
 //! must hold their writes alone.
@@ -375,26 +376,45 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     )
     .await;
 
-    // The audit log: every ConfigMap of every bundle written exactly once, by a replica.
+    // The audit log: every ConfigMap of every bundle was written, and each bundle's writes,
+    // in the order the API server received them, come from one replica after another: once
+    // a replica has written a bundle's object, the replica it took the bundle from writes
+    // none again. (A pass cut short is taken up by the new owner, which may apply what the
+    // old one had applied already: the same content, sent again.)
     let namespaces: BTreeSet<&str> = all.iter().map(String::as_str).collect();
     let writes = config_map_writes(&cluster.audit_log(), &namespaces);
+    let objects: BTreeSet<(&str, &str)> = writes
+        .iter()
+        .map(|w| (w.1.as_str(), w.2.as_str()))
+        .collect();
+    assert_eq!(
+        objects.len(),
+        all.len() * OBJECTS,
+        "every ConfigMap of every bundle was written"
+    );
+    let mut by_bundle: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (_, namespace, _, agent) in &writes {
+        by_bundle.entry(namespace).or_default().push(agent);
+    }
     let mut writers = BTreeSet::new();
-    let mut twice = Vec::new();
-    for ((namespace, name), agents) in &writes {
-        writers.extend(agents.iter().cloned());
-        if agents.len() != 1 {
-            twice.push(format!("{namespace}/{name}: {agents:?}"));
+    let mut interleaved = Vec::new();
+    for (bundle, agents) in &by_bundle {
+        let mut runs: Vec<&str> = Vec::new();
+        for agent in agents {
+            writers.insert(agent.to_string());
+            if runs.last() != Some(agent) {
+                runs.push(agent);
+            }
+        }
+        let distinct: BTreeSet<&&str> = runs.iter().collect();
+        if distinct.len() != runs.len() {
+            interleaved.push(format!("{bundle}: {runs:?}"));
         }
     }
     assert!(
-        twice.is_empty(),
-        "ConfigMaps written more than once (two writers):\n{}",
-        twice.join("\n")
-    );
-    assert_eq!(
-        writes.len(),
-        all.len() * OBJECTS,
-        "every ConfigMap of every bundle was written"
+        interleaved.is_empty(),
+        "a replica wrote a bundle's objects after another one had (two writers):\n{}",
+        interleaved.join("\n")
     );
     assert!(
         writers.iter().all(|w| w.starts_with("gantry-provisioner/")),
@@ -407,14 +427,14 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     drop((r1, r2, r3));
 }
 
-/// The successful writes of ConfigMaps in `namespaces` in the audit log, by object: the
-/// User-Agent of each.
+/// The successful writes of ConfigMaps in `namespaces` in the audit log, in the order the API
+/// server received them: (received, namespace, name, User-Agent).
 fn config_map_writes(
     audit_log: &Path,
     namespaces: &BTreeSet<&str>,
-) -> BTreeMap<(String, String), Vec<String>> {
+) -> Vec<(String, String, String, String)> {
     let text = std::fs::read_to_string(audit_log).unwrap();
-    let mut writes: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut writes = Vec::new();
     for line in text.lines() {
         let event: serde_json::Value = serde_json::from_str(line).unwrap();
         let object = &event["objectRef"];
@@ -430,13 +450,15 @@ fn config_map_writes(
         {
             continue;
         }
-        writes
-            .entry((
-                namespace.to_string(),
-                object["name"].as_str().unwrap_or_default().to_string(),
-            ))
-            .or_default()
-            .push(event["userAgent"].as_str().unwrap_or_default().to_string());
+        let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_string();
+        writes.push((
+            text(&event["requestReceivedTimestamp"]),
+            namespace.to_string(),
+            text(&object["name"]),
+            text(&event["userAgent"]),
+        ));
     }
+    // RFC 3339 with microseconds, in UTC: sorted as text, sorted in time.
+    writes.sort();
     writes
 }

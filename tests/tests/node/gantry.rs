@@ -14,6 +14,7 @@ use gantry_tests::e2e::{
 use gantry_tests::{NodeCluster, gantry_images, node_cluster, unique_name};
 use k8s_openapi::Resource;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Service,
 };
@@ -41,6 +42,7 @@ async fn gantry_runs_as_pods_from_the_manifests() {
     installed(cluster, &client).await;
     // Failover and the storage server's restart below wait for the other tests to finish.
     let _disrupting = DISRUPTION.write().await;
+    let leader = wait_leader(cluster, &client, None).await;
 
     // A class of the test's own: the node's registry speaks plain HTTP.
     let class = unique_name("node");
@@ -92,21 +94,19 @@ async fn gantry_runs_as_pods_from_the_manifests() {
     })
     .await;
 
-    // The replica whose shard holds the bundle goes: another replica takes the bundle over
-    // and finds everything as desired.
+    // Leader failover: the other replica takes over and finds everything as desired.
     let managed = resource_versions(&client, &web).await;
-    let owner = wait_shard(cluster, &client, &web, None).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    pods.delete(&owner, &DeleteParams::default())
+    pods.delete(&leader, &DeleteParams::default())
         .await
-        .expect("deleting the owning replica's Pod");
-    let new_owner = wait_shard(cluster, &client, &web, Some(&owner)).await;
+        .expect("deleting the leader's Pod");
+    let new_leader = wait_leader(cluster, &client, Some(&leader)).await;
     let metrics = wait(
         cluster,
-        &format!("{new_owner} to reconcile {web} after taking it over"),
+        &format!("{new_leader} to reconcile {web} after taking over"),
         WAIT,
         || async {
-            let metrics = pod_metrics(&client, &new_owner).await?;
+            let metrics = pod_metrics(&client, &new_leader).await?;
             (metric(&metrics, "gantry_provisioner_objects_unchanged_total")?
                 >= managed.len() as u64)
                 .then_some(metrics)
@@ -116,12 +116,12 @@ async fn gantry_runs_as_pods_from_the_manifests() {
     assert_eq!(
         metric(&metrics, "gantry_provisioner_objects_applied_total"),
         Some(0),
-        "the new owner re-applied objects that were as desired:\n{metrics}"
+        "the new leader re-applied objects that were as desired:\n{metrics}"
     );
     assert_eq!(
         resource_versions(&client, &web).await,
         managed,
-        "the bundle's objects changed when its shard changed"
+        "the bundle's objects changed when the leader changed"
     );
 
     // The storage server's Pod goes: the content stays on the volume.
@@ -246,7 +246,7 @@ pub(super) async fn running(cluster: &NodeCluster, client: &Client) {
     )
     .await;
     wait_available(cluster, client, NAMESPACE, STORAGE, 1, START).await;
-    wait_available(cluster, client, NAMESPACE, PROVISIONER, 3, START).await;
+    wait_available(cluster, client, NAMESPACE, PROVISIONER, 2, START).await;
 }
 
 /// The steps of docs/install.md: the CRDs first, established, then everything.
@@ -437,29 +437,22 @@ async fn storage_pod(client: &Client) -> String {
 
 // --- the provisioner ------------------------------------------------------------------------
 
-/// The ready provisioner Pod whose shard holds `bundle` (its `gantry.dev/shard` label), once it
-/// is not `previous`.
-async fn wait_shard(
-    cluster: &NodeCluster,
-    client: &Client,
-    bundle: &str,
-    previous: Option<&str>,
-) -> String {
-    let bundles: Api<Bundle> = Api::all(client.clone());
+/// Waits until the Lease names a running, ready provisioner Pod other than `previous`.
+async fn wait_leader(cluster: &NodeCluster, client: &Client, previous: Option<&str>) -> String {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     wait(
         cluster,
-        &format!("Bundle {bundle} to be held by a ready provisioner Pod"),
+        "the Lease to name a ready provisioner Pod",
         WAIT,
         || async {
-            let owner = bundles
-                .get_opt(bundle)
+            let holder = leases
+                .get_opt(PROVISIONER)
                 .await
                 .ok()??
-                .labels()
-                .get(gantry_api::SHARD_LABEL)?
-                .clone();
-            let pod = pods.get_opt(&owner).await.ok()??;
+                .spec?
+                .holder_identity?;
+            let pod = pods.get_opt(&holder).await.ok()??;
             let candidate = pod
                 .labels()
                 .get("app.kubernetes.io/name")
@@ -467,8 +460,8 @@ async fn wait_shard(
                 == Some(PROVISIONER)
                 && pod.metadata.deletion_timestamp.is_none()
                 && pod_ready(&pod)
-                && Some(owner.as_str()) != previous;
-            candidate.then_some(owner)
+                && Some(holder.as_str()) != previous;
+            candidate.then_some(holder)
         },
     )
     .await

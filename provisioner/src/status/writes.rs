@@ -23,16 +23,50 @@ use crate::state::Context;
 /// Whether two statuses differ in what the controller writes (everything but `approval`,
 /// and condition times, which only move when a status flips).
 pub fn differs(current: &BundleStatus, desired: &BundleStatus) -> bool {
-    let strip = |s: &BundleStatus| {
-        let mut s = s.clone();
-        s.approval = None;
-        s.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
-        for c in &mut s.conditions {
-            c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
-        }
-        s
+    comparable(current) != comparable(desired)
+}
+
+fn comparable(status: &BundleStatus) -> BundleStatus {
+    let mut status = status.clone();
+    status.approval = None;
+    status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    for c in &mut status.conditions {
+        c.last_transition_time = Time(Timestamp::UNIX_EPOCH);
+    }
+    status
+}
+
+/// What a write changes, for the debug log: the status fields, and the conditions by type.
+fn changes(current: &BundleStatus, desired: &BundleStatus) -> Vec<String> {
+    let as_map = |s: &BundleStatus| match serde_json::to_value(comparable(s)) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
     };
-    strip(current) != strip(desired)
+    let (before, after) = (as_map(current), as_map(desired));
+    let mut changed: Vec<String> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|key| *key != "conditions" && before.get(*key) != after.get(*key))
+        .map(|key| key.to_string())
+        .collect();
+    changed.sort();
+    changed.dedup();
+    for condition in &desired.conditions {
+        let old = current
+            .conditions
+            .iter()
+            .find(|c| c.type_ == condition.type_);
+        if old.is_none_or(|old| {
+            (&old.status, &old.reason, &old.message)
+                != (&condition.status, &condition.reason, &condition.message)
+        }) {
+            changed.push(format!(
+                "{}={} {}: {}",
+                condition.type_, condition.status, condition.reason, condition.message
+            ));
+        }
+    }
+    changed
 }
 
 /// Shows work in progress (`Unpacking`, `Installing`) before a long step: writes the status as it
@@ -74,6 +108,11 @@ pub async fn write_bundle_status(
     {
         return Ok(());
     }
+    tracing::debug!(
+        bundle = %bundle.name_any(),
+        changes = ?changes(current, desired),
+        "writing the bundle's status"
+    );
     let mut owned = desired.clone();
     owned.approval = None;
     match apply_status::<Bundle>(ctx, &bundle.name_any(), &owned).await {
@@ -159,6 +198,31 @@ mod tests {
             set_condition(&mut status.conditions, t, *s, r, "", Some(1));
         }
         status
+    }
+
+    #[test]
+    fn changes_name_the_fields_and_conditions_a_write_changes() {
+        let a = status_with(&[
+            (types::UNPACKED, true, reasons::UNPACK_SUCCEEDED),
+            (types::HEALTHY, true, reasons::HEALTHY),
+        ]);
+        let mut b = status_with(&[
+            (types::UNPACKED, true, reasons::UNPACK_SUCCEEDED),
+            (types::HEALTHY, false, reasons::PROGRESSING),
+        ]);
+        b.resolved_image = Some("127.0.0.1:5000/b@sha256:00".into());
+        let changes = changes(&a, &b);
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        assert_eq!(changes[0], "resolvedImage");
+        assert!(
+            changes[1].starts_with(&format!(
+                "{}=False {}",
+                types::HEALTHY,
+                reasons::PROGRESSING
+            )),
+            "{changes:?}"
+        );
+        assert!(super::changes(&a, &a).is_empty());
     }
 
     #[test]

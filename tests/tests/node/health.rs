@@ -39,6 +39,16 @@ impl HostGantry {
     pub(super) fn metrics_url(&self) -> &str {
         self._provisioner.metrics_url()
     }
+
+    /// The provisioner's last `count` status writes, as its debug log tells them.
+    pub(super) fn last_status_writes(&self, count: usize) -> String {
+        let log = std::fs::read_to_string(self._provisioner.log()).unwrap_or_default();
+        let writes: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("writing the bundle's status"))
+            .collect();
+        writes[writes.len().saturating_sub(count)..].join("\n")
+    }
 }
 
 /// A storage server and a provisioner on this host, serving a class of their own, while no

@@ -1,6 +1,7 @@
-//! Gantry's own container images, as `scripts/images` builds them: static release binaries in
-//! `target/static`, one image per binary from the repository's `Dockerfile` with buildah (no
-//! Docker daemon), each checked by unpacking it, then pushed to a registry.
+//! Gantry's own container images, as `scripts/images` builds them: static binaries in
+//! `target/static` (of the dev profile, much quicker to build than the release one), one image
+//! per binary from the repository's `Dockerfile` with buildah (no Docker daemon), each checked by
+//! unpacking it, then pushed to a registry.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -65,6 +66,8 @@ pub fn gantry_images(registry: &str) -> Result<GantryImages, HarnessError> {
     let script = crate::workspace_root().join("scripts/images");
     let output = script_command()
         .arg(&script)
+        // Unoptimised binaries: much quicker to build than release ones, and fast enough for tests.
+        .args(["--profile", "dev"])
         .args(["--push", registry, "--plain-http", "--kustomize"])
         .arg(&kustomization)
         .env(

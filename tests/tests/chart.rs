@@ -109,7 +109,7 @@ fn the_chart_values_change_only_what_they_name() {
         "--set",
         &format!("provisioner.image.digest={DIGEST_A}"),
         "--set",
-        "provisioner.replicas=3,provisioner.scratchSizeLimit=4Gi",
+        "provisioner.replicas=5,provisioner.scratchSizeLimit=4Gi",
         "--set",
         "provisioner.resources.limits.memory=1Gi,storage.resources.requests.cpu=200m",
         "--set",
@@ -125,7 +125,7 @@ fn the_chart_values_change_only_what_they_name() {
         &format!("{provisioner}/image"),
         json!(format!("127.0.0.1:5000/team/gantry/provisioner@{DIGEST_A}")),
     );
-    set(&mut expected, PROVISIONER, "/spec/replicas", json!(3));
+    set(&mut expected, PROVISIONER, "/spec/replicas", json!(5));
     set(
         &mut expected,
         PROVISIONER,

@@ -14,12 +14,11 @@ use gantry_tests::e2e::{
 use gantry_tests::{NodeCluster, gantry_images, node_cluster, unique_name};
 use k8s_openapi::Resource;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Service,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -42,7 +41,6 @@ async fn gantry_runs_as_pods_from_the_manifests() {
     installed(cluster, &client).await;
     // Failover and the storage server's restart below wait for the other tests to finish.
     let _disrupting = DISRUPTION.write().await;
-    let leader = wait_leader(cluster, &client, None).await;
 
     // A class of the test's own: the node's registry speaks plain HTTP.
     let class = unique_name("node");
@@ -94,34 +92,48 @@ async fn gantry_runs_as_pods_from_the_manifests() {
     })
     .await;
 
-    // Leader failover: the other replica takes over and finds everything as desired.
+    // The replica whose shard holds the bundle goes: another replica takes the bundle over
+    // and finds everything as desired. Replicas hold other tests' bundles too, so the new
+    // owner's counters are compared with what they were before.
     let managed = resource_versions(&client, &web).await;
+    let owner = wait_shard(cluster, &client, &web, None).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    pods.delete(&leader, &DeleteParams::default())
+    let mut counters_before = std::collections::BTreeMap::new();
+    let replicas = pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={PROVISIONER}")))
         .await
-        .expect("deleting the leader's Pod");
-    let new_leader = wait_leader(cluster, &client, Some(&leader)).await;
+        .expect("listing the provisioner's Pods");
+    for pod in replicas.items {
+        let name = pod.name_any();
+        if let Some(metrics) = pod_metrics(&client, &name).await {
+            counters_before.insert(name, counters(&metrics));
+        }
+    }
+    pods.delete(&owner, &DeleteParams::default())
+        .await
+        .expect("deleting the owning replica's Pod");
+    let new_owner = wait_shard(cluster, &client, &web, Some(&owner)).await;
+    let (applied_before, unchanged_before) =
+        counters_before.get(&new_owner).copied().unwrap_or((0, 0));
     let metrics = wait(
         cluster,
-        &format!("{new_leader} to reconcile {web} after taking over"),
+        &format!("{new_owner} to reconcile {web} after taking it over"),
         WAIT,
         || async {
-            let metrics = pod_metrics(&client, &new_leader).await?;
-            (metric(&metrics, "gantry_provisioner_objects_unchanged_total")?
-                >= managed.len() as u64)
-                .then_some(metrics)
+            let metrics = pod_metrics(&client, &new_owner).await?;
+            (counters(&metrics).1 >= unchanged_before + managed.len() as u64).then_some(metrics)
         },
     )
     .await;
     assert_eq!(
-        metric(&metrics, "gantry_provisioner_objects_applied_total"),
-        Some(0),
-        "the new leader re-applied objects that were as desired:\n{metrics}"
+        counters(&metrics).0,
+        applied_before,
+        "the new owner re-applied objects that were as desired:\n{metrics}"
     );
     assert_eq!(
         resource_versions(&client, &web).await,
         managed,
-        "the bundle's objects changed when the leader changed"
+        "the bundle's objects changed when its shard changed"
     );
 
     // The storage server's Pod goes: the content stays on the volume.
@@ -246,7 +258,7 @@ pub(super) async fn running(cluster: &NodeCluster, client: &Client) {
     )
     .await;
     wait_available(cluster, client, NAMESPACE, STORAGE, 1, START).await;
-    wait_available(cluster, client, NAMESPACE, PROVISIONER, 2, START).await;
+    wait_available(cluster, client, NAMESPACE, PROVISIONER, 3, START).await;
 }
 
 /// The steps of docs/install.md: the CRDs first, established, then everything.
@@ -437,22 +449,29 @@ async fn storage_pod(client: &Client) -> String {
 
 // --- the provisioner ------------------------------------------------------------------------
 
-/// Waits until the Lease names a running, ready provisioner Pod other than `previous`.
-async fn wait_leader(cluster: &NodeCluster, client: &Client, previous: Option<&str>) -> String {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+/// The ready provisioner Pod whose shard holds `bundle` (its `gantry.dev/shard` label), once it
+/// is not `previous`.
+async fn wait_shard(
+    cluster: &NodeCluster,
+    client: &Client,
+    bundle: &str,
+    previous: Option<&str>,
+) -> String {
+    let bundles: Api<Bundle> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     wait(
         cluster,
-        "the Lease to name a ready provisioner Pod",
+        &format!("Bundle {bundle} to be held by a ready provisioner Pod"),
         WAIT,
         || async {
-            let holder = leases
-                .get_opt(PROVISIONER)
+            let owner = bundles
+                .get_opt(bundle)
                 .await
                 .ok()??
-                .spec?
-                .holder_identity?;
-            let pod = pods.get_opt(&holder).await.ok()??;
+                .labels()
+                .get(gantry_api::SHARD_LABEL)?
+                .clone();
+            let pod = pods.get_opt(&owner).await.ok()??;
             let candidate = pod
                 .labels()
                 .get("app.kubernetes.io/name")
@@ -460,8 +479,8 @@ async fn wait_leader(cluster: &NodeCluster, client: &Client, previous: Option<&s
                 == Some(PROVISIONER)
                 && pod.metadata.deletion_timestamp.is_none()
                 && pod_ready(&pod)
-                && Some(holder.as_str()) != previous;
-            candidate.then_some(holder)
+                && Some(owner.as_str()) != previous;
+            candidate.then_some(owner)
         },
     )
     .await
@@ -475,6 +494,14 @@ async fn pod_metrics(client: &Client, pod: &str) -> Option<String> {
     .body(Vec::new())
     .ok()?;
     client.request_text(request).await.ok()
+}
+
+/// A replica's (objects applied, objects found unchanged) so far.
+fn counters(metrics: &str) -> (u64, u64) {
+    (
+        metric(metrics, "gantry_provisioner_objects_applied_total").unwrap_or(0),
+        metric(metrics, "gantry_provisioner_objects_unchanged_total").unwrap_or(0),
+    )
 }
 
 fn metric(text: &str, name: &str) -> Option<u64> {

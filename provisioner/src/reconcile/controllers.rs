@@ -103,8 +103,10 @@ pub async fn run(
         .reflect(bundle_writer)
         // Every bundle's inventory, so that no bundle takes an object another one lists.
         .inspect_ok(move |event| claims.observe(event))
-        .applied_objects()
-        .predicate_filter(reconcile_trigger, Default::default());
+        .scan(Triggers::default(), |triggers, event| {
+            futures::future::ready(Some(triggers.filter(event)))
+        })
+        .filter_map(futures::future::ready);
     let bundle_controller = Controller::for_stream(bundle_events, bundle_store.clone());
 
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
@@ -175,7 +177,7 @@ pub async fn run(
 /// otherwise wake every bundle again after each pass, and such a pass can start from the
 /// store's copy of the bundle before that copy has the last write: a stale `Installed`, and
 /// the whole install done again.
-fn reconcile_trigger(bundle: &Bundle) -> Option<u64> {
+fn reconcile_trigger(bundle: &Bundle) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     let meta = &bundle.metadata;
@@ -190,7 +192,62 @@ fn reconcile_trigger(bundle: &Bundle) -> Option<u64> {
         .and_then(|status| status.approval.as_ref())
         .map(|approval| serde_json::to_string(approval).unwrap_or_default())
         .hash(&mut hasher);
-    Some(hasher.finish())
+    hasher.finish()
+}
+
+/// The last [`reconcile_trigger`] of every bundle in the watch: an event is passed on only when
+/// it changed. Unlike kube-runtime's `predicate_filter`, a bundle that leaves the watch (deleted,
+/// or, sharded, handed to another replica) is forgotten: when it comes back with the very same
+/// trigger, it is reconciled again, since whatever retry it had was dropped when it left. A
+/// relist replaces the whole map, so bundles gone during a watch gap are forgotten too.
+#[derive(Default)]
+struct Triggers {
+    seen: std::collections::HashMap<ObjectRef<Bundle>, u64>,
+    /// The relist under way.
+    relisted: Option<std::collections::HashMap<ObjectRef<Bundle>, u64>>,
+}
+
+impl Triggers {
+    fn filter(
+        &mut self,
+        event: Result<watcher::Event<Bundle>, watcher::Error>,
+    ) -> Option<Result<Bundle, watcher::Error>> {
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => return Some(Err(error)),
+        };
+        match event {
+            watcher::Event::Init => {
+                self.relisted = Some(Default::default());
+                None
+            }
+            watcher::Event::InitDone => {
+                if let Some(relisted) = self.relisted.take() {
+                    self.seen = relisted;
+                }
+                None
+            }
+            watcher::Event::Delete(bundle) => {
+                self.seen.remove(&ObjectRef::from_obj(&bundle));
+                None
+            }
+            watcher::Event::InitApply(bundle) => {
+                let key = ObjectRef::from_obj(&bundle);
+                let trigger = reconcile_trigger(&bundle);
+                let changed = self.seen.get(&key) != Some(&trigger);
+                match &mut self.relisted {
+                    Some(relisted) => relisted.insert(key, trigger),
+                    None => self.seen.insert(key, trigger),
+                };
+                changed.then_some(Ok(bundle))
+            }
+            watcher::Event::Apply(bundle) => {
+                let trigger = reconcile_trigger(&bundle);
+                let previous = self.seen.insert(ObjectRef::from_obj(&bundle), trigger);
+                (previous != Some(trigger)).then_some(Ok(bundle))
+            }
+        }
+    }
 }
 
 /// Bundles that a change of `class` may concern: those naming it, and those naming none.
@@ -223,6 +280,76 @@ mod tests {
     use super::*;
     use gantry_api::conditions::{reasons, types};
     use gantry_api::{Approval, ApprovalDecision, BundleSpec};
+
+    fn named(name: &str, shard: &str) -> Bundle {
+        let mut bundle = Bundle::new(
+            name,
+            BundleSpec {
+                image: "127.0.0.1:5000/app:1".into(),
+                ..Default::default()
+            },
+        );
+        bundle.metadata.generation = Some(1);
+        bundle.metadata.labels = Some([(SHARD_LABEL.to_string(), shard.to_string())].into());
+        bundle
+    }
+
+    fn passed(triggers: &mut Triggers, event: watcher::Event<Bundle>) -> Option<String> {
+        triggers
+            .filter(Ok(event))
+            .map(|bundle| bundle.unwrap().name_any())
+    }
+
+    #[test]
+    fn a_bundle_that_left_the_watch_and_came_back_unchanged_is_reconciled_again() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let mut triggers = Triggers::default();
+        let a = named("a", "r1");
+        assert_eq!(
+            passed(&mut triggers, Apply(a.clone())).as_deref(),
+            Some("a")
+        );
+        assert_eq!(passed(&mut triggers, Apply(a.clone())), None, "unchanged");
+        // Handed to another replica and back, with the very same labels.
+        assert_eq!(passed(&mut triggers, Delete(a.clone())), None);
+        assert_eq!(
+            passed(&mut triggers, Apply(a.clone())).as_deref(),
+            Some("a")
+        );
+
+        // A relist passes on what changed and forgets what is no longer listed.
+        let b = named("b", "r1");
+        assert_eq!(
+            passed(&mut triggers, Apply(b.clone())).as_deref(),
+            Some("b")
+        );
+        assert_eq!(passed(&mut triggers, Init), None);
+        assert_eq!(
+            passed(&mut triggers, InitApply(a.clone())),
+            None,
+            "unchanged"
+        );
+        assert_eq!(passed(&mut triggers, InitDone), None);
+        assert_eq!(
+            passed(&mut triggers, Apply(b.clone())).as_deref(),
+            Some("b"),
+            "b was gone during the gap: it is new again"
+        );
+        let mut changed = a.clone();
+        changed.metadata.generation = Some(2);
+        assert_eq!(passed(&mut triggers, Init), None);
+        assert_eq!(
+            passed(&mut triggers, InitApply(changed)).as_deref(),
+            Some("a")
+        );
+        assert_eq!(passed(&mut triggers, InitDone), None);
+        assert!(
+            triggers
+                .filter(Err(watcher::Error::NoResourceVersion))
+                .is_some(),
+            "errors go through"
+        );
+    }
 
     #[test]
     fn the_provisioners_own_status_writes_trigger_no_reconcile() {

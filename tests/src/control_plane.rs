@@ -36,10 +36,17 @@ const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 const AUDIT_LOG: &str = "audit.log";
 
 /// Writes of ConfigMaps and Bundles at level Metadata, the response stage only; nothing else.
+/// A Bundle's own writes (not its status's) also log the Bundle they left, so the log tells
+/// which shard (label `gantry.dev/shard`) each Bundle was on from each write on.
 const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted", "Panic"]
 rules:
+- level: RequestResponse
+  verbs: ["create", "update", "patch"]
+  resources:
+  - group: "gantry.dev"
+    resources: ["bundles"]
 - level: Metadata
   verbs: ["create", "update", "patch", "delete"]
   resources:
@@ -205,8 +212,8 @@ impl ControlPlane {
         let port = free_port_on(address)?;
         let server = format!("https://{address}:{port}");
         let apiserver_log = dir.join("kube-apiserver.log");
-        // Writes are audited (metadata only: who, with which User-Agent, what, when), so a
-        // test can tell which provisioner replica wrote what.
+        // Writes are audited (who, with which User-Agent, what, when; Bundles as written), so
+        // a test can tell which provisioner replica wrote what, and whose shard it was then.
         let audit_policy = write("audit-policy.yaml", AUDIT_POLICY)?;
         let mut apiserver = Command::new(binaries.join("kube-apiserver"));
         apiserver

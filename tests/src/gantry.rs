@@ -137,6 +137,18 @@ fn attached(lifetime: &Lifetime, process: Child) -> Option<Child> {
     }
 }
 
+/// The value of `--identity` among a provisioner's flags (`--identity X` or `--identity=X`).
+pub fn identity_flag<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Option<String> {
+    let args: Vec<&str> = args.iter().filter_map(|a| a.as_ref().to_str()).collect();
+    args.iter().enumerate().find_map(|(i, arg)| {
+        if *arg == "--identity" {
+            args.get(i + 1).map(|v| v.to_string())
+        } else {
+            arg.strip_prefix("--identity=").map(str::to_string)
+        }
+    })
+}
+
 /// A running `gantry-provisioner`. Dropping it kills the process.
 pub struct Provisioner {
     /// `None` when detached: the process outlives this value.
@@ -169,7 +181,13 @@ impl Provisioner {
         options: ProvisionerOptions,
         lifetime: &Lifetime,
     ) -> Result<Self, HarnessError> {
-        let dir = state_dir(lifetime, "provisioner")?;
+        // Replicas of one environment (`--identity`) each get a scratch directory and a log of
+        // their own.
+        let dir = state_dir(
+            lifetime,
+            &identity_flag(&options.args)
+                .map_or("provisioner".to_string(), |id| format!("provisioner-{id}")),
+        )?;
         let port = free_port()?;
         let mut command = Command::new(binary("gantry-provisioner", "gantry-provisioner"));
         command

@@ -7,6 +7,7 @@
 //! [`e2e`] holds what the end-to-end tests of both tiers share.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 mod bundles;
 mod control_plane;
 mod cosign;
@@ -31,7 +32,9 @@ pub use bundles::{bundle_dir, read_dir_files, run_ok};
 pub use control_plane::{ControlPlane, ControlPlaneOptions, NodeServing, control_plane};
 pub use cosign::{COSIGN_DIR_ENV, CosignKey, SignatureFormat, cosign_binary};
 pub use error::HarnessError;
-pub use gantry::{Provisioner, ProvisionerOptions, StorageOptions, StorageServer, binary};
+pub use gantry::{
+    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, binary, identity_flag,
+};
 pub use gantry_images::{GantryImages, gantry_images, script_command};
 pub use helm::{HELM_DIR_ENV, helm_binary};
 pub use node::{

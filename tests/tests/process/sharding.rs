@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL};
+use gantry_tests::audit::{AuditLog, writer_returns};
 use gantry_tests::e2e::*;
 use gantry_tests::{
     CuttableProxy, Provisioner, ProvisionerOptions, StorageOptions, StorageServer, registry,
@@ -382,35 +383,20 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     // none again. (A pass cut short is taken up by the new owner, which may apply what the
     // old one had applied already: the same content, sent again.)
     let namespaces: BTreeSet<&str> = all.iter().map(String::as_str).collect();
-    let writes = config_map_writes(&cluster.audit_log(), &namespaces);
+    let log = AuditLog::read(&cluster.audit_log()).unwrap();
+    assert_eq!(log.unreadable_lines, Vec::<usize>::new(), "audit log lines");
+    let writes = log.config_map_writes(&namespaces);
     let objects: BTreeSet<(&str, &str)> = writes
         .iter()
-        .map(|w| (w.1.as_str(), w.2.as_str()))
+        .map(|w| (w.namespace.as_str(), w.name.as_str()))
         .collect();
     assert_eq!(
         objects.len(),
         all.len() * OBJECTS,
         "every ConfigMap of every bundle was written"
     );
-    let mut by_bundle: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for (_, namespace, _, agent) in &writes {
-        by_bundle.entry(namespace).or_default().push(agent);
-    }
-    let mut writers = BTreeSet::new();
-    let mut interleaved = Vec::new();
-    for (bundle, agents) in &by_bundle {
-        let mut runs: Vec<&str> = Vec::new();
-        for agent in agents {
-            writers.insert(agent.to_string());
-            if runs.last() != Some(agent) {
-                runs.push(agent);
-            }
-        }
-        let distinct: BTreeSet<&&str> = runs.iter().collect();
-        if distinct.len() != runs.len() {
-            interleaved.push(format!("{bundle}: {runs:?}"));
-        }
-    }
+    let writers: BTreeSet<&str> = writes.iter().map(|w| w.user_agent.as_str()).collect();
+    let interleaved = writer_returns(&writes);
     assert!(
         interleaved.is_empty(),
         "a replica wrote a bundle's objects after another one had (two writers):\n{}",
@@ -425,40 +411,4 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         "the replicas shared the work: {writers:?}"
     );
     drop((r1, r2, r3));
-}
-
-/// The successful writes of ConfigMaps in `namespaces` in the audit log, in the order the API
-/// server received them: (received, namespace, name, User-Agent).
-fn config_map_writes(
-    audit_log: &Path,
-    namespaces: &BTreeSet<&str>,
-) -> Vec<(String, String, String, String)> {
-    let text = std::fs::read_to_string(audit_log).unwrap();
-    let mut writes = Vec::new();
-    for line in text.lines() {
-        let event: serde_json::Value = serde_json::from_str(line).unwrap();
-        let object = &event["objectRef"];
-        let namespace = object["namespace"].as_str().unwrap_or_default();
-        let verb = event["verb"].as_str().unwrap_or_default();
-        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
-        let uri = event["requestURI"].as_str().unwrap_or_default();
-        if object["resource"] != "configmaps"
-            || !namespaces.contains(namespace)
-            || !["create", "update", "patch"].contains(&verb)
-            || !(200..300).contains(&code)
-            || uri.contains("dryRun")
-        {
-            continue;
-        }
-        let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_string();
-        writes.push((
-            text(&event["requestReceivedTimestamp"]),
-            namespace.to_string(),
-            text(&object["name"]),
-            text(&event["userAgent"]),
-        ));
-    }
-    // RFC 3339 with microseconds, in UTC: sorted as text, sorted in time.
-    writes.sort();
-    writes
 }

@@ -1,0 +1,455 @@
+//! Who wrote what, read from the API server's audit log (see the test control plane's audit
+//! policy): every provisioner request names its replica in `User-Agent`
+//! (`gantry-provisioner/VERSION (IDENTITY)`), so the log shows which replica wrote each
+//! ConfigMap and, from each Bundle write's response, which shard a Bundle was on from then.
+//!
+//! Two checks that no bundle was written by two replicas at once:
+//! - [`writer_returns`]: a bundle's writes, in the order the API server received them, come
+//!   from one replica after another, never back to one that had handed the bundle over. Exact
+//!   when a bundle never returns to a replica with new content to write.
+//! - [`writes_off_shard`]: each write comes from the replica the bundle was assigned to
+//!   (label `gantry.dev/shard`) when the API server received it. A bundle may go back to a
+//!   replica (a paused replica takes its share back), but only through an assignment the log
+//!   shows.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::error::{HarnessError, IoContext};
+
+/// The label naming a Bundle's shard (`gantry_api::SHARD_LABEL`).
+const SHARD_LABEL: &str = "gantry.dev/shard";
+
+/// The audit log's events, one JSON object a line.
+pub struct AuditLog {
+    events: Vec<Value>,
+    /// Lines (1-based) that are not JSON: a line cut short when the API server was killed
+    /// while writing it.
+    pub unreadable_lines: Vec<usize>,
+}
+
+/// A successful write of a ConfigMap.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ConfigMapWrite {
+    /// When the API server received it: RFC 3339 with microseconds, in UTC, so that sorting
+    /// as text sorts in time.
+    pub received: String,
+    pub namespace: String,
+    pub name: String,
+    pub user_agent: String,
+}
+
+/// A Bundle's shard label changed: the write that changed it, and the label from then on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardChange {
+    pub received: String,
+    pub bundle: String,
+    /// `None`: unassigned (created, or let go by a drained shard).
+    pub shard: Option<String>,
+    pub user_agent: String,
+}
+
+/// The replica a `User-Agent` names (`gantry-provisioner/VERSION (IDENTITY)`), or the whole
+/// agent when it names none.
+pub fn replica_of(user_agent: &str) -> &str {
+    user_agent
+        .rsplit_once('(')
+        .and_then(|(_, rest)| rest.strip_suffix(')'))
+        .unwrap_or(user_agent)
+}
+
+fn text(value: &Value) -> String {
+    value.as_str().unwrap_or_default().to_string()
+}
+
+/// A write that took effect: create, update or patch, answered 2xx, not a dry run.
+fn successful_write(event: &Value) -> bool {
+    let verb = event["verb"].as_str().unwrap_or_default();
+    let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+    let uri = event["requestURI"].as_str().unwrap_or_default();
+    ["create", "update", "patch"].contains(&verb)
+        && (200..300).contains(&code)
+        && !uri.contains("dryRun")
+}
+
+impl AuditLog {
+    pub fn read(path: &Path) -> Result<Self, HarnessError> {
+        let text =
+            std::fs::read_to_string(path).context(|| format!("reading {}", path.display()))?;
+        Ok(Self::parse(&text))
+    }
+
+    pub fn parse(text: &str) -> Self {
+        let mut events = Vec::new();
+        let mut unreadable_lines = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            match serde_json::from_str::<Value>(line) {
+                Ok(event) => events.push(event),
+                Err(_) => unreadable_lines.push(index + 1),
+            }
+        }
+        Self {
+            events,
+            unreadable_lines,
+        }
+    }
+
+    /// The successful writes of ConfigMaps in `namespaces`, in the order the API server
+    /// received them.
+    pub fn config_map_writes(&self, namespaces: &BTreeSet<&str>) -> Vec<ConfigMapWrite> {
+        let mut writes: Vec<ConfigMapWrite> = self
+            .events
+            .iter()
+            .filter(|event| {
+                let object = &event["objectRef"];
+                object["resource"] == "configmaps"
+                    && namespaces.contains(object["namespace"].as_str().unwrap_or_default())
+                    && successful_write(event)
+            })
+            .map(|event| ConfigMapWrite {
+                received: text(&event["requestReceivedTimestamp"]),
+                namespace: text(&event["objectRef"]["namespace"]),
+                name: text(&event["objectRef"]["name"]),
+                user_agent: text(&event["userAgent"]),
+            })
+            .collect();
+        writes.sort();
+        writes
+    }
+
+    /// How the shard label of each of `bundles` changed, each bundle's changes in the order
+    /// they took effect. Read from the Bundle as each write left it (the policy logs Bundle
+    /// writes with their response); writes are put in the order they were committed (the
+    /// `resourceVersion` they produced), so a write that merely carried the label along is
+    /// not taken for the one that changed it.
+    pub fn shard_changes(&self, bundles: &BTreeSet<&str>) -> BTreeMap<String, Vec<ShardChange>> {
+        let mut written: BTreeMap<String, Vec<(u64, ShardChange)>> = BTreeMap::new();
+        for event in &self.events {
+            let object = &event["objectRef"];
+            let name = object["name"].as_str().unwrap_or_default();
+            if object["resource"] != "bundles"
+                || object["subresource"]
+                    .as_str()
+                    .is_some_and(|s| !s.is_empty())
+                || !bundles.contains(name)
+                || !successful_write(event)
+            {
+                continue;
+            }
+            let metadata = &event["responseObject"]["metadata"];
+            let Some(version) = metadata["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            written.entry(name.to_string()).or_default().push((
+                version,
+                ShardChange {
+                    received: text(&event["requestReceivedTimestamp"]),
+                    bundle: name.to_string(),
+                    shard: metadata["labels"][SHARD_LABEL].as_str().map(str::to_string),
+                    user_agent: text(&event["userAgent"]),
+                },
+            ));
+        }
+        written
+            .into_iter()
+            .map(|(bundle, mut writes)| {
+                writes.sort_by_key(|(version, _)| *version);
+                let mut changes: Vec<ShardChange> = Vec::new();
+                for (_, write) in writes {
+                    // The first write logged tells where the bundle starts.
+                    let before = changes.last().map_or(&None, |c| &c.shard);
+                    if &write.shard != before || changes.is_empty() {
+                        changes.push(write);
+                    }
+                }
+                (bundle, changes)
+            })
+            .collect()
+    }
+}
+
+/// Each namespace's writers in turn: one entry per run of consecutive writes by one agent.
+fn turns(writes: &[ConfigMapWrite]) -> BTreeMap<&str, Vec<&str>> {
+    let mut by_namespace: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for write in writes {
+        let runs = by_namespace.entry(&write.namespace).or_default();
+        if runs.last() != Some(&write.user_agent.as_str()) {
+            runs.push(&write.user_agent);
+        }
+    }
+    by_namespace
+}
+
+/// The namespaces whose writes (given in the order received) went back to a writer after
+/// another one had written, each as `namespace: [writer, writer, ...]` in turn.
+pub fn writer_returns(writes: &[ConfigMapWrite]) -> Vec<String> {
+    turns(writes)
+        .into_iter()
+        .filter(|(_, runs)| runs.iter().collect::<BTreeSet<_>>().len() != runs.len())
+        .map(|(namespace, runs)| format!("{namespace}: {runs:?}"))
+        .collect()
+}
+
+/// The writes (given in the order received) of a bundle's objects by a replica other than the
+/// one the bundle was assigned to when the API server received them, described. `bundle_of`
+/// names the bundle that owns a namespace's objects.
+pub fn writes_off_shard(
+    writes: &[ConfigMapWrite],
+    changes: &BTreeMap<String, Vec<ShardChange>>,
+    bundle_of: impl Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    let mut off = Vec::new();
+    for write in writes {
+        let Some(bundle) = bundle_of(&write.namespace) else {
+            continue;
+        };
+        let replica = replica_of(&write.user_agent);
+        let bundle_changes = changes.get(&bundle).map(Vec::as_slice).unwrap_or_default();
+        // The last change received before the write (timestamps as text: same format, UTC).
+        let current = bundle_changes
+            .iter()
+            .rev()
+            .find(|change| change.received <= write.received);
+        let shard = current.and_then(|change| change.shard.as_deref());
+        if shard != Some(replica) {
+            let since = current.map_or_else(
+                || "no assignment logged before".to_string(),
+                |change| {
+                    format!(
+                        "since {}, written by {}",
+                        change.received,
+                        replica_of(&change.user_agent)
+                    )
+                },
+            );
+            off.push(format!(
+                "{bundle}: {}/{} written by {replica} at {} while the bundle's shard was {} ({since})",
+                write.namespace,
+                write.name,
+                write.received,
+                shard.unwrap_or("none"),
+            ));
+        }
+    }
+    off
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R1: &str = "gantry-provisioner/0.1.0 (r1)";
+    const R2: &str = "gantry-provisioner/0.1.0 (r2)";
+
+    fn config_map_line(received: &str, namespace: &str, name: &str, agent: &str) -> String {
+        serde_json::json!({
+            "kind": "Event", "stage": "ResponseComplete", "verb": "patch",
+            "requestURI": format!("/api/v1/namespaces/{namespace}/configmaps/{name}?fieldManager=gantry"),
+            "userAgent": agent,
+            "objectRef": { "resource": "configmaps", "namespace": namespace, "name": name, "apiVersion": "v1" },
+            "responseStatus": { "code": 200 },
+            "requestReceivedTimestamp": received,
+        })
+        .to_string()
+    }
+
+    fn bundle_line(
+        received: &str,
+        name: &str,
+        version: u64,
+        shard: Option<&str>,
+        agent: &str,
+    ) -> String {
+        let labels = match shard {
+            Some(shard) => serde_json::json!({ SHARD_LABEL: shard }),
+            None => serde_json::json!({}),
+        };
+        serde_json::json!({
+            "kind": "Event", "stage": "ResponseComplete", "verb": "patch",
+            "requestURI": format!("/apis/gantry.dev/v1alpha1/bundles/{name}"),
+            "userAgent": agent,
+            "objectRef": { "resource": "bundles", "name": name, "apiGroup": "gantry.dev" },
+            "responseStatus": { "code": 200 },
+            "responseObject": { "metadata": { "name": name, "resourceVersion": version.to_string(), "labels": labels } },
+            "requestReceivedTimestamp": received,
+        })
+        .to_string()
+    }
+
+    fn writes(lines: &[String]) -> Vec<ConfigMapWrite> {
+        AuditLog::parse(&lines.join("\n")).config_map_writes(&["app"].into())
+    }
+
+    #[test]
+    fn a_handover_from_one_replica_to_the_next_is_no_return() {
+        let writes = writes(&[
+            config_map_line("2026-01-01T00:00:01.000000Z", "app", "a", R1),
+            config_map_line("2026-01-01T00:00:02.000000Z", "app", "b", R1),
+            config_map_line("2026-01-01T00:00:03.000000Z", "app", "a", R2),
+            config_map_line("2026-01-01T00:00:04.000000Z", "app", "b", R2),
+        ]);
+        assert_eq!(writes.len(), 4);
+        assert_eq!(writer_returns(&writes), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_write_by_a_replica_that_had_handed_the_bundle_over_is_a_return() {
+        // Logged out of order: the check goes by the time received.
+        let writes = writes(&[
+            config_map_line("2026-01-01T00:00:01.000000Z", "app", "a", R1),
+            config_map_line("2026-01-01T00:00:05.000000Z", "app", "b", R1),
+            config_map_line("2026-01-01T00:00:03.000000Z", "app", "a", R2),
+        ]);
+        assert_eq!(
+            writer_returns(&writes),
+            vec![format!("app: [{R1:?}, {R2:?}, {R1:?}]")]
+        );
+    }
+
+    #[test]
+    fn failed_dry_run_and_foreign_writes_are_not_counted() {
+        let mut failed = config_map_line("2026-01-01T00:00:02.000000Z", "app", "a", R2);
+        failed = failed.replace("\"code\":200", "\"code\":409");
+        let dry_run = config_map_line("2026-01-01T00:00:03.000000Z", "app", "a", R2)
+            .replace("fieldManager=gantry", "dryRun=All");
+        let log = AuditLog::parse(
+            &[
+                config_map_line("2026-01-01T00:00:01.000000Z", "app", "a", R1),
+                failed,
+                dry_run,
+                config_map_line("2026-01-01T00:00:04.000000Z", "other", "a", R2),
+                "{\"kind\":\"Event\",\"verb\":\"pat".to_string(),
+                config_map_line("2026-01-01T00:00:05.000000Z", "app", "a", R1),
+            ]
+            .join("\n"),
+        );
+        assert_eq!(log.unreadable_lines, vec![5]);
+        let writes = log.config_map_writes(&["app"].into());
+        assert_eq!(writes.len(), 2);
+        assert!(writes.iter().all(|w| w.user_agent == R1));
+        assert_eq!(writer_returns(&writes), Vec::<String>::new());
+    }
+
+    fn log_of(lines: &[String]) -> (Vec<ConfigMapWrite>, BTreeMap<String, Vec<ShardChange>>) {
+        let log = AuditLog::parse(&lines.join("\n"));
+        (
+            log.config_map_writes(&["app"].into()),
+            log.shard_changes(&["app"].into()),
+        )
+    }
+
+    fn same_name(namespace: &str) -> Option<String> {
+        Some(namespace.to_string())
+    }
+
+    #[test]
+    fn a_bundle_assigned_back_to_a_replica_may_be_written_by_it_again() {
+        let sharder = "gantry-provisioner/0.1.0 (r2)";
+        let (writes, changes) = log_of(&[
+            bundle_line(
+                "2026-01-01T00:00:00.000000Z",
+                "app",
+                10,
+                None,
+                "gantry-chaos",
+            ),
+            bundle_line(
+                "2026-01-01T00:00:00.500000Z",
+                "app",
+                11,
+                Some("r1"),
+                sharder,
+            ),
+            config_map_line("2026-01-01T00:00:01.000000Z", "app", "a", R1),
+            // r1 paused past its Lease: the sharder assigns the bundle to r2 at once.
+            bundle_line(
+                "2026-01-01T00:00:20.000000Z",
+                "app",
+                20,
+                Some("r2"),
+                sharder,
+            ),
+            config_map_line("2026-01-01T00:00:21.000000Z", "app", "a", R2),
+            // r1 back: r2 drained, let go (no shard), r1 assigned again.
+            bundle_line("2026-01-01T00:00:30.000000Z", "app", 30, None, R2),
+            bundle_line(
+                "2026-01-01T00:00:31.000000Z",
+                "app",
+                31,
+                Some("r1"),
+                sharder,
+            ),
+            config_map_line("2026-01-01T00:00:32.000000Z", "app", "a", R1),
+        ]);
+        assert_eq!(writer_returns(&writes).len(), 1, "a return, as such");
+        assert_eq!(
+            writes_off_shard(&writes, &changes, same_name),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_write_after_the_bundle_moved_on_is_off_its_shard() {
+        let sharder = "gantry-provisioner/0.1.0 (r2)";
+        let (writes, changes) = log_of(&[
+            bundle_line(
+                "2026-01-01T00:00:00.000000Z",
+                "app",
+                10,
+                Some("r1"),
+                sharder,
+            ),
+            // The owner's own write committed after the move carries the new label along:
+            // received earlier, it is not the change.
+            bundle_line("2026-01-01T00:00:19.000000Z", "app", 21, Some("r2"), R1),
+            bundle_line(
+                "2026-01-01T00:00:20.000000Z",
+                "app",
+                20,
+                Some("r2"),
+                sharder,
+            ),
+            config_map_line("2026-01-01T00:00:19.500000Z", "app", "a", R1),
+            config_map_line("2026-01-01T00:00:22.000000Z", "app", "a", R2),
+            config_map_line("2026-01-01T00:00:25.000000Z", "app", "b", R1),
+        ]);
+        assert_eq!(
+            writes_off_shard(&writes, &changes, same_name),
+            vec![
+                "app: app/b written by r1 at 2026-01-01T00:00:25.000000Z while the bundle's \
+                 shard was r2 (since 2026-01-01T00:00:20.000000Z, written by r2)"
+                    .to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn a_write_before_any_assignment_is_off_its_shard() {
+        let (writes, changes) = log_of(&[
+            bundle_line(
+                "2026-01-01T00:00:00.000000Z",
+                "app",
+                10,
+                None,
+                "gantry-chaos",
+            ),
+            config_map_line("2026-01-01T00:00:01.000000Z", "app", "a", R1),
+        ]);
+        assert_eq!(writes_off_shard(&writes, &changes, same_name).len(), 1);
+    }
+
+    #[test]
+    fn the_replica_is_read_from_the_user_agent() {
+        assert_eq!(replica_of(R1), "r1");
+        assert_eq!(
+            replica_of("gantry-provisioner/0.1.0 (gantry-provisioner-7d9f)"),
+            "gantry-provisioner-7d9f"
+        );
+        assert_eq!(replica_of("kubectl/v1.34"), "kubectl/v1.34");
+    }
+}

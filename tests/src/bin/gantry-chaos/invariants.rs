@@ -1,9 +1,10 @@
 //! What must hold once the environment has settled after the faults.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use gantry_api::Bundle;
+use gantry_tests::audit::{AuditLog, replica_of, writer_returns, writes_off_shard};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 
@@ -13,6 +14,8 @@ use crate::workload::{Workload, expected_objects, ready_at};
 pub struct Report {
     /// (invariant, how many times it was checked, violations)
     checks: Vec<(&'static str, usize, Vec<String>)>,
+    /// What the checks saw besides, for the record.
+    notes: Vec<String>,
 }
 
 impl Report {
@@ -38,6 +41,10 @@ impl Report {
             .collect()
     }
 
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
     pub fn violations(&self) -> usize {
         self.checks.iter().map(|(_, _, v)| v.len()).sum()
     }
@@ -50,7 +57,9 @@ impl Report {
     }
 }
 
-pub async fn check(workload: &Workload, storage_root: &Path) -> Report {
+/// Checks every invariant; `audit_log` (the API server's, with several replicas) adds that no
+/// bundle had two writers.
+pub async fn check(workload: &Workload, storage_root: &Path, audit_log: Option<&Path>) -> Report {
     let mut report = Report::default();
     let bundles: Api<Bundle> = Api::all(workload.client.clone());
 
@@ -190,7 +199,69 @@ pub async fn check(workload: &Workload, storage_root: &Path) -> Report {
         manual,
         running,
     );
+    if let Some(audit_log) = audit_log {
+        one_writer_at_a_time(workload, audit_log, &mut report).await;
+    }
     report
+}
+
+/// From the API server's audit log: every ConfigMap write in a bundle's namespace came from the
+/// replica the bundle was assigned to when the API server received it. A bundle goes from one
+/// replica to the next and may come back to one (a paused replica takes its share back), but
+/// only through an assignment the log shows: a replica writing a bundle it had handed over, or
+/// one not yet assigned to it, is a second writer.
+async fn one_writer_at_a_time(workload: &Workload, audit_log: &Path, report: &mut Report) {
+    const INVARIANT: &str = "each bundle written only by its shard (audit log)";
+    let log = match AuditLog::read(audit_log) {
+        Ok(log) => log,
+        Err(e) => {
+            report.record(INVARIANT, 0, vec![format!("reading the audit log: {e}")]);
+            return;
+        }
+    };
+    let mut names = Vec::new();
+    for model in &workload.bundles {
+        let model = model.lock().await;
+        names.push((model.namespace.clone(), model.name.clone()));
+    }
+    let bundle_of: BTreeMap<String, String> = names.iter().cloned().collect();
+    let namespaces: BTreeSet<&str> = names.iter().map(|(ns, _)| ns.as_str()).collect();
+    let bundles: BTreeSet<&str> = names.iter().map(|(_, name)| name.as_str()).collect();
+    let writes = log.config_map_writes(&namespaces);
+    let changes = log.shard_changes(&bundles);
+    let off_shard = writes_off_shard(&writes, &changes, |ns| bundle_of.get(ns).cloned());
+    let written: BTreeSet<&str> = writes.iter().map(|w| w.namespace.as_str()).collect();
+    report.record(INVARIANT, written.len(), off_shard);
+
+    let writers: BTreeSet<&str> = writes.iter().map(|w| replica_of(&w.user_agent)).collect();
+    // Changes to another shard, not counting a bundle's first assignment.
+    let moves: usize = changes
+        .values()
+        .map(|changes| {
+            changes
+                .iter()
+                .filter_map(|c| c.shard.as_deref())
+                .collect::<Vec<_>>()
+                .windows(2)
+                .filter(|pair| pair[0] != pair[1])
+                .count()
+        })
+        .sum();
+    let returns = writer_returns(&writes).len();
+    report.notes.push(format!(
+        "audit log: {} ConfigMap writes by {} replica(s) {writers:?}; {moves} bundle moves \
+         between shards; {returns} bundle(s) written again by a replica after another had \
+         written them (allowed only once assigned back to it, as checked above)",
+        writes.len(),
+        writers.len(),
+    ));
+    if !log.unreadable_lines.is_empty() {
+        report.notes.push(format!(
+            "{} audit log line(s) unreadable (cut short by a kube-apiserver kill): {:?}",
+            log.unreadable_lines.len(),
+            log.unreadable_lines
+        ));
+    }
 }
 
 /// The store's directory holds one directory per live bundle with exactly its current tarball:

@@ -4,6 +4,10 @@
 //! nothing was lost, left behind or applied without approval, prints the faults injected and the
 //! invariants held, and exits non-zero on any violation.
 //!
+//! With `--replicas N` (N > 1), N provisioner replicas share the bundles (`--sharding`); a
+//! replica is also paused past its shard Lease now and then, and the API server's audit log
+//! must show each bundle's objects written by the replica it was assigned to, and no other.
+//!
 //! Loopback only; bounded in time (`--duration` of churn, then `--settle` at most).
 #![forbid(unsafe_code)]
 
@@ -58,11 +62,19 @@ struct Cli {
     /// Seconds between two samples of a soak.
     #[arg(long, default_value_t = 60)]
     sample_interval: u64,
+    /// Provisioner replicas. More than one: each runs with `--sharding` and an identity of
+    /// its own (r1, r2, ...), and the faults include pausing one past its shard Lease.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    replicas: u16,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if cli.soak && cli.replicas > 1 {
+        // The soak samples one provisioner's resources.
+        anyhow::bail!("--soak runs one provisioner: leave --replicas out");
+    }
     gantry_tests::init_crypto();
     let state = std::path::absolute(&cli.state_dir)?;
     if state.join("pids").exists() {
@@ -96,26 +108,43 @@ async fn main() -> anyhow::Result<()> {
 /// Runs the whole chaos run; returns the number of invariant violations.
 async fn run(cli: &Cli, state: &std::path::Path) -> anyhow::Result<usize> {
     let lifetime = Lifetime::Detached(state.to_path_buf());
+    let replicas = usize::from(cli.replicas);
     eprintln!(
-        "==> starting kube-apiserver, etcd, docker-registry, gantry-storage, gantry-provisioner"
+        "==> starting kube-apiserver, etcd, docker-registry, gantry-storage, gantry-provisioner{}",
+        if replicas > 1 {
+            format!(" ({replicas} sharded replicas)")
+        } else {
+            String::new()
+        }
     );
     let plane = ControlPlane::start(&lifetime).await?;
     let registry = Registry::start_with(RegistryOptions::default(), &lifetime)?;
     let storage = StorageServer::start_with(StorageOptions::default(), &lifetime)?;
     let client = plane.client().await;
     workload::ensure_namespace(&client, NAMESPACE).await?;
-    let provisioner = Provisioner::start_with(
-        ProvisionerOptions {
-            kubeconfig: plane.kubeconfig().to_path_buf(),
-            storage_url: storage.url().to_string(),
-            storage_token: None,
-            namespace: NAMESPACE.into(),
-            // Tags re-resolved often, so moved tags are noticed while faults go on.
-            args: vec!["--resolve-interval=5s".into()],
-        },
-        &lifetime,
-    )?;
-    let daemons = Arc::new(Daemons::discover(state)?);
+    let mut provisioners = Vec::new();
+    for replica in 1..=replicas {
+        // Tags re-resolved often, so moved tags are noticed while faults go on.
+        let mut args = vec!["--resolve-interval=5s".to_string()];
+        if replicas > 1 {
+            args.extend([
+                "--sharding".to_string(),
+                "--identity".to_string(),
+                format!("r{replica}"),
+            ]);
+        }
+        provisioners.push(Provisioner::start_with(
+            ProvisionerOptions {
+                kubeconfig: plane.kubeconfig().to_path_buf(),
+                storage_url: storage.url().to_string(),
+                storage_token: None,
+                namespace: NAMESPACE.into(),
+                args,
+            },
+            &lifetime,
+        )?);
+    }
+    let daemons = Arc::new(Daemons::discover(state, replicas)?);
     eprintln!("    {}", daemons.describe());
 
     let workload = Arc::new(Workload::new(
@@ -136,7 +165,7 @@ async fn run(cli: &Cli, state: &std::path::Path) -> anyhow::Result<usize> {
             let churning = churning.clone();
             let daemons = daemons.clone();
             let interval = Duration::from_secs(cli.sample_interval);
-            let provisioner_metrics = format!("{}/metrics", provisioner.metrics_url());
+            let provisioner_metrics = format!("{}/metrics", provisioners[0].metrics_url());
             async move {
                 soak::sample_until(
                     &churning,
@@ -168,7 +197,7 @@ async fn run(cli: &Cli, state: &std::path::Path) -> anyhow::Result<usize> {
             let daemons = daemons.clone();
             let churning = churning.clone();
             let mean = cli.fault_interval;
-            async move { daemons.inject_until(&churning, mean).await }
+            async move { daemons.inject_until(&churning, mean, replicas).await }
         });
         (Some(faults), None)
     };
@@ -203,18 +232,20 @@ async fn run(cli: &Cli, state: &std::path::Path) -> anyhow::Result<usize> {
             cli.settle as f64 - left.as_secs_f64()
         });
 
-    let report = invariants::check(&workload, storage.root()).await;
+    // With replicas, the audit log tells which one wrote each bundle's objects.
+    let audit_log = (replicas > 1).then(|| plane.audit_log());
+    let report = invariants::check(&workload, storage.root(), audit_log.as_deref()).await;
 
     println!();
     println!(
         "faults injected ({} in all):",
         injected.values().sum::<usize>()
     );
-    for fault in Fault::ALL {
+    for fault in Fault::available(replicas) {
         println!(
             "  {:<28} {}",
             fault.describe(),
-            injected.get(fault).copied().unwrap_or(0)
+            injected.get(&fault).copied().unwrap_or(0)
         );
     }
     println!("operations: {}", workload.operations());
@@ -226,6 +257,9 @@ async fn run(cli: &Cli, state: &std::path::Path) -> anyhow::Result<usize> {
     println!("invariants:");
     for line in report.lines() {
         println!("  {line}");
+    }
+    for note in report.notes() {
+        println!("  ({note})");
     }
     if cli.soak {
         let verdict = if growth.is_empty() { "flat" } else { "GREW" };

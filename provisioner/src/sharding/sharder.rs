@@ -8,6 +8,11 @@
 //! expired is not asked: its fence closed before the Lease expired, so it writes no more, and
 //! its bundles are assigned at once. Every label write is conditional on the bundle's
 //! resourceVersion: a write based on an old view fails and the next round looks again.
+//!
+//! The Leases are watched, and a watch can fall behind (broken while the API server restarts,
+//! then waiting out its backoff): Leases it shows expired may have been renewed since, by
+//! replicas whose fences are open. So a shard is counted gone only once a fresh read of the
+//! Leases agrees.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -17,7 +22,7 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, stream};
 use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, PartialObjectMeta, Patch, PatchParams};
+use kube::api::{Api, ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -73,6 +78,12 @@ pub async fn run(
     stop: impl Future<Output = ()>,
 ) {
     let leases_api: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    let fresh_leases = || async {
+        leases_api
+            .list(&ListParams::default().labels(SHARD_LABEL))
+            .await
+            .map(|list| list.items)
+    };
     let bundles_api: Api<Bundle> = Api::all(client.clone());
     let bundle_metadata: Api<PartialObjectMeta<Bundle>> = Api::all(client.clone());
     let changed = Arc::new(Notify::new());
@@ -80,13 +91,16 @@ pub async fn run(
     let (leases, lease_writer) = reflector::store::<Lease>();
     let lease_events = {
         let changed = changed.clone();
-        watcher::watcher(leases_api, watcher::Config::default().labels(SHARD_LABEL))
-            .default_backoff()
-            .reflect(lease_writer)
-            .for_each(move |_| {
-                changed.notify_one();
-                futures::future::ready(())
-            })
+        watcher::watcher(
+            leases_api.clone(),
+            watcher::Config::default().labels(SHARD_LABEL),
+        )
+        .default_backoff()
+        .reflect(lease_writer)
+        .for_each(move |_| {
+            changed.notify_one();
+            futures::future::ready(())
+        })
     };
     // Names and labels are all the sharder reads: a metadata watch, without managedFields.
     let (bundles, bundle_writer) = reflector::store::<PartialObjectMeta<Bundle>>();
@@ -112,6 +126,7 @@ pub async fn run(
             round(
                 &bundles_api,
                 &leases,
+                fresh_leases,
                 &bundles,
                 &metrics,
                 &mut unowned,
@@ -130,23 +145,67 @@ pub async fn run(
     }
 }
 
+/// The shards whose Leases are current at `now`.
+fn live_shards<'a>(
+    leases: impl IntoIterator<Item = &'a Lease>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> BTreeSet<String> {
+    leases
+        .into_iter()
+        .filter(|lease| is_live(lease, now))
+        .filter_map(|lease| lease.labels().get(SHARD_LABEL).cloned())
+        .collect()
+}
+
+/// The live shards a round goes by: those of the watched Leases, unless they show an owner of
+/// some bundle gone, in which case those of a `fresh` read (the watch may be behind, and a
+/// bundle is taken from a gone owner without a drain). `None` when that read fails: no round.
+async fn live_for_round<F, Fut, E>(
+    cached: &[Arc<Lease>],
+    owners: &BTreeSet<&str>,
+    fresh: F,
+) -> Option<BTreeSet<String>>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<Vec<Lease>, E>>,
+    E: std::fmt::Display,
+{
+    // Taken before the read: a Lease that expires meanwhile still counts as live.
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let live = live_shards(cached.iter().map(AsRef::as_ref), now);
+    if owners.iter().all(|owner| live.contains(*owner)) {
+        return Some(live);
+    }
+    match fresh().await {
+        Ok(leases) => Some(live_shards(&leases, now)),
+        Err(e) => {
+            tracing::debug!("reading the shard Leases: {e}");
+            None
+        }
+    }
+}
+
 /// One look at the shards and the bundles, and the label writes that follow.
-async fn round(
+async fn round<F, Fut>(
     api: &Api<Bundle>,
     leases: &Store<Lease>,
+    fresh_leases: F,
     bundles: &Store<PartialObjectMeta<Bundle>>,
     metrics: &Metrics,
     unowned: &mut HashMap<String, Instant>,
     shards_seen: &mut BTreeSet<String>,
-) {
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let live: BTreeSet<String> = leases
-        .state()
-        .iter()
-        .filter(|lease| is_live(lease, now))
-        .filter_map(|lease| lease.labels().get(SHARD_LABEL).cloned())
-        .collect();
+) where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<Vec<Lease>, kube::Error>>,
+{
     let bundles = bundles.state();
+    let owners: BTreeSet<&str> = bundles
+        .iter()
+        .filter_map(|bundle| bundle.labels().get(SHARD_LABEL).map(String::as_str))
+        .collect();
+    let Some(live) = live_for_round(&leases.state(), &owners, fresh_leases).await else {
+        return;
+    };
     let names: Vec<String> = bundles.iter().map(|b| b.name_any()).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let ring = Ring::new(live.iter().cloned());
@@ -299,6 +358,59 @@ mod tests {
             decide(Some("a"), true, Some("a"), &shards),
             Some(Move::Keep)
         );
+    }
+
+    fn lease(shard: &str, renewed_seconds_ago: i64) -> Lease {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": format!("gantry-shard-{shard}"), "labels": { SHARD_LABEL: shard } },
+            "spec": {
+                "holderIdentity": shard,
+                "leaseDurationSeconds": 15,
+                "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                    k8s_openapi::jiff::Timestamp::now()
+                        - k8s_openapi::jiff::SignedDuration::from_secs(renewed_seconds_ago)
+                ),
+            },
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_owner_the_watched_leases_show_gone_is_gone_only_if_a_fresh_read_agrees() {
+        // The watch last saw "a" renew 20 s ago; it has renewed since.
+        let cached = vec![Arc::new(lease("a", 20)), Arc::new(lease("b", 1))];
+        let owners: BTreeSet<&str> = ["a", "b"].into();
+        let live = live_for_round(&cached, &owners, || async {
+            Ok::<_, String>(vec![lease("a", 1), lease("b", 1)])
+        })
+        .await;
+        assert_eq!(live, Some(super::BTreeSet::from(["a".into(), "b".into()])));
+        // Truly gone: the fresh read agrees.
+        let live = live_for_round(&cached, &owners, || async {
+            Ok::<_, String>(vec![lease("a", 20), lease("b", 1)])
+        })
+        .await;
+        assert_eq!(live, Some(super::BTreeSet::from(["b".into()])));
+        // No fresh read, no round: nothing is taken from "a" on the watch's word.
+        let live = live_for_round(&cached, &owners, || async {
+            Err::<Vec<Lease>, _>("connection refused")
+        })
+        .await;
+        assert_eq!(live, None);
+    }
+
+    #[tokio::test]
+    async fn with_every_owner_live_in_the_watched_leases_nothing_is_read() {
+        let cached = vec![Arc::new(lease("a", 1)), Arc::new(lease("b", 20))];
+        // "b" expired, but owns nothing: the ring is drawn without it, no read needed.
+        let owners: BTreeSet<&str> = ["a"].into();
+        let live = live_for_round(&cached, &owners, || async {
+            panic!("no fresh read when no owner looks gone");
+            #[allow(unreachable_code)]
+            Ok::<Vec<Lease>, String>(Vec::new())
+        })
+        .await;
+        assert_eq!(live, Some(super::BTreeSet::from(["a".into()])));
     }
 
     #[test]

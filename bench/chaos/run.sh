@@ -7,6 +7,7 @@
 #
 #   bash bench/chaos/run.sh                                  # 100 bundles, 120 s of faults
 #   bash bench/chaos/run.sh --bundles 30 --duration 60       # any flag of gantry-chaos --help
+#   bash bench/chaos/run.sh --replicas 3                     # three sharded provisioner replicas
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 

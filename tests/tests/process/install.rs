@@ -123,7 +123,7 @@ async fn install_applies_what_export_prints_then_times_out_naming_the_workload()
         "{output}"
     );
     assert!(
-        output.contains("deployment gantry-system/gantry-provisioner (0/2 replicas available"),
+        output.contains("deployment gantry-system/gantry-provisioner (0/3 replicas available"),
         "{output}"
     );
 

@@ -4,10 +4,10 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::{Stream, StreamExt};
 use gantry_api::Bundle;
@@ -28,6 +28,9 @@ pub struct Live {
     /// The watch has failed since it last listed (RBAC, an unreachable server): pages read
     /// for themselves meanwhile, and show why they cannot.
     failing: Arc<AtomicBool>,
+    /// Changes the watch has seen so far; a page says how many it had seen when it read what
+    /// it shows, so that its script learns of those made before it listened.
+    seen: Arc<AtomicU64>,
 }
 
 impl Live {
@@ -38,6 +41,8 @@ impl Live {
         let sender = changes.clone();
         let failing = Arc::new(AtomicBool::new(false));
         let failed = failing.clone();
+        let seen = Arc::new(AtomicU64::new(0));
+        let counted = seen.clone();
         let stream = watcher(Api::<Bundle>::all(client), watcher::Config::default())
             .default_backoff()
             .reflect(writer);
@@ -57,6 +62,7 @@ impl Live {
                     }
                 };
                 failed.store(false, Ordering::Relaxed);
+                counted.fetch_add(1, Ordering::SeqCst);
                 // No page listening is no error.
                 let _ = sender.send(name);
             }
@@ -65,7 +71,13 @@ impl Live {
             store,
             changes,
             failing,
+            seen,
         }
+    }
+
+    /// How many changes the watch has seen so far.
+    pub fn changes_seen(&self) -> u64 {
+        self.seen.load(Ordering::SeqCst)
     }
 
     /// Every bundle: from the watch's cache once it has listed them, else read now (which
@@ -92,11 +104,23 @@ impl Live {
     }
 }
 
-/// `GET /events`: an event `bundle` with the name of each Bundle that changes.
+/// `GET /events[?since=N]`: an event `bundle` with the name of each Bundle that changes; first
+/// one naming every bundle ([`ALL`]) when changes were seen since the page's `N`.
+#[derive(serde::Deserialize)]
+pub struct EventsQuery {
+    since: Option<u64>,
+}
+
 pub async fn events(
     State(ui): State<Arc<Ui>>,
+    Query(query): Query<EventsQuery>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    // Subscribed before the count is read: no change falls between the two.
     let receiver = ui.live.changes.subscribe();
+    let missed = query
+        .since
+        .is_some_and(|since| since != ui.live.changes_seen());
+    let first = missed.then(|| Ok(Event::default().event("bundle").data(ALL)));
     let stream = futures::stream::unfold(receiver, |mut receiver| async move {
         let name = match receiver.recv().await {
             Ok(name) => name,
@@ -106,5 +130,5 @@ pub async fn events(
         };
         Some((Ok(Event::default().event("bundle").data(name)), receiver))
     });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Sse::new(futures::stream::iter(first).chain(stream)).keep_alive(KeepAlive::default())
 }

@@ -36,6 +36,9 @@ struct Live<'a> {
     bundle: Option<&'a str>,
     /// Where the live regions are fetched from (the page itself when `None`).
     source: Option<String>,
+    /// The live watch's count of changes before the page read what it shows: a change after
+    /// it that happened before the script listens still refreshes the page.
+    since: Option<u64>,
 }
 
 fn layout(ui: &Ui, title: &str, live: Live, flash: Option<Flash>, content: Markup) -> Markup {
@@ -50,7 +53,7 @@ fn layout(ui: &Ui, title: &str, live: Live, flash: Option<Flash>, content: Marku
                 link rel="icon" href="/assets/favicon.svg" type="image/svg+xml";
                 script src="/assets/ui.js" defer {}
             }
-            body data-bundle=[live.bundle] data-live-src=[live.source] {
+            body data-bundle=[live.bundle] data-live-src=[live.source] data-live-since=[live.since] {
                 a.skip href="#main" { "Skip to content" }
                 header.top {
                     a.brand href="/" { "Gantry" }
@@ -199,6 +202,7 @@ pub async fn list(
     Extension(session): Extension<Session>,
     Query(filter): Query<Filter>,
 ) -> Response {
+    let since = ui.live.changes_seen();
     let flash = ui.auth.take_flash(&session);
     let bundles = match ui.live.bundles(&ui.client).await {
         Ok(bundles) => bundles,
@@ -311,10 +315,11 @@ pub async fn list(
             }
         }
     };
-    page(
-        StatusCode::OK,
-        layout(&ui, "Bundles", Live::default(), flash, content),
-    )
+    let live = Live {
+        since: Some(since),
+        ..Live::default()
+    };
+    page(StatusCode::OK, layout(&ui, "Bundles", live, flash, content))
 }
 
 fn list_row(bundle: &Bundle, status: &BundleStatus) -> Markup {
@@ -648,6 +653,7 @@ pub async fn bundle(
     Extension(session): Extension<Session>,
     Path(name): Path<String>,
 ) -> Response {
+    let since = ui.live.changes_seen();
     let flash = ui.auth.take_flash(&session);
     let bundle = match read_bundle(&ui, &name).await {
         Ok(bundle) => bundle,
@@ -668,6 +674,7 @@ pub async fn bundle(
     let live = Live {
         bundle: Some(&name),
         source: None,
+        since: Some(since),
     };
     page(StatusCode::OK, layout(&ui, &name, live, flash, content))
 }
@@ -738,6 +745,7 @@ pub async fn review(
     Extension(session): Extension<Session>,
     Path(name): Path<String>,
 ) -> Response {
+    let since = ui.live.changes_seen();
     let flash = ui.auth.take_flash(&session);
     let bundle = match read_bundle(&ui, &name).await {
         Ok(bundle) => bundle,
@@ -793,6 +801,7 @@ pub async fn review(
     let live = Live {
         bundle: Some(&name),
         source: Some(format!("/bundles/{name}")),
+        since: Some(since),
     };
     let title = format!("Review {name}");
     page(StatusCode::OK, layout(&ui, &title, live, flash, content))

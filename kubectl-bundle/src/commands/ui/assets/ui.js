@@ -18,18 +18,25 @@
     }
     if (!response.ok) return;
     const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    let changed = false;
     for (const region of document.querySelectorAll("[data-live]")) {
       const next = fresh.getElementById(region.id);
       // A region the reader is working in stays as it is.
       if (!next || region.contains(document.activeElement)) continue;
+      if (next.outerHTML === region.outerHTML) continue;
       region.replaceWith(document.importNode(next, true));
+      changed = true;
     }
     const notice = document.getElementById("changed-notice");
-    if (notice) notice.classList.add("shown");
+    if (notice && changed) notice.classList.add("shown");
   }
 
   if (window.EventSource && document.querySelector("[data-live]")) {
-    const events = new EventSource("/events");
+    // The server tells of changes made between this page's rendering and the connection (a
+    // decision the provisioner handled at once, say), and after a reconnection, of those
+    // missed meanwhile.
+    const since = body.dataset.liveSince;
+    const events = new EventSource(since ? "/events?since=" + since : "/events");
     events.addEventListener("bundle", function (event) {
       if (watched !== "*" && event.data !== watched && event.data !== "*") return;
       // A burst of changes makes one refresh.

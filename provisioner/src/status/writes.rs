@@ -11,7 +11,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::events::{publish, ready_transition};
 use super::message::set_short_message;
@@ -39,7 +39,7 @@ fn comparable(status: &BundleStatus) -> BundleStatus {
 /// What a write changes, for the debug log: the status fields, and the conditions by type.
 fn changes(current: &BundleStatus, desired: &BundleStatus) -> Vec<String> {
     let as_map = |s: &BundleStatus| match serde_json::to_value(comparable(s)) {
-        Ok(serde_json::Value::Object(map)) => map,
+        Ok(Value::Object(map)) => map,
         _ => serde_json::Map::new(),
     };
     let (before, after) = (as_map(current), as_map(desired));
@@ -47,7 +47,15 @@ fn changes(current: &BundleStatus, desired: &BundleStatus) -> Vec<String> {
         .keys()
         .chain(after.keys())
         .filter(|key| *key != "conditions" && before.get(*key) != after.get(*key))
-        .map(|key| key.to_string())
+        .map(|key| match key.as_str() {
+            // Derived from the content alone: a change without new content is worth seeing.
+            "requestedPermissions" => format!(
+                "requestedPermissions: {} -> {}",
+                before.get(key).map(Value::to_string).unwrap_or_default(),
+                after.get(key).map(Value::to_string).unwrap_or_default()
+            ),
+            _ => key.to_string(),
+        })
         .collect();
     changed.sort();
     changed.dedup();
@@ -223,6 +231,13 @@ mod tests {
             "{changes:?}"
         );
         assert!(super::changes(&a, &a).is_empty());
+        let mut c = a.clone();
+        c.requested_permissions = Some(Default::default());
+        let changes = super::changes(&a, &c);
+        assert!(
+            changes[0].starts_with("requestedPermissions:  -> {"),
+            "the permissions before and after: {changes:?}"
+        );
     }
 
     #[test]

@@ -326,21 +326,9 @@ async fn prometheus_operator_with_its_webhook_works_and_co_owned_fields_stay() {
         "steady state of {}s: provisioner writes (applied, deleted, status) {before:?} -> {after:?}",
         STEADY.as_secs()
     );
-    assert_eq!(
-        (before.0, before.1),
-        (after.0, after.1),
-        "the provisioner applied or deleted objects during the steady state"
-    );
-    assert_eq!(
-        bundles_before,
-        bundles_after,
-        "the provisioner wrote these bundles' status during the steady state; its last status writes:\n{}",
-        gantry.last_status_writes(5)
-    );
-    assert_eq!(
-        versions_before, versions_after,
-        "co-owned objects changed during the steady state"
-    );
+    // Asserted after the uninstall: a failure here must not leave the operator's CRDs, owned by
+    // bundle A, in the way of the tests after this one.
+    let steady_log = gantry.last_status_writes(5);
     let configuration = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .get(&vwc)
         .await
@@ -397,6 +385,20 @@ async fn prometheus_operator_with_its_webhook_works_and_co_owned_fields_stay() {
         },
     )
     .await;
+
+    assert_eq!(
+        (before.0, before.1),
+        (after.0, after.1),
+        "the provisioner applied or deleted objects during the steady state"
+    );
+    assert_eq!(
+        bundles_before, bundles_after,
+        "the provisioner wrote these bundles' status during the steady state; its last status writes:\n{steady_log}"
+    );
+    assert_eq!(
+        versions_before, versions_after,
+        "co-owned objects changed during the steady state"
+    );
 }
 
 /// The webhook's name in the ValidatingWebhookConfiguration (upstream's).

@@ -29,6 +29,11 @@ struct Flags {
     /// Namespace of the provisioner: pull secrets, the registry CA secret and the Lease live here.
     #[arg(long, env = "POD_NAMESPACE", default_value = "gantry-system")]
     namespace: String,
+    /// The provisioner ID served: bundles whose ProvisionerClass names another
+    /// `spec.provisioner` are left alone (a second installation in the same cluster takes an
+    /// ID of its own, and classes naming it).
+    #[arg(long, default_value = gantry_api::PLAIN_PROVISIONER)]
+    provisioner_id: String,
     /// Base URL of the storage server.
     #[arg(long)]
     storage_url: String,
@@ -167,6 +172,7 @@ fn options(flags: Flags) -> anyhow::Result<Options> {
     };
     let settings = Settings {
         namespace: flags.namespace,
+        provisioner_id: flags.provisioner_id,
         platform,
         apply_concurrency: flags.apply_concurrency.max(1),
         crd_timeout: flags.crd_timeout,

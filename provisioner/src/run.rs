@@ -315,6 +315,7 @@ impl Shards<'_> {
             sharder::run(
                 self.client.clone(),
                 self.options.settings.namespace.clone(),
+                self.options.settings.provisioner_id.clone(),
                 self.metrics.clone(),
                 stop,
             )
@@ -393,6 +394,7 @@ impl Shards<'_> {
                 _ = sharder::run(
                     self.client.clone(),
                     self.options.settings.namespace.clone(),
+                    self.options.settings.provisioner_id.clone(),
                     self.metrics.clone(),
                     std::future::pending::<()>(),
                 ) => {}

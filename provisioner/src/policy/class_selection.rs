@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use gantry_api::{Bundle, DEFAULT_CLASS_ANNOTATION, PLAIN_PROVISIONER, ProvisionerClass};
+use gantry_api::{Bundle, DEFAULT_CLASS_ANNOTATION, ProvisionerClass};
 use kube::ResourceExt;
 
 use crate::error::Error;
@@ -12,16 +12,22 @@ use gantry_image::Platform;
 /// The outcome of looking up a bundle's class.
 #[derive(Debug)]
 pub enum Selection {
-    /// Gantry's plain provisioner serves the bundle with this class.
+    /// This provisioner serves the bundle with this class.
     Serve(Arc<ProvisionerClass>),
-    /// The class names another provisioner: the bundle is not ours to touch.
+    /// The class names another provisioner (or another installation's ID): the bundle is not
+    /// ours to touch.
     NotOurs,
     /// No class (yet): the bundle waits.
     Missing(Error),
 }
 
-/// Picks the class of `bundle` among `classes`: the named one, or the default class.
-pub fn select(bundle: &Bundle, classes: &[Arc<ProvisionerClass>]) -> Selection {
+/// Picks the class of `bundle` among `classes`: the named one, or the default class; it is
+/// ours when its `spec.provisioner` is `provisioner_id`.
+pub fn select(
+    bundle: &Bundle,
+    classes: &[Arc<ProvisionerClass>],
+    provisioner_id: &str,
+) -> Selection {
     let class = match bundle.spec.provisioner_class_name.as_deref() {
         Some(name) => match classes.iter().find(|c| c.name_any() == name) {
             Some(class) => class.clone(),
@@ -32,7 +38,7 @@ pub fn select(bundle: &Bundle, classes: &[Arc<ProvisionerClass>]) -> Selection {
             None => return Selection::Missing(Error::NoDefaultClass),
         },
     };
-    if class.spec.provisioner == PLAIN_PROVISIONER {
+    if class.spec.provisioner == provisioner_id {
         Selection::Serve(class)
     } else {
         Selection::NotOurs
@@ -95,6 +101,7 @@ pub fn validate(class: &ProvisionerClass) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gantry_api::PLAIN_PROVISIONER;
     use gantry_api::{BundleSpec, ProvisionerClassSpec};
 
     fn class(name: &str, provisioner: &str, default: bool) -> Arc<ProvisionerClass> {
@@ -128,7 +135,7 @@ mod tests {
     fn named_class_of_ours_is_served() {
         let classes = [class("plain", PLAIN_PROVISIONER, false)];
         assert!(
-            matches!(select(&bundle(Some("plain")), &classes), Selection::Serve(c) if c.name_any() == "plain")
+            matches!(select(&bundle(Some("plain")), &classes, PLAIN_PROVISIONER), Selection::Serve(c) if c.name_any() == "plain")
         );
     }
 
@@ -136,11 +143,37 @@ mod tests {
     fn another_provisioner_is_left_alone() {
         let classes = [class("other", "example.com/other", true)];
         assert!(matches!(
-            select(&bundle(Some("other")), &classes),
+            select(&bundle(Some("other")), &classes, PLAIN_PROVISIONER),
             Selection::NotOurs
         ));
         assert!(matches!(
-            select(&bundle(None), &classes),
+            select(&bundle(None), &classes, PLAIN_PROVISIONER),
+            Selection::NotOurs
+        ));
+    }
+
+    #[test]
+    fn a_class_of_another_installation_is_left_alone() {
+        let classes = [
+            class("plain", PLAIN_PROVISIONER, true),
+            class("team", "gantry.dev/plain-team", false),
+        ];
+        // The second installation serves only the classes naming its ID...
+        assert!(matches!(
+            select(&bundle(Some("team")), &classes, "gantry.dev/plain-team"),
+            Selection::Serve(c) if c.name_any() == "team"
+        ));
+        assert!(matches!(
+            select(&bundle(Some("plain")), &classes, "gantry.dev/plain-team"),
+            Selection::NotOurs
+        ));
+        assert!(matches!(
+            select(&bundle(None), &classes, "gantry.dev/plain-team"),
+            Selection::NotOurs
+        ));
+        // ...and the first leaves those alone.
+        assert!(matches!(
+            select(&bundle(Some("team")), &classes, PLAIN_PROVISIONER),
             Selection::NotOurs
         ));
     }
@@ -149,11 +182,11 @@ mod tests {
     fn missing_and_default_classes() {
         let classes = [class("plain", PLAIN_PROVISIONER, false)];
         assert!(matches!(
-            select(&bundle(Some("nope")), &classes),
+            select(&bundle(Some("nope")), &classes, PLAIN_PROVISIONER),
             Selection::Missing(Error::ClassNotFound(name)) if name == "nope"
         ));
         assert!(matches!(
-            select(&bundle(None), &classes),
+            select(&bundle(None), &classes, PLAIN_PROVISIONER),
             Selection::Missing(Error::NoDefaultClass)
         ));
         let classes = [
@@ -161,7 +194,7 @@ mod tests {
             class("d", PLAIN_PROVISIONER, true),
         ];
         assert!(
-            matches!(select(&bundle(None), &classes), Selection::Serve(c) if c.name_any() == "d")
+            matches!(select(&bundle(None), &classes, PLAIN_PROVISIONER), Selection::Serve(c) if c.name_any() == "d")
         );
     }
 

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use gantry_api::ProvisionerClass;
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{PLAIN_PROVISIONER, ProvisionerClass};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
@@ -14,7 +14,7 @@ use crate::status::{set_condition, write_class_status};
 
 #[tracing::instrument(name = "reconcile_class", skip_all, fields(class = %class.name_any()))]
 pub async fn reconcile(class: Arc<ProvisionerClass>, ctx: Arc<Context>) -> Result<Action> {
-    if class.spec.provisioner != PLAIN_PROVISIONER {
+    if class.spec.provisioner != ctx.settings.provisioner_id {
         return Ok(Action::await_change());
     }
     let current = class.status.clone().unwrap_or_default();

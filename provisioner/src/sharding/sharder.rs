@@ -9,6 +9,9 @@
 //! its bundles are assigned at once. Every label write is conditional on the bundle's
 //! resourceVersion: a write based on an old view fails and the next round looks again.
 //!
+//! Bundles of classes that name another provisioner ID (another installation's) are neither
+//! assigned nor counted: that installation's replicas or its sharder own them.
+//!
 //! The Leases are watched, and a watch can fall behind (broken while the API server restarts,
 //! then waiting out its backoff): Leases it shows expired may have been renewed since, by
 //! replicas whose fences are open. So a shard is counted gone only once a fresh read of the
@@ -20,14 +23,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
-use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL};
+use gantry_api::{Bundle, BundleSpec, DRAIN_LABEL, ProvisionerClass, SHARD_LABEL};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams, PartialObjectMeta, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 
+use crate::policy::class_selection::{Selection, select};
 use crate::policy::ring::Ring;
 use crate::sharding::membership::is_live;
 use crate::state::metrics::{Metrics, ShardLabels};
@@ -74,6 +78,7 @@ pub fn decide(
 pub async fn run(
     client: Client,
     namespace: String,
+    provisioner_id: String,
     metrics: Arc<Metrics>,
     stop: impl Future<Output = ()>,
 ) {
@@ -85,7 +90,6 @@ pub async fn run(
             .map(|list| list.items)
     };
     let bundles_api: Api<Bundle> = Api::all(client.clone());
-    let bundle_metadata: Api<PartialObjectMeta<Bundle>> = Api::all(client.clone());
     let changed = Arc::new(Notify::new());
 
     let (leases, lease_writer) = reflector::store::<Lease>();
@@ -102,13 +106,29 @@ pub async fn run(
             futures::future::ready(())
         })
     };
-    // Names and labels are all the sharder reads: a metadata watch, without managedFields.
-    let (bundles, bundle_writer) = reflector::store::<PartialObjectMeta<Bundle>>();
+    // The classes tell which bundles are this installation's.
+    let (classes, class_writer) = reflector::store::<ProvisionerClass>();
+    let class_events = {
+        let changed = changed.clone();
+        watcher::watcher(
+            Api::<ProvisionerClass>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(class_writer)
+        .for_each(move |_| {
+            changed.notify_one();
+            futures::future::ready(())
+        })
+    };
+    // Names, labels and the class name are all the sharder reads: the rest is dropped before
+    // the store keeps a bundle.
+    let (bundles, bundle_writer) = reflector::store::<Bundle>();
     let bundle_events = {
         let changed = changed.clone();
-        watcher::watcher(bundle_metadata, watcher::Config::default())
+        watcher::watcher(bundles_api.clone(), watcher::Config::default())
             .default_backoff()
-            .modify(|bundle| bundle.managed_fields_mut().clear())
+            .modify(strip)
             .reflect(bundle_writer)
             .for_each(move |_| {
                 changed.notify_one();
@@ -116,18 +136,34 @@ pub async fn run(
             })
     };
     let rounds = async {
-        if leases.wait_until_ready().await.is_err() || bundles.wait_until_ready().await.is_err() {
+        if leases.wait_until_ready().await.is_err()
+            || bundles.wait_until_ready().await.is_err()
+            || classes.wait_until_ready().await.is_err()
+        {
             return;
         }
         tracing::info!("sharding bundles");
         let mut unowned: HashMap<String, Instant> = HashMap::new();
         let mut shards_seen: BTreeSet<String> = BTreeSet::new();
         loop {
+            let ours: Vec<Arc<Bundle>> = {
+                let classes = classes.state();
+                bundles
+                    .state()
+                    .into_iter()
+                    .filter(|bundle| {
+                        !matches!(
+                            select(bundle, &classes, &provisioner_id),
+                            Selection::NotOurs
+                        )
+                    })
+                    .collect()
+            };
             round(
                 &bundles_api,
                 &leases,
                 fresh_leases,
-                &bundles,
+                &ours,
                 &metrics,
                 &mut unowned,
                 &mut shards_seen,
@@ -140,6 +176,7 @@ pub async fn run(
     tokio::select! {
         _ = stop => {}
         _ = lease_events => {}
+        _ = class_events => {}
         _ = bundle_events => {}
         _ = rounds => {}
     }
@@ -190,7 +227,7 @@ async fn round<F, Fut>(
     api: &Api<Bundle>,
     leases: &Store<Lease>,
     fresh_leases: F,
-    bundles: &Store<PartialObjectMeta<Bundle>>,
+    bundles: &[Arc<Bundle>],
     metrics: &Metrics,
     unowned: &mut HashMap<String, Instant>,
     shards_seen: &mut BTreeSet<String>,
@@ -198,7 +235,6 @@ async fn round<F, Fut>(
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<Vec<Lease>, kube::Error>>,
 {
-    let bundles = bundles.state();
     let owners: BTreeSet<&str> = bundles
         .iter()
         .filter_map(|bundle| bundle.labels().get(SHARD_LABEL).map(String::as_str))
@@ -286,6 +322,18 @@ async fn round<F, Fut>(
             Err(e) => tracing::warn!(bundle = %name, ?next, "writing the shard label: {e}"),
         }
     }
+}
+
+/// What the sharder keeps of a bundle: its metadata without managedFields and annotations, and
+/// its class name.
+fn strip(bundle: &mut Bundle) {
+    bundle.managed_fields_mut().clear();
+    bundle.annotations_mut().clear();
+    bundle.status = None;
+    bundle.spec = BundleSpec {
+        provisioner_class_name: bundle.spec.provisioner_class_name.take(),
+        ..Default::default()
+    };
 }
 
 /// Writes one move, if the bundle is still at `version`.

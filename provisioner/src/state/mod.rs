@@ -38,6 +38,10 @@ use crate::state::claims::Claims;
 pub struct Settings {
     /// Namespace holding pull secrets and the registry CA secret.
     pub namespace: String,
+    /// The `ProvisionerClass.spec.provisioner` served: bundles of classes naming another one
+    /// are left alone, so that two installations share a cluster without touching each
+    /// other's bundles.
+    pub provisioner_id: String,
     /// Platform selected from image indexes when the class names none.
     pub platform: Platform,
     /// Objects applied at once.
@@ -64,6 +68,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             namespace: "gantry-system".into(),
+            provisioner_id: gantry_api::PLAIN_PROVISIONER.into(),
             platform: Platform::current(),
             apply_concurrency: 16,
             crd_timeout: Duration::from_secs(60),

@@ -225,8 +225,9 @@ async fn gantry_runs_as_pods_from_the_manifests() {
 /// for its leader failover and storage server restart.
 pub(super) static DISRUPTION: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
-/// Held exclusively while a provisioner runs on the host (the health tests): it reconciles
-/// every Bundle too. Tests of Gantry as Pods share it, taken before [`DISRUPTION`].
+/// Held exclusively while a provisioner runs on the host (the health tests; it serves a
+/// provisioner ID of its own), so that the two installations' tests do not share the machine's
+/// cores. Tests of Gantry as Pods share it, taken before [`DISRUPTION`].
 pub(super) static HOST_PROVISIONER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// Gantry installed as Pods, once per test binary, as the docs say, with a volume for the

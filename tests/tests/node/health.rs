@@ -20,6 +20,11 @@ use serde_json::json;
 
 use super::gantry::HOST_PROVISIONER;
 
+/// The provisioner ID of the host provisioner and of its classes: Gantry installed as Pods
+/// (which stays installed once a test installed it) leaves their bundles alone, and the host
+/// provisioner leaves the bundles of Gantry as Pods alone.
+pub(super) const HOST_PROVISIONER_ID: &str = "gantry.dev/plain-host";
+
 /// Pulls, sandbox and container starts on a busy machine.
 const START: Duration = Duration::from_secs(180);
 /// The provisioner's namespace (its Lease); its own, so it leads at once.
@@ -29,8 +34,8 @@ pub(super) struct HostGantry {
     _storage: StorageServer,
     _provisioner: Provisioner,
     pub(super) class: String,
-    /// Held until the provisioner is gone: it reconciles every Bundle of the cluster, so the
-    /// tests of Gantry as Pods wait.
+    /// Held until the provisioner is gone: the tests of Gantry as Pods wait, so that each
+    /// installation's tests have the machine's cores to themselves.
     _alone: tokio::sync::RwLockWriteGuard<'static, ()>,
 }
 
@@ -77,7 +82,7 @@ pub(super) async fn host_gantry(cluster: &'static NodeCluster) -> HostGantry {
                             wait: Some(true),
                             timeout: Some("10m".into()),
                         }),
-                        ..class_spec_for(cluster.registry(), ApprovalPolicy::Automatic)
+                        ..host_class_spec(cluster.registry())
                     };
                     apply_class(&client, &class_name, spec, false).await;
                 })
@@ -91,6 +96,7 @@ pub(super) async fn host_gantry(cluster: &'static NodeCluster) -> HostGantry {
             storage_token: None,
             namespace: NAMESPACE.into(),
             args: vec![
+                format!("--provisioner-id={HOST_PROVISIONER_ID}"),
                 "--resync-interval=30s".into(),
                 "--backoff-base=200ms".into(),
                 "--backoff-cap=5s".into(),
@@ -102,6 +108,14 @@ pub(super) async fn host_gantry(cluster: &'static NodeCluster) -> HostGantry {
             class,
             _alone: alone,
         }
+    }
+}
+
+/// A class of the host provisioner (its provisioner ID), allowed plain HTTP to `registry`.
+pub(super) fn host_class_spec(registry: &str) -> ProvisionerClassSpec {
+    ProvisionerClassSpec {
+        provisioner: HOST_PROVISIONER_ID.into(),
+        ..class_spec_for(registry, ApprovalPolicy::Automatic)
     }
 }
 

@@ -19,11 +19,10 @@ use std::time::{Duration, Instant};
 use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
-    ApprovalPolicy, Bundle, BundleSpec, CRD_UPGRADE_ALLOWED_ANNOTATION, HealthPolicy,
-    ProvisionerClassSpec,
+    Bundle, BundleSpec, CRD_UPGRADE_ALLOWED_ANNOTATION, HealthPolicy, ProvisionerClassSpec,
 };
 use gantry_tests::e2e::kubectl::{kubectl_bundle_command, text};
-use gantry_tests::e2e::{apply_class, class_spec_for, digest_of, namespace_yaml, push_to};
+use gantry_tests::e2e::{apply_class, digest_of, namespace_yaml, push_to};
 use gantry_tests::{ImageConfig, NodeCluster, node_cluster, unique_name};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -261,7 +260,7 @@ async fn prometheus_operator_upgrade_rollback_and_uninstall_with_its_finalizers(
             wait: Some(true),
             timeout: Some("10m".into()),
         }),
-        ..class_spec_for(registry, ApprovalPolicy::Automatic)
+        ..super::health::host_class_spec(registry)
     };
     apply_class(&client, &class, spec, false).await;
 

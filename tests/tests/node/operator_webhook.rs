@@ -27,10 +27,10 @@ use base64::Engine;
 use gantry_api::conditions::{reasons, types};
 use gantry_api::images::image_name;
 use gantry_api::{
-    ApprovalPolicy, Bundle, BundlePatch, BundleSpec, HealthPolicy, ImageOverride, ObjectSelector,
+    Bundle, BundlePatch, BundleSpec, HealthPolicy, ImageOverride, ObjectSelector,
     ProvisionerClassSpec,
 };
-use gantry_tests::e2e::{apply_class, class_spec_for, push_to, spec_of_class};
+use gantry_tests::e2e::{apply_class, push_to, spec_of_class};
 use gantry_tests::{ImageConfig, NodeCluster, Pki, node_cluster, unique_name};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -81,7 +81,7 @@ async fn prometheus_operator_with_its_webhook_works_and_co_owned_fields_stay() {
             wait: Some(true),
             timeout: Some("10m".into()),
         }),
-        ..class_spec_for(cluster.registry(), ApprovalPolicy::Automatic)
+        ..super::health::host_class_spec(cluster.registry())
     };
     apply_class(&client, &class, spec, false).await;
 

@@ -6,12 +6,15 @@ use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
-    ApprovalPolicy, BUNDLE_LABEL, Bundle, BundlePhase, PLAIN_PROVISIONER, ProvisionerClass,
-    ProvisionerClassSpec, UNINSTALL_FINALIZER,
+    ApprovalPolicy, BUNDLE_LABEL, Bundle, BundlePhase, BundleSpec, PLAIN_PROVISIONER,
+    ProvisionerClass, ProvisionerClassSpec, UNINSTALL_FINALIZER,
 };
 use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, registry, unique_name, wait_until};
+use gantry_tests::{
+    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, registry,
+    unique_name, wait_until,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -329,6 +332,149 @@ async fn bundles_of_another_provisioner_are_left_untouched() {
         "no status written on another provisioner's bundle"
     );
     assert!(foreign.finalizers().is_empty(), "no finalizer added");
+}
+
+/// Two installations on one cluster: a second one (its own namespace, storage server and
+/// provisioner ID, sharded) serves the classes naming its ID. The shared provisioner leaves
+/// their bundles alone, and the second one's sharder neither assigns nor serves the shared
+/// one's bundles, before and after a reconcile request to both.
+#[tokio::test]
+async fn a_second_installation_serves_only_the_classes_naming_its_id() {
+    const SECOND_ID: &str = "gantry.dev/plain-second";
+    let shared = gantry();
+    let client = control_plane().client().await;
+    let second_namespace = unique_name("second-gantry");
+    ensure_namespace(&client, &second_namespace).await;
+    let second_storage = StorageServer::start(StorageOptions::default());
+    let _second = Provisioner::start(ProvisionerOptions {
+        kubeconfig: control_plane().kubeconfig().to_path_buf(),
+        storage_url: second_storage.url().to_string(),
+        storage_token: None,
+        namespace: second_namespace.clone(),
+        args: vec![
+            format!("--provisioner-id={SECOND_ID}"),
+            "--sharding".into(),
+            "--backoff-base=200ms".into(),
+        ],
+    });
+    let second_class = unique_name("second-class");
+    apply_class(
+        &client,
+        &second_class,
+        ProvisionerClassSpec {
+            provisioner: SECOND_ID.into(),
+            ..class_spec(ApprovalPolicy::Automatic)
+        },
+        false,
+    )
+    .await;
+    let ns = unique_name("installations");
+    ensure_namespace(&client, &ns).await;
+    let image = push(
+        &format!("{ns}/app:v1"),
+        &[("a.yaml", config_map("installed", None, "x"))],
+    )
+    .await;
+    let theirs = unique_name("theirs");
+    create_bundle(
+        &client,
+        &theirs,
+        BundleSpec {
+            provisioner_class_name: Some(second_class.clone()),
+            install_namespace: Some(format!("{ns}-theirs")),
+            ..spec(&image, None)
+        },
+    )
+    .await;
+    ensure_namespace(&client, &format!("{ns}-theirs")).await;
+    let ours = unique_name("ours");
+    create_bundle(&client, &ours, spec(&image, Some(&ns))).await;
+    wait_bundle(&client, &theirs, "Ready", is_ready).await;
+    wait_bundle(&client, &ours, "Ready", is_ready).await;
+
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let check = |when: &str, theirs: &Bundle, ours: &Bundle| {
+        let url = |b: &Bundle| {
+            b.status
+                .as_ref()
+                .and_then(|s| s.content_url.clone())
+                .unwrap_or_default()
+        };
+        assert!(
+            url(theirs).starts_with(second_storage.url()),
+            "{when}: the second installation stored its bundle's content: {}",
+            url(theirs)
+        );
+        assert!(
+            url(ours).starts_with(shared.storage.url()),
+            "{when}: the shared installation stored its bundle's content: {}",
+            url(ours)
+        );
+        assert!(
+            theirs.labels().contains_key(gantry_api::SHARD_LABEL),
+            "{when}: the second installation's sharder assigned its bundle"
+        );
+        assert_eq!(
+            ours.labels().get(gantry_api::SHARD_LABEL),
+            None,
+            "{when}: the second installation's sharder left the shared one's bundle alone"
+        );
+    };
+    let (t, o) = (
+        bundles.get(&theirs).await.unwrap(),
+        bundles.get(&ours).await.unwrap(),
+    );
+    check("once Ready", &t, &o);
+
+    // A reconcile request wakes every provisioner watching the bundle: each bundle's pass
+    // must come from its own installation.
+    let requested = "2026-01-01T00:00:00Z";
+    for name in [&theirs, &ours] {
+        let patch = json!({"metadata": {"annotations": {
+            gantry_api::RECONCILE_REQUESTED_ANNOTATION: requested}}});
+        bundles
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+    let handled = |name: String| {
+        let bundles = bundles.clone();
+        async move {
+            let b = bundles.get(&name).await.ok()?;
+            (b.status.as_ref()?.last_handled_reconcile_at.as_deref() == Some(requested))
+                .then_some(b)
+        }
+    };
+    let t = wait_until(
+        "the second installation's bundle to handle the request",
+        WAIT,
+        || handled(theirs.clone()),
+    )
+    .await;
+    let o = wait_until(
+        "the shared installation's bundle to handle the request",
+        WAIT,
+        || handled(ours.clone()),
+    )
+    .await;
+    check("after a reconcile request", &t, &o);
+
+    // The second installation removes its own bundle's objects when the bundle goes.
+    bundles
+        .delete(&theirs, &DeleteParams::default())
+        .await
+        .unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("{ns}-theirs"));
+    wait_until(
+        "the second installation's bundle and its ConfigMap to go",
+        WAIT,
+        || async {
+            (bundles.get_opt(&theirs).await.ok()?.is_none()
+                && config_maps.get_opt("installed").await.ok()?.is_none())
+            .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -18,7 +18,11 @@ use crate::reconcile::{Flow, Outcome, Pass};
 /// Picks the class; a class of another provisioner stops the pass before anything is written.
 /// Records the class in `status.className`, the default one included.
 pub(crate) async fn class(pass: &mut Pass<'_>) -> Result<Flow<Arc<ProvisionerClass>>> {
-    let class = match select(pass.bundle, &pass.ctx.classes.state()) {
+    let class = match select(
+        pass.bundle,
+        &pass.ctx.classes.state(),
+        &pass.ctx.settings.provisioner_id,
+    ) {
         Selection::NotOurs => return Ok(Flow::Stop(Outcome::Untouched)),
         Selection::Missing(error) => return Err(error),
         Selection::Serve(class) => class,

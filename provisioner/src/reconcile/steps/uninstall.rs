@@ -136,6 +136,14 @@ pub(crate) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
     if !bundle.finalizers().iter().any(|f| f == UNINSTALL_FINALIZER) {
         return Ok(Outcome::Gone);
     }
+    // Another installation's bundle is that installation's to remove (its finalizer has the
+    // same name). A bundle whose class is gone is removed by whichever serves it now.
+    if matches!(
+        select(bundle, &ctx.classes.state(), &ctx.settings.provisioner_id),
+        Selection::NotOurs
+    ) {
+        return Ok(Outcome::Untouched);
+    }
     let name = &pass.name.clone();
     let policy = bundle.spec.deletion_policy.unwrap_or_default();
     // Nothing installed (a bundle refused before its first apply): no identity is needed.
@@ -228,7 +236,11 @@ fn overdue(bundle: &Bundle, deadline: Duration) -> Option<Duration> {
 /// when the class is gone, the ServiceAccount recorded when the content was planned.
 fn uninstall_applier(pass: &Pass<'_>) -> Result<Applier> {
     let ctx = pass.ctx;
-    let account = match select(pass.bundle, &ctx.classes.state()) {
+    let account = match select(
+        pass.bundle,
+        &ctx.classes.state(),
+        &ctx.settings.provisioner_id,
+    ) {
         Selection::Serve(class) => {
             service_account_for(pass.bundle, &class, &ctx.settings.service_accounts)?
         }

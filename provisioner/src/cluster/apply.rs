@@ -8,8 +8,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use gantry_api::{BUNDLE_LABEL, FIELD_MANAGER};
 use kube::Client;
 use kube::api::{
-    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
-    PropagationPolicy,
+    Api, DeleteParams, DynamicObject, ListParams, PatchParams, Preconditions, PropagationPolicy,
 };
 use kube::core::GroupVersionKind;
 use serde::Serialize;
@@ -20,7 +19,8 @@ use crate::cluster::crds::{served_kinds, wait_served};
 use crate::cluster::discovery::KindCache;
 use crate::cluster::errors::{api_message, is_forbidden, is_not_found};
 use crate::cluster::live::{
-    drifted_fields, drifted_fields_leaving_others, live_matches, live_matches_leaving_others,
+    apply_for_health, drifted_fields, drifted_fields_leaving_others, health_view, live_matches,
+    live_matches_leaving_others, spec_needed,
 };
 use crate::cluster::preflight::{
     GroupKey, allowed_by_kind, forbidden, group_key, is_rbac, preflight,
@@ -35,15 +35,42 @@ use crate::policy::plan::{Plan, PlannedObject};
 const RECREATE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What an apply did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ApplyOutcome {
     /// Objects written (created or changed).
     pub written: usize,
     /// Objects already as desired: nothing was sent.
     pub unchanged: usize,
-    /// Per object of the plan, in its order: whether the API server said it is being deleted
-    /// (in the answer to its apply, or in the read that found it unchanged).
-    pub being_deleted: Vec<bool>,
+    /// Per object of the plan, in its order: what the answer to its apply, or the read that
+    /// found it unchanged, showed of it.
+    pub observed: Vec<Observed>,
+}
+
+/// What an apply learnt of one live object, for health to start from.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    /// Whether the API server said it is being deleted.
+    pub being_deleted: bool,
+    /// For kinds that carry a status: the object as health sees it
+    /// ([`crate::cluster::live::health_view`]), so that health does not read it again.
+    pub view: Option<Value>,
+}
+
+impl Observed {
+    /// What `view` (a health view, or `None`) shows of an object of `object`'s kind.
+    fn of(object: &PlannedObject, view: Option<Value>) -> Self {
+        Self {
+            being_deleted: view
+                .as_ref()
+                .is_some_and(|v| v.pointer("/metadata/deletionTimestamp").is_some()),
+            view: view.filter(|_| carries_status(object)),
+        }
+    }
+}
+
+/// Whether objects of `object`'s kind carry a status health looks at.
+fn carries_status(object: &PlannedObject) -> bool {
+    !crate::policy::kstatus::has_no_status(&object.gvk.group, &object.gvk.kind)
 }
 
 /// Settings of the applier.
@@ -76,9 +103,19 @@ pub struct Seen {
     being_deleted: bool,
     /// The fields that differ, when it does not match (for `spec.drift: Report`).
     drifted: Vec<String>,
+    /// The object as health sees it, for kinds that carry a status (see [`Observed`]).
+    view: Option<Value>,
 }
 
 impl Seen {
+    /// What an apply that leaves the object as it is learnt of it.
+    fn observed(&self) -> Observed {
+        Observed {
+            being_deleted: self.being_deleted,
+            view: self.view.clone(),
+        }
+    }
+
     fn of(live: &Value, desired: &Value, policy: ObjectPolicy) -> Self {
         let label = format!("/metadata/labels/{}", BUNDLE_LABEL.replace('/', "~1"));
         let matches = match policy.ssa {
@@ -98,6 +135,7 @@ impl Seen {
             matches,
             being_deleted: live.pointer("/metadata/deletionTimestamp").is_some(),
             drifted,
+            view: None,
         }
     }
 }
@@ -146,10 +184,10 @@ impl Checked {
         ApplyOutcome {
             written: 0,
             unchanged: self.live.iter().flatten().count(),
-            being_deleted: self
+            observed: self
                 .live
                 .iter()
-                .map(|live| live.as_ref().is_some_and(|l| l.being_deleted))
+                .map(|live| live.as_ref().map(Seen::observed).unwrap_or_default())
                 .collect(),
         }
     }
@@ -304,6 +342,7 @@ async fn owners(
                         // Written anyway (new content): the answer tells.
                         being_deleted: false,
                         drifted: Vec::new(),
+                        view: None,
                     })),
                     None => read_seen(client, object, policy, identity).await,
                 }
@@ -351,7 +390,7 @@ pub async fn write(
                 let unchanged = live
                     .as_ref()
                     .filter(|l| !will_write(&settings, *policy, Some(l)))
-                    .map(|l| l.being_deleted);
+                    .map(Seen::observed);
                 apply_one(client, kinds, object, *policy, unchanged, identity)
             })
             .collect();
@@ -388,7 +427,7 @@ pub async fn write(
             } else {
                 outcome.unchanged += 1;
             }
-            outcome.being_deleted.push(applied.being_deleted);
+            outcome.observed.push(applied.observed);
         }
     }
     Ok(outcome)
@@ -469,30 +508,39 @@ async fn read_seen(
     identity: &str,
 ) -> Result<Option<Seen>> {
     let live = read_live(client, object, identity).await?;
-    Ok(live.map(|live| Seen::of(&live, &object.value(), policy)))
+    Ok(live.map(|live| {
+        let mut seen = Seen::of(&live, &object.value(), policy);
+        if carries_status(object) {
+            seen.view = Some(health_view(
+                &live,
+                spec_needed(&object.gvk.group, &object.gvk.kind),
+            ));
+        }
+        seen
+    }))
 }
 
 /// What became of one object.
 struct Applied {
     written: bool,
-    being_deleted: bool,
+    observed: Observed,
 }
 
-/// Applies one object unless it is live as desired (`unchanged`: whether that live object is
-/// being deleted), as its policy says: `Merge` leaves the fields of a conflict to the managers
+/// Applies one object unless it is live as desired (`unchanged`: what the read that found it
+/// so showed), as its policy says: `Merge` leaves the fields of a conflict to the managers
 /// that own them; `force` recreates an object whose immutable fields changed.
 async fn apply_one(
     client: &Client,
     kinds: &KindCache,
     object: &PlannedObject,
     policy: ObjectPolicy,
-    unchanged: Option<bool>,
+    unchanged: Option<Observed>,
     identity: &str,
 ) -> Result<Applied> {
-    if let Some(being_deleted) = unchanged {
+    if let Some(observed) = unchanged {
         return Ok(Applied {
             written: false,
-            being_deleted,
+            observed,
         });
     }
     let api = object.api(client);
@@ -504,8 +552,8 @@ async fn apply_one(
         false => Some(with_ignored_fields(&api, object, identity).await?),
     };
     let mut applied = match &with_live {
-        Some(value) => send(&api, &object.name, value, force).await,
-        None => send(&api, &object.name, &object.object, force).await,
+        Some(value) => send(client, &api, object, value, force).await,
+        None => send(client, &api, object, &object.object, force).await,
     };
     if policy.ssa == Ssa::Merge
         && let Err(kube::Error::Api(status)) = &applied
@@ -518,7 +566,7 @@ async fn apply_one(
             remove_field(&mut value, field);
         }
         tracing::info!(%object, fields = %fields.join(", "), "fields left to the managers that own them (gantry.dev/ssa: Merge)");
-        applied = send(&api, &object.name, &value, false).await;
+        applied = send(client, &api, object, &value, false).await;
     }
     if let Err(kube::Error::Api(status)) = &applied {
         let fields = immutable_fields(status);
@@ -531,13 +579,13 @@ async fn apply_one(
             }
             tracing::info!(%object, fields = %fields.join(", "), "immutable fields changed: recreating the object (gantry.dev/force: enabled)");
             recreate(&api, object, identity).await?;
-            applied = send(&api, &object.name, &object.object, force).await;
+            applied = send(client, &api, object, &object.object, force).await;
         }
     }
     match applied {
         Ok(answer) => Ok(Applied {
             written: true,
-            being_deleted: answer.metadata.deletion_timestamp.is_some(),
+            observed: Observed::of(object, Some(answer)),
         }),
         Err(error) => {
             // A kind that is not served (any more) must be discovered again on the next attempt.
@@ -579,18 +627,22 @@ async fn with_ignored_fields(
 
 /// One server-side apply of `patch`, answered with the metadata only: the whole object would be
 /// parsed only to be dropped, and a CRD of megabytes parses into tens of them.
+/// Applies `patch` to `object`; the answer comes back as health sees it: health starts from
+/// it instead of reading the object again.
 async fn send<P: Serialize + std::fmt::Debug>(
+    client: &Client,
     api: &Api<DynamicObject>,
-    name: &str,
+    object: &PlannedObject,
     patch: &P,
     force: bool,
-) -> kube::Result<kube::core::PartialObjectMeta<DynamicObject>> {
+) -> kube::Result<Value> {
     let mut params = PatchParams::apply(FIELD_MANAGER);
     if force {
         params = params.force();
     }
-    api.patch_metadata(name, &params, &Patch::Apply(patch))
-        .await
+    // Kinds without status: only the metadata is kept of the answer.
+    let with_spec = carries_status(object) && spec_needed(&object.gvk.group, &object.gvk.kind);
+    apply_for_health(client, api, &object.name, &params, patch, with_spec).await
 }
 
 /// Deletes the live object with foreground propagation (its dependents, a Job's Pods, go

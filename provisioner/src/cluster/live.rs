@@ -7,7 +7,7 @@ use crate::cluster::errors::is_not_found;
 use crate::policy::managed_fields::without_fields_of_others;
 use gantry_api::FIELD_MANAGER;
 use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::Request;
 use kube::core::params::GetParams;
 use serde::de::DeserializeOwned;
@@ -81,6 +81,53 @@ pub async fn for_health(
             .map(serde_json::to_value)
     };
     Ok(object.and_then(Result::ok))
+}
+
+/// `live` as health sees it (the shape [`for_health`] reads): kind, the metadata health looks
+/// at, the spec when `with_spec`, and the status.
+pub fn health_view(live: &Value, with_spec: bool) -> Value {
+    let mut view = serde_json::Map::new();
+    for key in ["apiVersion", "kind"] {
+        view.insert(
+            key.into(),
+            live.get(key).cloned().unwrap_or_else(|| Value::from("")),
+        );
+    }
+    let mut metadata = serde_json::Map::new();
+    for key in ["name", "namespace", "generation", "deletionTimestamp"] {
+        if let Some(value) = live.pointer(&format!("/metadata/{key}")) {
+            metadata.insert(key.into(), value.clone());
+        }
+    }
+    view.insert("metadata".into(), Value::Object(metadata));
+    if with_spec && let Some(spec) = live.get("spec") {
+        view.insert("spec".into(), spec.clone());
+    }
+    if let Some(status) = live.get("status") {
+        view.insert("status".into(), status.clone());
+    }
+    Value::Object(view)
+}
+
+/// Applies `patch` to `name` through `api` (server-side apply with `params`) and returns the
+/// API server's answer as health sees it (see [`for_health`]): parsing keeps nothing else.
+pub async fn apply_for_health<P: Serialize>(
+    client: &Client,
+    api: &Api<DynamicObject>,
+    name: &str,
+    params: &PatchParams,
+    patch: &P,
+    with_spec: bool,
+) -> kube::Result<Value> {
+    let request = Request::new(api.resource_url())
+        .patch(name, params, &Patch::Apply(patch))
+        .map_err(kube::Error::BuildRequest)?;
+    let answer = if with_spec {
+        serde_json::to_value(client.request::<WithSpec>(request).await?)
+    } else {
+        serde_json::to_value(client.request::<WithoutSpec>(request).await?)
+    };
+    Ok(answer.unwrap_or(Value::Null))
 }
 
 async fn read<T: DeserializeOwned>(
@@ -290,6 +337,28 @@ fn contains(have: &Value, want: &Value) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_health_view_of_a_live_object_is_what_a_read_for_health_keeps() {
+        let live = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": "web", "namespace": "n", "generation": 3,
+                "labels": { "a": "b" }, "managedFields": [{ "manager": "x" }],
+                "deletionTimestamp": "2026-01-01T00:00:00Z" },
+            "spec": { "replicas": 2 },
+            "status": { "observedGeneration": 2 }
+        });
+        let view = health_view(&live, true);
+        // The same as parsing the object as `for_health` does.
+        let read: WithSpec = serde_json::from_value(live.clone()).unwrap();
+        assert_eq!(view, serde_json::to_value(read).unwrap());
+        let without: WithoutSpec = serde_json::from_value(live.clone()).unwrap();
+        assert_eq!(
+            health_view(&live, false),
+            serde_json::to_value(without).unwrap()
+        );
+        assert_eq!(view.pointer("/metadata/managedFields"), None);
+    }
 
     #[test]
     fn drifted_fields_name_what_live_matches_finds_different() {

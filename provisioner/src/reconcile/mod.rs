@@ -26,6 +26,7 @@ use gantry_api::{
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
+use crate::cluster::apply::Observed;
 use crate::cluster::identity::Applier;
 use crate::cluster::inventory::{Removal, remove};
 use crate::cluster::shard;
@@ -324,8 +325,8 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome, Failure> {
         resolve::Resolution::Unhealthy => {
             // A deletion since would have woken a full pass (drift): objects of kinds without
             // status are current, and only the others are read.
-            let being_deleted = vec![false; pass.status.inventory.len()];
-            return Ok(assess_health(pass, &applier, &being_deleted).await);
+            let observed = vec![Observed::default(); pass.status.inventory.len()];
+            return Ok(assess_health(pass, &applier, &observed).await);
         }
     };
     let resolved = verify::verify(pass, &class, resolved)
@@ -340,17 +341,17 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome, Failure> {
         Step::Approve,
         approve::approve(pass, &class, &content, &plan).await
     );
-    let being_deleted = proceed!(
+    let observed = proceed!(
         Step::Apply,
         apply::apply_and_prune(pass, &class, &content, &plan, &applier).await
     );
-    Ok(assess_health(pass, &applier, &being_deleted).await)
+    Ok(assess_health(pass, &applier, &observed).await)
 }
 
 /// The last step: the health of what is installed, and when to come back (the next visit, or
 /// the end of the health timeout if sooner).
-async fn assess_health(pass: &mut Pass<'_>, applier: &Applier, being_deleted: &[bool]) -> Outcome {
-    let wake = health::check(pass, &applier.client, being_deleted).await;
+async fn assess_health(pass: &mut Pass<'_>, applier: &Applier, observed: &[Observed]) -> Outcome {
+    let wake = health::check(pass, &applier.client, observed).await;
     let visit = next_visit(pass.bundle, pass.ctx);
     Outcome::Done(Action::requeue(wake.map_or(visit, |w| w.min(visit))))
 }

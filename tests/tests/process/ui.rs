@@ -236,6 +236,24 @@ impl Browser {
             .unwrap();
     }
 
+    /// A click at `css`, as a mouse makes it. A live refresh may replace the element between
+    /// finding and clicking it: it is then found again.
+    async fn mouse_click(&self, css: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let clicked = async { self.driver().find(By::Css(css)).await?.click().await }.await;
+            match clicked {
+                Ok(()) => return,
+                Err(e)
+                    if matches!(
+                        e.as_inner(),
+                        thirtyfour::error::WebDriverErrorInner::StaleElementReference(_)
+                    ) && Instant::now() < deadline => {}
+                Err(e) => panic!("clicking {css}: {e}"),
+            }
+        }
+    }
+
     async fn type_into(&self, css: &str, text: &str) {
         self.driver()
             .find(By::Css(css))
@@ -514,15 +532,8 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
     let first = digest_of(&review.pinned);
     // A click at the button, as a mouse makes it: the confirmation opens.
     browser
-        .driver()
-        .find(By::Css(format!(
-            "#history form input[value=\"{first}\"] ~ button"
-        )))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+        .mouse_click(&format!("#history form input[value=\"{first}\"] ~ button"))
+        .await;
     browser.driver().accept_alert().await.unwrap();
     browser
         .wait_text("#flash", &format!("pinned to {first}"))

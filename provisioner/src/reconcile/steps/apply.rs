@@ -18,7 +18,7 @@ use kube::api::Api;
 
 use super::crd_check;
 use super::unpack::Content;
-use crate::cluster::apply::{ApplySettings, check, write};
+use crate::cluster::apply::{ApplySettings, Observed, check, write};
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
 use crate::policy::object_policy::{ObjectPolicy, Ssa};
@@ -37,7 +37,7 @@ pub(crate) async fn apply_and_prune(
     content: &Content,
     plan: &Plan,
     applier: &Applier,
-) -> Result<Flow<Vec<bool>>> {
+) -> Result<Flow<Vec<Observed>>> {
     let ctx = pass.ctx;
     // Before anything else, so that a value Gantry does not know writes nothing.
     let policies = object_policies(plan)?;
@@ -177,7 +177,7 @@ pub(crate) async fn apply_and_prune(
     {
         ctx.checked.record(&pass.name, check);
     }
-    Ok(Flow::Continue(outcome.being_deleted))
+    Ok(Flow::Continue(outcome.observed))
 }
 
 /// The `Drifted` condition of a bundle with `spec.drift: Report`: what a reporting pass found

@@ -1,8 +1,9 @@
 //! Health of what a bundle installed: kstatus rules per object ([`kstatus`]), the `Healthy`
 //! condition, and whether `Ready` waits for it.
 //!
-//! After every apply the bundle's objects are read and assessed (objects of kinds that never
-//! carry a status are assessed from the apply's answer, without a read). The drift watches already
+//! After every apply the bundle's objects are assessed from what the apply learnt of them: the
+//! API server's answer to each write, or the read that found an object unchanged. Only an
+//! object the apply did not see (a pass that only looks at health) is read. The drift watches already
 //! watch every managed kind, so a status change of a managed object (a Deployment's replicas,
 //! a Job's conditions) makes the bundle reconcile and be assessed again: nothing polls. The one
 //! timer is the health timeout: while objects are in progress the bundle is requeued for the
@@ -21,6 +22,7 @@ use kube::core::GroupVersionKind;
 use kube::runtime::events::EventType;
 use serde_json::Value;
 
+use crate::cluster::apply::Observed;
 use crate::cluster::live;
 use crate::policy::health::{explain_pods, judge, object_health, pod_selector, timeout_start};
 use crate::policy::health_rules;
@@ -33,12 +35,12 @@ use crate::status::{condition, publish, set_condition};
 
 /// The health step, after a successful apply: assesses every object of the inventory, sets
 /// `Healthy`, and says when to come back at the latest (the end of the health timeout).
-/// `being_deleted` is what the apply learnt of each object of the inventory, in its order:
-/// objects of kinds without status are assessed from it, without a read.
+/// `observed` is what the apply learnt of each object of the inventory, in its order: objects
+/// are assessed from it, and read only when it holds nothing of them.
 pub(crate) async fn check(
     pass: &mut Pass<'_>,
     client: &kube::Client,
-    being_deleted: &[bool],
+    observed: &[Observed],
 ) -> Option<Duration> {
     let ctx = pass.ctx;
     let rules = pass.health_check_exprs.as_slice();
@@ -51,14 +53,16 @@ pub(crate) async fn check(
         .enumerate()
         .map(|(i, entry)| {
             let rule = health_rules::rule_for(rules, &entry.group, &entry.version, &entry.kind);
-            let known = being_deleted
-                .get(i)
+            let seen = observed.get(i);
+            let known = seen
                 .filter(|_| rule.is_none() && kstatus::has_no_status(&entry.group, &entry.kind))
-                .map(|deleting| kstatus::assess_without_status(*deleting));
+                .map(|seen| kstatus::assess_without_status(seen.being_deleted));
+            let view = seen.and_then(|seen| seen.view.as_ref());
             async move {
-                let assessment = match known {
-                    Some(assessment) => assessment,
-                    None => assess_live(ctx, client, entry, rule).await,
+                let assessment = match (known, view) {
+                    (Some(assessment), _) => assessment,
+                    (None, Some(view)) => assess_object(client, view, entry, rule).await,
+                    (None, None) => assess_live(ctx, client, entry, rule).await,
                 };
                 (describe(entry), assessment)
             }
@@ -116,14 +120,27 @@ async fn assess_live(
         Ok(None) => return not_readable("not found"),
         Err(error) => return not_readable(&error.to_string()),
     };
+    assess_object(client, &object, entry, rule).await
+}
+
+/// Assesses `object` (as health sees it); workloads that are not healthy are explained by
+/// their Pods' container states, once their controller has seen their current generation (its
+/// Pods say nothing of a generation it has not acted on yet).
+async fn assess_object(
+    client: &kube::Client,
+    object: &Value,
+    entry: &InventoryEntry,
+    rule: Option<&HealthCheckExpr>,
+) -> Assessment {
     // A rule of the class or the bundle for this kind replaces the built-in ones.
     let mut assessment = match rule {
-        Some(rule) => health_rules::assess(rule, &object),
-        None => assess(&object),
+        Some(rule) => health_rules::assess(rule, object),
+        None => assess(object),
     };
     if assessment.state != State::Current
+        && !generation_unobserved(object)
         && let Some(namespace) = entry.namespace.as_deref()
-        && let Some(selector) = pod_selector(&object)
+        && let Some(selector) = pod_selector(object)
     {
         let pods: Api<DynamicObject> = Api::namespaced_with(
             client.clone(),
@@ -143,6 +160,21 @@ async fn assess_live(
         }
     }
     assessment
+}
+
+/// Whether the object's controller has not yet seen its current generation.
+fn generation_unobserved(object: &Value) -> bool {
+    let generation = object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let observed = object
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64);
+    let status_empty = object
+        .get("status")
+        .and_then(Value::as_object)
+        .is_none_or(|status| status.is_empty());
+    matches!((generation, observed), (Some(g), Some(o)) if o < g) || status_empty
 }
 
 fn not_readable(why: &str) -> Assessment {
@@ -187,5 +219,32 @@ fn state_label(reason: &str) -> &'static str {
         reasons::HEALTHY => "healthy",
         reasons::PROGRESSING => "progressing",
         _ => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::generation_unobserved;
+    use serde_json::json;
+
+    #[test]
+    fn a_generation_its_controller_has_not_acted_on_is_unobserved() {
+        let object = |status: serde_json::Value| json!({ "metadata": { "generation": 2 }, "status": status });
+        // Just created or just changed: the answer to the apply.
+        assert!(generation_unobserved(&object(json!({}))));
+        assert!(generation_unobserved(&object(
+            json!({ "observedGeneration": 1 })
+        )));
+        assert!(generation_unobserved(
+            &json!({ "metadata": { "generation": 1 } })
+        ));
+        // Acted on: its Pods tell why it is not available.
+        assert!(!generation_unobserved(&object(
+            json!({ "observedGeneration": 2 })
+        )));
+        // A Job has no observedGeneration: a status of any content is its controller's.
+        assert!(!generation_unobserved(&object(
+            json!({ "startTime": "2026-01-01T00:00:00Z" })
+        )));
     }
 }

@@ -57,13 +57,12 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// What `view` (a health view, or `None`) shows of an object of `object`'s kind.
-    fn of(object: &PlannedObject, view: Option<Value>) -> Self {
+    /// What `answer` (the answer to its apply, as health sees it) shows of `object`. A CRD's
+    /// answer predates the wait for it to be established: health reads it again.
+    fn of(object: &PlannedObject, answer: Value) -> Self {
         Self {
-            being_deleted: view
-                .as_ref()
-                .is_some_and(|v| v.pointer("/metadata/deletionTimestamp").is_some()),
-            view: view.filter(|_| carries_status(object)),
+            being_deleted: answer.pointer("/metadata/deletionTimestamp").is_some(),
+            view: Some(answer).filter(|_| carries_status(object) && object.defines_crd.is_none()),
         }
     }
 }
@@ -585,7 +584,7 @@ async fn apply_one(
     match applied {
         Ok(answer) => Ok(Applied {
             written: true,
-            observed: Observed::of(object, Some(answer)),
+            observed: Observed::of(object, answer),
         }),
         Err(error) => {
             // A kind that is not served (any more) must be discovered again on the next attempt.

@@ -185,7 +185,14 @@ fn reconcile_trigger(bundle: &Bundle) -> u64 {
     meta.deletion_timestamp.is_some().hash(&mut hasher);
     meta.annotations.hash(&mut hasher);
     meta.labels.hash(&mut hasher);
-    meta.finalizers.hash(&mut hasher);
+    // Gantry's own finalizer, added by the first pass, is no change to act on: a pass right
+    // after the first would only read every object's health again. Removed by someone else,
+    // it is put back at the next visit.
+    meta.finalizers
+        .iter()
+        .flatten()
+        .filter(|f| f.as_str() != gantry_api::UNINSTALL_FINALIZER)
+        .for_each(|f| f.hash(&mut hasher));
     bundle
         .status
         .as_ref()
@@ -375,6 +382,11 @@ mod tests {
         );
         status.content_digest = Some("sha256:00".into());
         assert_eq!(reconcile_trigger(&written), base);
+        // Nor is Gantry's own finalizer.
+        written
+            .finalizers_mut()
+            .push(gantry_api::UNINSTALL_FINALIZER.into());
+        assert_eq!(reconcile_trigger(&written), base);
 
         let changes: [&dyn Fn(&mut Bundle); 5] = [
             &|b| b.metadata.generation = Some(2),
@@ -384,7 +396,7 @@ mod tests {
                     "now".into(),
                 );
             },
-            &|b| b.finalizers_mut().push("gantry.dev/uninstall".into()),
+            &|b| b.finalizers_mut().push("example.com/other".into()),
             &|b| {
                 b.metadata.deletion_timestamp =
                     Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(

@@ -44,6 +44,12 @@ pub(crate) async fn check(
 ) -> Option<Duration> {
     let ctx = pass.ctx;
     let rules = pass.health_check_exprs.as_slice();
+    tracing::debug!(
+        inventory = pass.status.inventory.len(),
+        observed = observed.len(),
+        seen_by_the_apply = observed.iter().filter(|o| o.view.is_some()).count(),
+        "assessing health"
+    );
     // Read several at once (as many as an apply writes at once): one after another, a
     // bundle's reads would cost a round trip each.
     let reads: Vec<_> = pass

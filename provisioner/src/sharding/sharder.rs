@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
@@ -106,10 +107,14 @@ pub async fn run(
             futures::future::ready(())
         })
     };
+    // Changes of bundles and classes seen: a round that left everything in place is not
+    // repeated until one comes, or the live shards change.
+    let object_changes = Arc::new(AtomicU64::new(0));
     // The classes tell which bundles are this installation's.
     let (classes, class_writer) = reflector::store::<ProvisionerClass>();
     let class_events = {
         let changed = changed.clone();
+        let object_changes = object_changes.clone();
         watcher::watcher(
             Api::<ProvisionerClass>::all(client.clone()),
             watcher::Config::default(),
@@ -117,6 +122,7 @@ pub async fn run(
         .default_backoff()
         .reflect(class_writer)
         .for_each(move |_| {
+            object_changes.fetch_add(1, Ordering::Relaxed);
             changed.notify_one();
             futures::future::ready(())
         })
@@ -126,11 +132,13 @@ pub async fn run(
     let (bundles, bundle_writer) = reflector::store::<Bundle>();
     let bundle_events = {
         let changed = changed.clone();
+        let object_changes = object_changes.clone();
         watcher::watcher(bundles_api.clone(), watcher::Config::default())
             .default_backoff()
             .modify(strip)
             .reflect(bundle_writer)
             .for_each(move |_| {
+                object_changes.fetch_add(1, Ordering::Relaxed);
                 changed.notify_one();
                 futures::future::ready(())
             })
@@ -145,7 +153,20 @@ pub async fn run(
         tracing::info!("sharding bundles");
         let mut unowned: HashMap<String, Instant> = HashMap::new();
         let mut shards_seen: BTreeSet<String> = BTreeSet::new();
+        // The changes seen and the live shards (as the watched Leases show them) when a round
+        // last found nothing to move.
+        let mut settled: Option<(u64, BTreeSet<String>)> = None;
         loop {
+            let seen = object_changes.load(Ordering::Relaxed);
+            let live = live_shards(
+                leases.state().iter().map(AsRef::as_ref),
+                k8s_openapi::jiff::Timestamp::now(),
+            );
+            if settled.as_ref() == Some(&(seen, live.clone())) {
+                let _ = tokio::time::timeout(TICK, changed.notified()).await;
+                tokio::time::sleep(DEBOUNCE).await;
+                continue;
+            }
             let ours: Vec<Arc<Bundle>> = {
                 let classes = classes.state();
                 bundles
@@ -159,7 +180,7 @@ pub async fn run(
                     })
                     .collect()
             };
-            round(
+            let nothing_moved = round(
                 &bundles_api,
                 &leases,
                 fresh_leases,
@@ -169,6 +190,7 @@ pub async fn run(
                 &mut shards_seen,
             )
             .await;
+            settled = nothing_moved.then_some((seen, live));
             let _ = tokio::time::timeout(TICK, changed.notified()).await;
             tokio::time::sleep(DEBOUNCE).await;
         }
@@ -222,7 +244,8 @@ where
     }
 }
 
-/// One look at the shards and the bundles, and the label writes that follow.
+/// One look at the shards and the bundles, and the label writes that follow; `true` when it
+/// found nothing to move.
 async fn round<F, Fut>(
     api: &Api<Bundle>,
     leases: &Store<Lease>,
@@ -231,7 +254,8 @@ async fn round<F, Fut>(
     metrics: &Metrics,
     unowned: &mut HashMap<String, Instant>,
     shards_seen: &mut BTreeSet<String>,
-) where
+) -> bool
+where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<Vec<Lease>, kube::Error>>,
 {
@@ -240,7 +264,7 @@ async fn round<F, Fut>(
         .filter_map(|bundle| bundle.labels().get(SHARD_LABEL).map(String::as_str))
         .collect();
     let Some(live) = live_for_round(&leases.state(), &owners, fresh_leases).await else {
-        return;
+        return false;
     };
     let names: Vec<String> = bundles.iter().map(|b| b.name_any()).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -294,6 +318,7 @@ async fn round<F, Fut>(
         tracing::warn!("no live shard: bundles wait for a replica to announce itself");
     }
 
+    let nothing_moved = moves.is_empty();
     let results: Vec<(String, Move, bool, Result<(), kube::Error>)> = stream::iter(moves)
         .map(|(name, version, next, handover)| async move {
             let result = write(api, &name, version, &next).await;
@@ -322,6 +347,7 @@ async fn round<F, Fut>(
             Err(e) => tracing::warn!(bundle = %name, ?next, "writing the shard label: {e}"),
         }
     }
+    nothing_moved
 }
 
 /// What the sharder keeps of a bundle: its metadata without managedFields and annotations, and

@@ -98,21 +98,17 @@ pub struct Seen {
     owner: Option<String>,
     /// Whether it already holds every field the plan has for it.
     matches: bool,
-    /// Whether it carries a deletion timestamp.
-    being_deleted: bool,
     /// The fields that differ, when it does not match (for `spec.drift: Report`).
     drifted: Vec<String>,
-    /// The object as health sees it, for kinds that carry a status (see [`Observed`]).
-    view: Option<Value>,
+    /// What health learns of it, should it be left as it is: whether it is being deleted, and
+    /// its health view (set by [`read_seen`] for kinds that carry a status).
+    observed: Observed,
 }
 
 impl Seen {
     /// What an apply that leaves the object as it is learnt of it.
     fn observed(&self) -> Observed {
-        Observed {
-            being_deleted: self.being_deleted,
-            view: self.view.clone(),
-        }
+        self.observed.clone()
     }
 
     fn of(live: &Value, desired: &Value, policy: ObjectPolicy) -> Self {
@@ -132,9 +128,11 @@ impl Seen {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             matches,
-            being_deleted: live.pointer("/metadata/deletionTimestamp").is_some(),
             drifted,
-            view: None,
+            observed: Observed {
+                being_deleted: live.pointer("/metadata/deletionTimestamp").is_some(),
+                view: None,
+            },
         }
     }
 }
@@ -338,10 +336,9 @@ async fn owners(
                     Some(owners) => Ok(owners.get(&object.name).map(|owner| Seen {
                         owner: Some(owner.clone()),
                         matches: false,
-                        // Written anyway (new content): the answer tells.
-                        being_deleted: false,
                         drifted: Vec::new(),
-                        view: None,
+                        // Written anyway (new content): the answer tells.
+                        observed: Observed::default(),
                     })),
                     None => read_seen(client, object, policy, identity).await,
                 }
@@ -510,7 +507,7 @@ async fn read_seen(
     Ok(live.map(|live| {
         let mut seen = Seen::of(&live, &object.value(), policy);
         if carries_status(object) {
-            seen.view = Some(health_view(
+            seen.observed.view = Some(health_view(
                 &live,
                 spec_needed(&object.gvk.group, &object.gvk.kind),
             ));

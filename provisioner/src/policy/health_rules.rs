@@ -110,13 +110,7 @@ fn assess_with(rule: &HealthCheckExpr, object: &Value) -> Assessment {
         return in_progress("resource is being deleted".into());
     }
     // As kstatus: a status written for an older spec says nothing about this one.
-    let generation = object
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64);
-    let observed = object
-        .pointer("/status/observedGeneration")
-        .and_then(Value::as_i64);
-    if let (Some(generation), Some(observed)) = (generation, observed)
+    if let (Some(generation), Some(observed)) = crate::policy::kstatus::generations(object)
         && observed != generation
     {
         return in_progress(format!(

@@ -141,13 +141,19 @@ fn explain(condition: &Value) -> String {
     }
 }
 
+/// The object's `metadata.generation` and its `status.observedGeneration`, where present.
+pub fn generations(object: &Value) -> (Option<i64>, Option<i64>) {
+    (
+        int_at(object, "/metadata/generation"),
+        int_at(object, "/status/observedGeneration"),
+    )
+}
+
 /// The rules kstatus applies to every kind first: an observed generation behind the object's
 /// generation, and the `Reconciling`/`Stalled` conventions.
 fn generic(object: &Value) -> Option<Assessment> {
     let kind = str_at(object, "/kind");
-    let generation = int_at(object, "/metadata/generation");
-    if let (Some(generation), Some(observed)) =
-        (generation, int_at(object, "/status/observedGeneration"))
+    if let (Some(generation), Some(observed)) = generations(object)
         && observed != generation
     {
         return Some(Assessment::in_progress(format!(

@@ -170,12 +170,7 @@ async fn assess_object(
 
 /// Whether the object's controller has not yet seen its current generation.
 fn generation_unobserved(object: &Value) -> bool {
-    let generation = object
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64);
-    let observed = object
-        .pointer("/status/observedGeneration")
-        .and_then(Value::as_i64);
+    let (generation, observed) = kstatus::generations(object);
     let status_empty = object
         .get("status")
         .and_then(Value::as_object)

@@ -203,13 +203,8 @@ impl Browser {
     }
 
     async fn text(&self, css: &str) -> String {
-        self.driver()
-            .find(By::Css(css))
+        self.on_fresh(css, |element| async move { element.text().await })
             .await
-            .unwrap_or_else(|e| panic!("{css} on the page: {e}"))
-            .text()
-            .await
-            .unwrap()
     }
 
     /// Waits until the element `css` says `wanted` (the live updates change it).
@@ -225,31 +220,42 @@ impl Browser {
     /// Clicks `css`. The element's own click (as a keyboard user's Enter would), not a click at
     /// its coordinates: a live update may move it between finding it and clicking there.
     async fn click(&self, css: &str) {
-        let element = self
-            .driver()
-            .find(By::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("{css} on the page: {e}"));
-        self.driver()
-            .execute("arguments[0].click()", vec![element.to_json().unwrap()])
-            .await
-            .unwrap();
+        self.on_fresh(css, |element| async move {
+            self.driver()
+                .execute("arguments[0].click()", vec![element.to_json()?])
+                .await
+                .map(drop)
+        })
+        .await
     }
 
-    /// A click at `css`, as a mouse makes it. A live refresh may replace the element between
-    /// finding and clicking it: it is then found again.
+    /// A click at `css`, as a mouse makes it.
     async fn mouse_click(&self, css: &str) {
+        self.on_fresh(css, |element| async move { element.click().await })
+            .await
+    }
+
+    /// Finds `css` and acts on it. A live refresh may replace the element between finding and
+    /// acting on it: it is then found again.
+    async fn on_fresh<T, F, Fut>(&self, css: &str, act: F) -> T
+    where
+        F: Fn(thirtyfour::WebElement) -> Fut,
+        Fut: std::future::Future<Output = thirtyfour::error::WebDriverResult<T>>,
+    {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let clicked = async { self.driver().find(By::Css(css)).await?.click().await }.await;
-            match clicked {
-                Ok(()) => return,
+            let done = match self.driver().find(By::Css(css)).await {
+                Ok(element) => act(element).await,
+                Err(e) => Err(e),
+            };
+            match done {
+                Ok(value) => return value,
                 Err(e)
                     if matches!(
                         e.as_inner(),
                         thirtyfour::error::WebDriverErrorInner::StaleElementReference(_)
                     ) && Instant::now() < deadline => {}
-                Err(e) => panic!("clicking {css}: {e}"),
+                Err(e) => panic!("{css} on the page: {e}"),
             }
         }
     }

@@ -11,6 +11,12 @@
 #   PROVISIONER_ARGS="--reconcile-concurrency=16" bash bench/scale/run.sh 1000
 #   REPLICAS=3 bash bench/scale/run.sh 2000          # 3 replicas with --sharding (default 1)
 #
+# With REPLICAS > 1, after the steady state (FAILOVER=0 skips this): one shard that is not the
+# sharder is killed with SIGKILL; printed are the time until each of its bundles carries another
+# shard's label (p50/p99/max), the requests meanwhile (ConfigMap writes would be a bundle
+# applied again) and that all are Ready again. Then a new replica starts: printed are how many
+# bundles moved (about 1/N is the ring's promise) and when the last label changed.
+#
 # FLOOR=1 (default) first measures what the API server accepts on its own: apply-floor
 # server-side-applies the same BUNDLES x OBJECTS ConfigMaps into BUNDLES other namespaces
 # (created beforehand, as for Gantry), FLOOR_CONCURRENCY at once, nothing else.
@@ -174,6 +180,86 @@ printf '%-48s %s (target 0)\n' "write requests in ${STEADY_SECONDS}s of steady s
 printf '%-48s %s%% of one core (target 2%%)\n' "provisioner CPU in ${STEADY_SECONDS}s of steady state" "$cpu_percent"
 printf '%-48s %s\n' "registry requests in ${STEADY_SECONDS}s of steady state" "$(( registry_after - registry_before ))"
 printf '%-48s %s\n' "load (uptime)" "$(uptime | sed 's/.*load average: //')"
+
+# Every Bundle's shard and drain labels as they change, each line stamped when it arrived.
+watch_labels() {
+  kubectl get bundles --watch-only --no-headers \
+    -o custom-columns='NAME:.metadata.name,SHARD:.metadata.labels.gantry\.dev/shard,DRAIN:.metadata.labels.gantry\.dev/drain' |
+    python3 -u -c '
+import sys, time
+for line in sys.stdin:
+    print(f"{time.time():.3f} {line.strip()}", flush=True)' >"$1"
+}
+assignment() {
+  kubectl get bundles --no-headers -o custom-columns='NAME:.metadata.name,SHARD:.metadata.labels.gantry\.dev/shard' >"$1"
+}
+# Waits until no bundle is without a shard or draining and the shards' counts held for 6 s.
+wait_settled() {
+  local deadline=$(( $(date +%s) + $1 )) previous="" current steady=0
+  while (( $(date +%s) < deadline )); do
+    current="$(kubectl get bundles --no-headers \
+      -o custom-columns='S:.metadata.labels.gantry\.dev/shard,D:.metadata.labels.gantry\.dev/drain' |
+      awk '$1 == "<none>" || $2 != "<none>" { busy = 1 } { count[$1]++ }
+           END { if (busy) print "busy"; else for (s in count) print s, count[s] }' | sort | tr '\n' ';')"
+    if [[ "$current" != busy* && "$current" == "$previous" ]]; then
+      steady=$((steady + 1))
+      ((steady >= 3)) && return 0
+    else
+      steady=0
+    fi
+    previous="$current"
+    sleep 2
+  done
+  return 1
+}
+
+if ((REPLICAS > 1)) && [[ "${FAILOVER:-1}" == 1 ]]; then
+  leader="$(kubectl -n gantry-system get lease gantry-provisioner -o jsonpath='{.spec.holderIdentity}')"
+  victim=""
+  for ((i = REPLICAS - 1; i >= 0; i--)); do
+    [[ "$leader" == "shard-$i" ]] || { victim="$i"; break; }
+  done
+  printf '\n==> failover: SIGKILL to shard-%s (PID %s; the sharder is %s)\n' "$victim" "${pids[$victim]}" "$leader"
+  assignment "$work/before-kill"
+  watch_labels "$work/label-events" &
+  label_watch=$!
+  sleep 1 # the watch is open before the kill (its first event would be later than the kill)
+  api_requests_snapshot "$work/requests-before-kill"
+  killed_at="$(now)"
+  kill -KILL "${pids[$victim]}"
+  wait "${pids[$victim]}" 2>/dev/null || true
+  deadline=$(( $(date +%s) + 120 ))
+  until [[ "$(kubectl get bundles -l "gantry.dev/shard=shard-$victim" -o name | wc -l)" == 0 ]]; do
+    (( $(date +%s) < deadline )) || { echo "shard-$victim still holds bundles 120 s after the kill" >&2; break; }
+    sleep 1
+  done
+  wait_ready_count bundles "$BUNDLES" 300 || echo "not all $BUNDLES bundles Ready after the failover" >&2
+  api_requests_snapshot "$work/requests-after-kill"
+  python3 bench/scale/shards.py failover "$work/label-events" "$work/before-kill" "shard-$victim" "$killed_at" ||
+    echo "some bundles of shard-$victim have no new owner" >&2
+  echo "  requests from the kill until all Ready again, by verb and resource:"
+  api_requests_delta "$work/requests-before-kill" "$work/requests-after-kill"
+
+  added="shard-$REPLICAS"
+  printf '\n==> a replica added: %s\n' "$added"
+  assignment "$work/before-add"
+  api_requests_snapshot "$work/requests-before-add"
+  added_at="$(now)"
+  mkdir -p "$work/$added"
+  "$bench_bin/gantry-provisioner" --kubeconfig "$KUBECONFIG" --storage-url "$GANTRY_STORAGE_URL" \
+    --namespace gantry-system --metrics-address 127.0.0.1:0 --scratch-dir "$work/$added" \
+    "${provisioner_args[@]}" "${shard_args[@]}" --identity "$added" >"$work/$added/log" 2>&1 &
+  extra_pids+=($!)
+  wait_settled 180 || echo "the shards' labels did not settle within 180 s" >&2
+  wait_ready_count bundles "$BUNDLES" 300 || echo "not all $BUNDLES bundles Ready after the rebalance" >&2
+  api_requests_snapshot "$work/requests-after-add"
+  python3 bench/scale/shards.py rebalance "$work/label-events" "$work/before-add" "$added" "$added_at"
+  echo "  requests from the start until settled, by verb and resource:"
+  api_requests_delta "$work/requests-before-add" "$work/requests-after-add"
+  kubectl get bundles -o jsonpath='{range .items[*]}{.metadata.labels.gantry\.dev/shard}{"\n"}{end}' |
+    sort | uniq -c | awk '{ printf "  %-46s %s bundles\n", $2, $1 }'
+  kill "$label_watch" 2>/dev/null || true
+fi
 
 # Flux's column (FLUX=0 leaves it out): the same image as OCIRepository + Kustomization pairs,
 # after Gantry's figures, on the same API server (see bench/flux/lib.sh).

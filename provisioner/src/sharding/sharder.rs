@@ -34,8 +34,9 @@ use tokio::sync::Notify;
 
 use crate::policy::class_selection::{Selection, select};
 use crate::policy::ring::Ring;
-use crate::sharding::membership::is_live;
+use crate::sharding::membership::{expiry, is_live};
 use crate::state::metrics::{Metrics, ShardLabels};
+use k8s_openapi::jiff::Timestamp;
 
 /// Label writes in flight at once.
 const WRITES_AT_ONCE: usize = 16;
@@ -163,8 +164,7 @@ pub async fn run(
                 k8s_openapi::jiff::Timestamp::now(),
             );
             if settled.as_ref() == Some(&(seen, live.clone())) {
-                let _ = tokio::time::timeout(TICK, changed.notified()).await;
-                tokio::time::sleep(DEBOUNCE).await;
+                wait_for_change(&changed, &leases.state()).await;
                 continue;
             }
             let ours: Vec<Arc<Bundle>> = {
@@ -191,8 +191,7 @@ pub async fn run(
             )
             .await;
             settled = nothing_moved.then_some((seen, live));
-            let _ = tokio::time::timeout(TICK, changed.notified()).await;
-            tokio::time::sleep(DEBOUNCE).await;
+            wait_for_change(&changed, &leases.state()).await;
         }
     };
     tokio::select! {
@@ -202,6 +201,31 @@ pub async fn run(
         _ = bundle_events => {}
         _ = rounds => {}
     }
+}
+
+/// Waits for a change of a watched object (and `DEBOUNCE` more, so that a burst of them makes
+/// one round), for the next expiry of a live shard's Lease (a Lease expires without an event),
+/// or for `TICK`, whichever comes first.
+async fn wait_for_change(changed: &Notify, leases: &[Arc<Lease>]) {
+    let wait = until_next_expiry(leases.iter().map(AsRef::as_ref), Timestamp::now())
+        .map_or(TICK, |until| until.min(TICK));
+    if tokio::time::timeout(wait, changed.notified()).await.is_ok() {
+        tokio::time::sleep(DEBOUNCE).await;
+    }
+}
+
+/// How long until the first of the live `leases` expires (and a moment more, so that it has).
+fn until_next_expiry<'a>(
+    leases: impl IntoIterator<Item = &'a Lease>,
+    now: Timestamp,
+) -> Option<Duration> {
+    leases
+        .into_iter()
+        .filter_map(expiry)
+        .filter(|expiry| *expiry > now)
+        .min()
+        .and_then(|first| Duration::try_from(first.duration_since(now)).ok())
+        .map(|until| until + Duration::from_millis(20))
 }
 
 /// The shards whose Leases are current at `now`.
@@ -447,6 +471,18 @@ mod tests {
             },
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_sharder_wakes_when_the_first_live_lease_expires() {
+        // Lasting 15 s: "a" renewed 10 s ago expires in 5 s, "b" in 14 s; "c" has expired.
+        let leases = [lease("a", 10), lease("b", 1), lease("c", 30)];
+        let until = until_next_expiry(&leases, Timestamp::now()).unwrap();
+        assert!(
+            until > Duration::from_millis(4_500) && until <= Duration::from_millis(5_100),
+            "{until:?}"
+        );
+        assert_eq!(until_next_expiry(&[lease("c", 30)], Timestamp::now()), None);
     }
 
     #[tokio::test]

@@ -33,7 +33,7 @@ static CLUSTER: Isolated = Isolated::new();
 /// ConfigMaps per bundle: enough that a pass takes a moment, so faults land in the middle of
 /// some.
 const OBJECTS: usize = 30;
-/// How long a fault's handover and the settling after it may take (Leases last 15 s).
+/// How long a fault's handover and the settling after it may take (shard Leases last 12 s).
 const SETTLE: Duration = Duration::from_secs(180);
 
 fn start_replica(storage: &StorageServer, kubeconfig: &Path, identity: &str) -> Provisioner {

@@ -37,7 +37,10 @@ shard_args=()
 ((REPLICAS > 1)) && shard_args=(--sharding)
 work="$(mktemp -d)"
 extra_pids=()
-stop_replicas() { ((${#extra_pids[@]})) && kill "${extra_pids[@]}" 2>/dev/null; wait 2>/dev/null || true; }
+stop_replicas() {
+  ((${#extra_pids[@]})) && kill "${extra_pids[@]}" 2>/dev/null
+  wait "${extra_pids[@]}" 2>/dev/null || true
+}
 trap 'bench_down; rm -rf "$work"' EXIT
 
 if ((REPLICAS > 1)); then
@@ -181,15 +184,6 @@ printf '%-48s %s%% of one core (target 2%%)\n' "provisioner CPU in ${STEADY_SECO
 printf '%-48s %s\n' "registry requests in ${STEADY_SECONDS}s of steady state" "$(( registry_after - registry_before ))"
 printf '%-48s %s\n' "load (uptime)" "$(uptime | sed 's/.*load average: //')"
 
-# Every Bundle's shard and drain labels as they change, each line stamped when it arrived.
-watch_labels() {
-  kubectl get bundles --watch-only --no-headers \
-    -o custom-columns='NAME:.metadata.name,SHARD:.metadata.labels.gantry\.dev/shard,DRAIN:.metadata.labels.gantry\.dev/drain' |
-    python3 -u -c '
-import sys, time
-for line in sys.stdin:
-    print(f"{time.time():.3f} {line.strip()}", flush=True)' >"$1"
-}
 assignment() {
   kubectl get bundles --no-headers -o custom-columns='NAME:.metadata.name,SHARD:.metadata.labels.gantry\.dev/shard' >"$1"
 }
@@ -221,12 +215,17 @@ if ((REPLICAS > 1)) && [[ "${FAILOVER:-1}" == 1 ]]; then
   done
   printf '\n==> failover: SIGKILL to shard-%s (PID %s; the sharder is %s)\n' "$victim" "${pids[$victim]}" "$leader"
   assignment "$work/before-kill"
-  watch_labels "$work/label-events" &
-  label_watch=$!
-  sleep 1 # the watch is open before the kill (its first event would be later than the kill)
+  audit_log="$(find "$work/env" -name audit.log | head -1)"
   api_requests_snapshot "$work/requests-before-kill"
   killed_at="$(now)"
   kill -KILL "${pids[$victim]}"
+  # When its Lease expires: the earliest the sharder may give its bundles to others.
+  kubectl -n gantry-system get lease "gantry-shard-shard-$victim" -o json | python3 -c '
+import datetime, json, sys
+spec, killed_at = json.load(sys.stdin)["spec"], float(sys.argv[1])
+renewed = datetime.datetime.fromisoformat(spec["renewTime"].replace("Z", "+00:00")).timestamp()
+expires = renewed + spec["leaseDurationSeconds"] - killed_at
+print(f"  its Lease expires {expires:.1f} s after the kill")' "$killed_at"
   wait "${pids[$victim]}" 2>/dev/null || true
   deadline=$(( $(date +%s) + 120 ))
   until [[ "$(kubectl get bundles -l "gantry.dev/shard=shard-$victim" -o name | wc -l)" == 0 ]]; do
@@ -235,7 +234,7 @@ if ((REPLICAS > 1)) && [[ "${FAILOVER:-1}" == 1 ]]; then
   done
   wait_ready_count bundles "$BUNDLES" 300 || echo "not all $BUNDLES bundles Ready after the failover" >&2
   api_requests_snapshot "$work/requests-after-kill"
-  python3 bench/scale/shards.py failover "$work/label-events" "$work/before-kill" "shard-$victim" "$killed_at" ||
+  python3 bench/scale/shards.py failover "$audit_log" "$work/before-kill" "shard-$victim" "$killed_at" ||
     echo "some bundles of shard-$victim have no new owner" >&2
   echo "  requests from the kill until all Ready again, by verb and resource:"
   api_requests_delta "$work/requests-before-kill" "$work/requests-after-kill"
@@ -253,12 +252,16 @@ if ((REPLICAS > 1)) && [[ "${FAILOVER:-1}" == 1 ]]; then
   wait_settled 180 || echo "the shards' labels did not settle within 180 s" >&2
   wait_ready_count bundles "$BUNDLES" 300 || echo "not all $BUNDLES bundles Ready after the rebalance" >&2
   api_requests_snapshot "$work/requests-after-add"
-  python3 bench/scale/shards.py rebalance "$work/label-events" "$work/before-add" "$added" "$added_at"
+  python3 bench/scale/shards.py rebalance "$audit_log" "$work/before-add" "$added" "$added_at"
   echo "  requests from the start until settled, by verb and resource:"
   api_requests_delta "$work/requests-before-add" "$work/requests-after-add"
   kubectl get bundles -o jsonpath='{range .items[*]}{.metadata.labels.gantry\.dev/shard}{"\n"}{end}' |
     sort | uniq -c | awk '{ printf "  %-46s %s bundles\n", $2, $1 }'
-  kill "$label_watch" 2>/dev/null || true
+  if [[ -n "${BENCH_LOGS:-}" ]]; then
+    mkdir -p "$BENCH_LOGS"
+    cp "$work/before-kill" "$work/before-add" "$BENCH_LOGS/"
+    for ((i = 1; i <= REPLICAS; i++)); do cp "$work/shard-$i/log" "$BENCH_LOGS/shard-$i.log"; done
+  fi
 fi
 
 # Flux's column (FLUX=0 leaves it out): the same image as OCIRepository + Kustomization pairs,

@@ -38,8 +38,9 @@ use crate::sharding::membership::{expiry, is_live};
 use crate::state::metrics::{Metrics, ShardLabels};
 use k8s_openapi::jiff::Timestamp;
 
-/// Label writes in flight at once.
-const WRITES_AT_ONCE: usize = 16;
+/// Label writes in flight at once. A dead shard's bundles wait for theirs while the new owners'
+/// first passes load the API server: a killed replica's 210 bundles took 4.6 s at 16 at once.
+const WRITES_AT_ONCE: usize = 64;
 /// How long changes are gathered before a round (a burst of new bundles is one round).
 const DEBOUNCE: Duration = Duration::from_millis(200);
 /// A round at least this often: Leases expire without an event.
@@ -152,8 +153,7 @@ pub async fn run(
             return;
         }
         tracing::info!("sharding bundles");
-        let mut unowned: HashMap<String, Instant> = HashMap::new();
-        let mut shards_seen: BTreeSet<String> = BTreeSet::new();
+        let mut memory = Memory::default();
         // The changes seen and the live shards (as the watched Leases show them) when a round
         // last found nothing to move.
         let mut settled: Option<(u64, BTreeSet<String>)> = None;
@@ -186,8 +186,7 @@ pub async fn run(
                 fresh_leases,
                 &ours,
                 &metrics,
-                &mut unowned,
-                &mut shards_seen,
+                &mut memory,
             )
             .await;
             settled = nothing_moved.then_some((seen, live));
@@ -268,6 +267,18 @@ where
     }
 }
 
+/// What the sharder carries from one round to the next.
+#[derive(Default)]
+struct Memory {
+    /// Since when each bundle has been without a live shard.
+    unowned: HashMap<String, Instant>,
+    /// The live shards of the last round (their bundle counts are exported).
+    shards_seen: BTreeSet<String>,
+    /// Bundles written by a round, with the resourceVersion each write replaced: until the
+    /// watch shows a newer one, a round would decide again on the old view and be refused.
+    written: HashMap<String, Option<String>>,
+}
+
 /// One look at the shards and the bundles, and the label writes that follow; `true` when it
 /// found nothing to move.
 async fn round<F, Fut>(
@@ -276,13 +287,17 @@ async fn round<F, Fut>(
     fresh_leases: F,
     bundles: &[Arc<Bundle>],
     metrics: &Metrics,
-    unowned: &mut HashMap<String, Instant>,
-    shards_seen: &mut BTreeSet<String>,
+    memory: &mut Memory,
 ) -> bool
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<Vec<Lease>, kube::Error>>,
 {
+    let Memory {
+        unowned,
+        shards_seen,
+        written,
+    } = memory;
     let owners: BTreeSet<&str> = bundles
         .iter()
         .filter_map(|bundle| bundle.labels().get(SHARD_LABEL).map(String::as_str))
@@ -299,6 +314,11 @@ where
     let mut moves = Vec::new();
     let present: BTreeSet<&str> = refs.iter().copied().collect();
     unowned.retain(|name, _| present.contains(name.as_str()));
+    let versions: HashMap<String, Option<String>> = bundles
+        .iter()
+        .map(|bundle| (bundle.name_any(), bundle.resource_version()))
+        .collect();
+    written.retain(|name, version| versions.get(name) == Some(version));
     for bundle in bundles.iter() {
         let name = bundle.name_any();
         let labels = bundle.labels();
@@ -313,6 +333,10 @@ where
             _ => {
                 unowned.entry(name.clone()).or_insert_with(Instant::now);
             }
+        }
+        if written.contains_key(&name) {
+            // This round's view of it predates the last write: the next one decides.
+            continue;
         }
         if let Some(next) = decide(
             current,
@@ -343,17 +367,18 @@ where
     }
 
     let nothing_moved = moves.is_empty();
-    let results: Vec<(String, Move, bool, Result<(), kube::Error>)> = stream::iter(moves)
+    let results: Vec<_> = stream::iter(moves)
         .map(|(name, version, next, handover)| async move {
-            let result = write(api, &name, version, &next).await;
-            (name, next, handover, result)
+            let result = write(api, &name, version.clone(), &next).await;
+            (name, version, next, handover, result)
         })
         .buffer_unordered(WRITES_AT_ONCE)
         .collect()
         .await;
-    for (name, next, handover, result) in results {
+    for (name, version, next, handover, result) in results {
         match result {
             Ok(()) => {
+                written.insert(name.clone(), version);
                 if let Move::Assign(shard) = &next {
                     if handover {
                         metrics.shard_handovers.inc();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use gantry_api::{Bundle, ProvisionerClass, SHARD_LABEL};
-use kube::api::Api;
+use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef};
@@ -153,10 +153,18 @@ pub async fn run(
                 .watches(classes_api, watcher::Config::default(), move |class| {
                     bundles_of_class(&store.state(), &class)
                 })
-                // A bundle that changes (becomes Ready, appears, goes) wakes those depending on it.
-                .watches(bundles_api.clone(), watcher::Config::default(), move |b| {
-                    dependents_of(&dependents.state(), &b)
-                })
+                // A bundle that changes (becomes Ready, appears, goes) wakes those depending on
+                // it. Every Bundle of the cluster, not only this shard's: metadata only (its
+                // name is all the mapping reads), not each whole Bundle decoded per replica.
+                .watches_stream(
+                    watcher::watcher(
+                        Api::<PartialObjectMeta<Bundle>>::all(client.clone()),
+                        watcher::Config::default(),
+                    )
+                    .default_backoff()
+                    .touched_objects(),
+                    move |b| dependents_of(&dependents.state(), &b.name_any()),
+                )
                 .reconcile_on(drift_stream)
                 .with_config(
                     controller::Config::default()

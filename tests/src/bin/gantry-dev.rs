@@ -36,9 +36,13 @@ enum Command {
         /// A flag for the provisioner (repeatable), e.g. --provisioner-arg=--apply-concurrency=32.
         #[arg(long = "provisioner-arg", allow_hyphen_values = true)]
         provisioner_args: Vec<String>,
+        /// Provisioner replicas: more than one runs each with `--sharding` and the identity
+        /// `replica-N`, sharing the bundles (docs/scaling.md).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+        replicas: u16,
         /// Start a real single-node cluster (kubelet, containerd, kube-proxy, CoreDNS, a
         /// registry on the node's bridge) instead; needs root. Gantry itself is not started.
-        #[arg(long, conflicts_with_all = ["provisioner_args", "controller_manager"])]
+        #[arg(long, conflicts_with_all = ["provisioner_args", "controller_manager", "replicas"])]
         node: bool,
         /// Also run kube-controller-manager (built by `tools/control-plane/build.sh
         /// kube-controller-manager`): deleted namespaces finish terminating, the garbage
@@ -56,16 +60,13 @@ async fn main() -> anyhow::Result<()> {
     let state = std::path::absolute(&cli.state_dir)
         .with_context(|| format!("resolving {}", cli.state_dir.display()))?;
     match cli.command {
-        Command::Up {
-            node: true,
-            provisioner_args: _,
-            controller_manager: _,
-        } => up_node(&state).await,
+        Command::Up { node: true, .. } => up_node(&state).await,
         Command::Up {
             node: false,
             provisioner_args,
+            replicas,
             controller_manager,
-        } => up(&state, provisioner_args, controller_manager).await,
+        } => up(&state, provisioner_args, replicas, controller_manager).await,
         Command::Down => {
             let grace = Duration::from_secs(10);
             // A node cluster leaves mounts, a bridge and iptables rules: its own stop removes them.
@@ -139,6 +140,7 @@ async fn up_node(state: &Path) -> anyhow::Result<()> {
 async fn up(
     state: &Path,
     provisioner_args: Vec<String>,
+    replicas: u16,
     controller_manager: bool,
 ) -> anyhow::Result<()> {
     let env_file = prepare(state)?;
@@ -162,28 +164,38 @@ async fn up(
             .patch(NAMESPACE, &PatchParams::apply("gantry-dev"), &Patch::Apply(&namespace))
             .await
             .map_err(|e| gantry_tests::HarnessError::Other(format!("creating {NAMESPACE}: {e}")))?;
-        eprintln!("starting gantry-provisioner");
-        let provisioner = Provisioner::start_with(
-            ProvisionerOptions {
-                kubeconfig: plane.kubeconfig().to_path_buf(),
-                storage_url: storage.url().to_string(),
-                storage_token: None,
-                namespace: NAMESPACE.into(),
-                // Tags are resolved every 10 s unless the caller chose an interval.
-                args: (!provisioner_args
-                    .iter()
-                    .any(|a| a.starts_with("--resolve-interval")))
-                .then(|| "--resolve-interval=10s".to_string())
-                .into_iter()
-                .chain(provisioner_args)
-                .collect(),
-            },
-            &lifetime,
-        )?;
-        Ok::<_, gantry_tests::HarnessError>((plane, registry, storage, provisioner))
+        // Tags are resolved every 10 s unless the caller chose an interval.
+        let args: Vec<String> = (!provisioner_args
+            .iter()
+            .any(|a| a.starts_with("--resolve-interval")))
+        .then(|| "--resolve-interval=10s".to_string())
+        .into_iter()
+        .chain(provisioner_args)
+        .collect();
+        let mut provisioners = Vec::new();
+        for replica in 0..replicas {
+            let mut args = args.clone();
+            if replicas > 1 {
+                eprintln!("starting gantry-provisioner replica-{replica}");
+                args.extend(["--sharding".into(), format!("--identity=replica-{replica}")]);
+            } else {
+                eprintln!("starting gantry-provisioner");
+            }
+            provisioners.push(Provisioner::start_with(
+                ProvisionerOptions {
+                    kubeconfig: plane.kubeconfig().to_path_buf(),
+                    storage_url: storage.url().to_string(),
+                    storage_token: None,
+                    namespace: NAMESPACE.into(),
+                    args,
+                },
+                &lifetime,
+            )?);
+        }
+        Ok::<_, gantry_tests::HarnessError>((plane, registry, storage, provisioners))
     }
     .await;
-    let (plane, registry, storage, provisioner) = match started {
+    let (plane, registry, storage, provisioners) = match started {
         Ok(parts) => parts,
         Err(e) => {
             // Leave nothing half-started behind.
@@ -194,15 +206,22 @@ async fn up(
     let kubeconfig = state.join("kubeconfig");
     std::fs::copy(plane.kubeconfig(), &kubeconfig)
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
+    let joined = |part: fn(&Provisioner) -> String| {
+        provisioners.iter().map(part).collect::<Vec<_>>().join(" ")
+    };
+    // The first replica's (the only one's, without --replicas) under the names of one; every
+    // replica's under the plural names.
     std::fs::write(
         &env_file,
         format!(
-            "export KUBECONFIG={}\nexport GANTRY_REGISTRY={}\nexport GANTRY_STORAGE_URL={}\nexport GANTRY_METRICS_URL={}\nexport GANTRY_PROVISIONER_PID={}\nexport GANTRY_REGISTRY_METRICS_URL={}\n",
+            "export KUBECONFIG={}\nexport GANTRY_REGISTRY={}\nexport GANTRY_STORAGE_URL={}\nexport GANTRY_METRICS_URL={}\nexport GANTRY_PROVISIONER_PID={}\nexport GANTRY_METRICS_URLS=\"{}\"\nexport GANTRY_PROVISIONER_PIDS=\"{}\"\nexport GANTRY_REGISTRY_METRICS_URL={}\n",
             kubeconfig.display(),
             registry.host(),
             storage.url(),
-            provisioner.metrics_url(),
-            provisioner.pid(),
+            provisioners[0].metrics_url(),
+            provisioners[0].pid(),
+            joined(|p| p.metrics_url().to_string()),
+            joined(|p| p.pid().to_string()),
             registry.metrics_url()
         ),
     )
@@ -211,6 +230,12 @@ async fn up(
     println!("GANTRY_REGISTRY={}", registry.host());
     println!("API_SERVER={}", plane.server_url());
     println!("GANTRY_STORAGE_URL={}", storage.url());
-    println!("GANTRY_METRICS_URL={}", provisioner.metrics_url());
+    println!("GANTRY_METRICS_URL={}", provisioners[0].metrics_url());
+    if provisioners.len() > 1 {
+        println!(
+            "GANTRY_METRICS_URLS=\"{}\"",
+            joined(|p| p.metrics_url().to_string())
+        );
+    }
     Ok(())
 }

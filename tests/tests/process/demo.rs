@@ -108,3 +108,87 @@ fn the_readme_demo_installs_the_example_bundle() {
         state.display()
     );
 }
+
+/// `gantry-dev up --replicas 2`: two provisioners with `--sharding`, each announcing itself with
+/// its shard Lease, both listed in the environment file; `down` stops both.
+#[tokio::test]
+async fn gantry_dev_runs_several_sharded_replicas() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Api, ListParams};
+
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let gantry_dev = |args: &[&str]| {
+        std::process::Command::new(gantry_tests::binary("gantry-tests", "gantry-dev"))
+            .arg("--state-dir")
+            .arg(&state)
+            .args(args)
+            .output()
+            .expect("running gantry-dev")
+    };
+    struct Stop<F: Fn(&[&str]) -> Output>(F);
+    impl<F: Fn(&[&str]) -> Output> Drop for Stop<F> {
+        fn drop(&mut self) {
+            let _ = (self.0)(&["down"]);
+        }
+    }
+    let stop = Stop(gantry_dev);
+
+    let up = (stop.0)(&["up", "--replicas", "2"]);
+    assert!(
+        up.status.success(),
+        "gantry-dev up --replicas 2: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let env = std::fs::read_to_string(state.join("env")).unwrap();
+    let pids: Vec<u32> = env
+        .lines()
+        .find_map(|l| l.strip_prefix("export GANTRY_PROVISIONER_PIDS="))
+        .expect("GANTRY_PROVISIONER_PIDS in the env file")
+        .trim_matches('"')
+        .split_whitespace()
+        .map(|pid| pid.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2, "{env}");
+
+    let kubeconfig = kube::config::Kubeconfig::read_from(state.join("kubeconfig")).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let leases: Api<Lease> = Api::namespaced(client, "gantry-system");
+    let holders = gantry_tests::wait_until(
+        "a shard Lease of each replica",
+        std::time::Duration::from_secs(60),
+        || async {
+            let list = leases
+                .list(&ListParams::default().labels(gantry_api::SHARD_LABEL))
+                .await
+                .ok()?;
+            let mut holders: Vec<String> = list
+                .items
+                .iter()
+                .filter_map(|l| l.spec.as_ref()?.holder_identity.clone())
+                .collect();
+            holders.sort();
+            (holders.len() == 2).then_some(holders)
+        },
+    )
+    .await;
+    assert_eq!(holders, ["replica-0", "replica-1"]);
+
+    let down = (stop.0)(&["down"]);
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|stat| stat.split_whitespace().nth(2) == Some("Z")),
+            "provisioner {pid} still runs after down"
+        );
+    }
+}

@@ -197,11 +197,10 @@ fn not_ready(bundle: &Bundle) -> Option<String> {
 }
 
 /// Bundles whose `spec.dependsOn` names `changed`: a change of it may let them go on.
-pub(crate) fn dependents_of(bundles: &[Arc<Bundle>], changed: &Bundle) -> Vec<ObjectRef<Bundle>> {
-    let name = changed.name_any();
+pub(crate) fn dependents_of(bundles: &[Arc<Bundle>], changed: &str) -> Vec<ObjectRef<Bundle>> {
     bundles
         .iter()
-        .filter(|b| b.spec.depends_on.contains(&name))
+        .filter(|b| b.spec.depends_on.iter().any(|name| name == changed))
         .map(|b| ObjectRef::from_obj(b.as_ref()))
         .collect()
 }
@@ -297,7 +296,7 @@ mod tests {
             Arc::new(bundle("b", &["a"], false)),
             Arc::new(bundle("c", &["b"], false)),
         ];
-        let woken = dependents_of(&bundles, &bundle("a", &[], true));
+        let woken = dependents_of(&bundles, "a");
         assert_eq!(woken.len(), 1);
         assert_eq!(woken[0].name, "b");
     }

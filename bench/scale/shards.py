@@ -10,17 +10,27 @@ done: a client's watch of thousands of Bundles would add its own delay).
       last label write was (the ring settled).
 """
 import datetime
+import glob
 import json
+import os
 import sys
 
 SHARD, DRAIN = "gantry.dev/shard", "gantry.dev/drain"
+
+
+def audit_lines(path):
+    """The lines of the audit log at `path` and of the files it was rotated to before
+    (`audit-TIME.log` beside it, 100 MB each), oldest first."""
+    stem, ext = os.path.splitext(path)
+    for rotated in sorted(glob.glob(f"{stem}-*{ext}")) + [path]:
+        yield from open(rotated)
 
 
 def label_writes(path, since):
     """(seconds since the epoch, bundle, shard label, drain label) of each successful write of
     a Bundle's metadata done at or after `since`, in order."""
     writes = []
-    for line in open(path):
+    for line in audit_lines(path):
         event = json.loads(line)
         ref = event.get("objectRef", {})
         if ref.get("resource") != "bundles" or ref.get("subresource") or event.get("verb") != "patch":

@@ -176,6 +176,27 @@ impl Provisioner {
             .unwrap_or_else(|e| panic!("starting gantry-provisioner: {e}"))
     }
 
+    /// Starts one provisioner per identity from `options`; with more than one, each runs with
+    /// `--sharding` and its `--identity`, and they share the bundles.
+    pub fn start_replicas(
+        options: &ProvisionerOptions,
+        identities: &[String],
+        lifetime: &Lifetime,
+    ) -> Result<Vec<Self>, HarnessError> {
+        identities
+            .iter()
+            .map(|identity| {
+                let mut options = options.clone();
+                if identities.len() > 1 {
+                    options
+                        .args
+                        .extend(["--sharding".to_string(), format!("--identity={identity}")]);
+                }
+                Self::start_with(options, lifetime)
+            })
+            .collect()
+    }
+
     /// Starts a provisioner that lives as long as `lifetime` says.
     pub fn start_with(
         options: ProvisionerOptions,

@@ -172,26 +172,23 @@ async fn up(
         .into_iter()
         .chain(provisioner_args)
         .collect();
-        let mut provisioners = Vec::new();
-        for replica in 0..replicas {
-            let mut args = args.clone();
-            if replicas > 1 {
-                eprintln!("starting gantry-provisioner replica-{replica}");
-                args.extend(["--sharding".into(), format!("--identity=replica-{replica}")]);
-            } else {
-                eprintln!("starting gantry-provisioner");
-            }
-            provisioners.push(Provisioner::start_with(
-                ProvisionerOptions {
-                    kubeconfig: plane.kubeconfig().to_path_buf(),
-                    storage_url: storage.url().to_string(),
-                    storage_token: None,
-                    namespace: NAMESPACE.into(),
-                    args,
-                },
-                &lifetime,
-            )?);
+        if replicas > 1 {
+            eprintln!("starting {replicas} gantry-provisioner replicas (replica-0, ...) with --sharding");
+        } else {
+            eprintln!("starting gantry-provisioner");
         }
+        let identities: Vec<String> = (0..replicas).map(|n| format!("replica-{n}")).collect();
+        let provisioners = Provisioner::start_replicas(
+            &ProvisionerOptions {
+                kubeconfig: plane.kubeconfig().to_path_buf(),
+                storage_url: storage.url().to_string(),
+                storage_token: None,
+                namespace: NAMESPACE.into(),
+                args,
+            },
+            &identities,
+            &lifetime,
+        )?;
         Ok::<_, gantry_tests::HarnessError>((plane, registry, storage, provisioners))
     }
     .await;

@@ -122,28 +122,19 @@ async fn run(cli: &Cli, state: &std::path::Path) -> anyhow::Result<usize> {
     let storage = StorageServer::start_with(StorageOptions::default(), &lifetime)?;
     let client = plane.client().await;
     workload::ensure_namespace(&client, NAMESPACE).await?;
-    let mut provisioners = Vec::new();
-    for replica in 1..=replicas {
-        // Tags re-resolved often, so moved tags are noticed while faults go on.
-        let mut args = vec!["--resolve-interval=5s".to_string()];
-        if replicas > 1 {
-            args.extend([
-                "--sharding".to_string(),
-                "--identity".to_string(),
-                format!("r{replica}"),
-            ]);
-        }
-        provisioners.push(Provisioner::start_with(
-            ProvisionerOptions {
-                kubeconfig: plane.kubeconfig().to_path_buf(),
-                storage_url: storage.url().to_string(),
-                storage_token: None,
-                namespace: NAMESPACE.into(),
-                args,
-            },
-            &lifetime,
-        )?);
-    }
+    let identities: Vec<String> = (1..=replicas).map(|n| format!("r{n}")).collect();
+    let provisioners = Provisioner::start_replicas(
+        &ProvisionerOptions {
+            kubeconfig: plane.kubeconfig().to_path_buf(),
+            storage_url: storage.url().to_string(),
+            storage_token: None,
+            namespace: NAMESPACE.into(),
+            // Tags re-resolved often, so moved tags are noticed while faults go on.
+            args: vec!["--resolve-interval=5s".to_string()],
+        },
+        &identities,
+        &lifetime,
+    )?;
     let daemons = Arc::new(Daemons::discover(state, replicas)?);
     eprintln!("    {}", daemons.describe());
 

@@ -20,8 +20,8 @@ use crate::cluster::shard::Fence;
 /// How long a shard's Lease lasts without renewal: the longest a killed replica's bundles wait
 /// for a new owner (plus the sharder's round).
 pub const LEASE_DURATION: Duration = Duration::from_secs(12);
-/// How often it is renewed: the fence closes `SAFETY_MARGIN` before the Lease would expire, so
-/// a replica keeps writing through three failed renewals in a row, not four.
+/// How often it is renewed: the fence closes `SAFETY_MARGIN` before the Lease would expire, 7 s
+/// after the last renewal, so a replica keeps writing through three failed renewals in a row.
 pub const RENEW_INTERVAL: Duration = Duration::from_secs(2);
 
 /// The Lease a shard announces itself with.

@@ -7,7 +7,14 @@
 //! Lease expires in the sharder's eyes (by [`SAFETY_MARGIN`]), every write of the controllers
 //! goes through it, and a lapse stays a lapse until the controllers have been restarted: a pass
 //! that began before the lapse never writes again.
+//!
+//! The layer's check happens when a request enters the client; the bytes leave later, from
+//! the HTTP connection's own task. A replica paused in between would send the request once it
+//! runs again, after its bundles were handed over. So the connection tasks run under the fence
+//! too ([`FencedExecutor`]): each time one is polled, before it may write, the fence is checked,
+//! and a closed fence ends the task, which closes the connection with whatever it still held.
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
@@ -159,9 +166,12 @@ impl ReplicaLayer {
         Self { fence, user_agent }
     }
 
-    /// A client for `config` with this layer.
+    /// A client for `config` with this layer, whose connections run under the fence.
     pub fn client(&self, config: kube::Config) -> Result<Client, kube::Error> {
-        Ok(kube::client::ClientBuilder::try_from(config)?
+        let executor = FencedExecutor {
+            fence: self.fence.clone(),
+        };
+        Ok(kube::client::ClientBuilder::try_from((config, executor))?
             .with_layer(self)
             .build())
     }
@@ -181,6 +191,32 @@ impl<S> Layer<S> for ReplicaLayer {
 pub struct ReplicaService<S> {
     inner: S,
     layer: ReplicaLayer,
+}
+
+/// Spawns the HTTP client's background tasks (the connections, which write the requests to
+/// their sockets) so that they run only while the fence is open: checked at every poll, before
+/// the task may write, a closed fence drops the task and with it the connection.
+#[derive(Clone)]
+pub struct FencedExecutor {
+    fence: Fence,
+}
+
+type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl hyper::rt::Executor<Task> for FencedExecutor {
+    fn execute(&self, task: Task) {
+        tokio::spawn(fenced(self.fence.clone(), task));
+    }
+}
+
+/// `task`, ended at the first poll that finds `fence` closed.
+fn fenced(fence: Fence, mut task: Task) -> impl Future<Output = ()> + Send {
+    std::future::poll_fn(move |cx| {
+        if !fence.is_open() {
+            return Poll::Ready(());
+        }
+        task.as_mut().poll(cx)
+    })
 }
 
 /// The error a fenced write fails with.
@@ -296,5 +332,41 @@ mod tests {
         assert!(refused.unwrap_err().to_string().contains("shard Lease"));
         fence.renewed(Instant::now(), Duration::from_secs(60));
         assert!(service.ready().await.unwrap().call(patch()).await.is_ok());
+    }
+
+    /// A connection task that was given a request while the fence was open, and is polled
+    /// again after it closed (the replica was paused in between), writes nothing more.
+    #[tokio::test]
+    async fn a_connection_task_ends_at_its_first_poll_after_the_fence_closed() {
+        use hyper::rt::Executor;
+        async fn run(close_between: bool) -> Vec<&'static str> {
+            let fence = Fence::for_shard();
+            fence.renewed(Instant::now(), Duration::from_secs(60));
+            let (go, gate) = tokio::sync::oneshot::channel::<()>();
+            let (step, mut steps) = tokio::sync::mpsc::unbounded_channel();
+            FencedExecutor {
+                fence: fence.clone(),
+            }
+            .execute(Box::pin(async move {
+                let _ = step.send("took the request");
+                let _ = gate.await;
+                let _ = step.send("wrote it");
+            }));
+            let mut seen = vec![steps.recv().await.unwrap()];
+            if close_between {
+                fence.renewed(
+                    Instant::now() - Duration::from_secs(120),
+                    Duration::from_secs(60),
+                );
+            }
+            go.send(()).unwrap();
+            // Ends when the task has ended (its sender dropped), by either path.
+            while let Some(next) = steps.recv().await {
+                seen.push(next);
+            }
+            seen
+        }
+        assert_eq!(run(false).await, ["took the request", "wrote it"]);
+        assert_eq!(run(true).await, ["took the request"]);
     }
 }

@@ -64,6 +64,15 @@ fn text(value: &Value) -> String {
     value.as_str().unwrap_or_default().to_string()
 }
 
+/// The `labelSelector` of a request URI, decoded (empty without one).
+fn label_selector(uri: &str) -> String {
+    let query = uri.split_once('?').map(|(_, q)| q).unwrap_or_default();
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == "labelSelector")
+        .map(|(_, value)| value.into_owned())
+        .unwrap_or_default()
+}
+
 /// A write that took effect: create, update or patch, answered 2xx, not a dry run.
 fn successful_write(event: &Value) -> bool {
     let verb = event["verb"].as_str().unwrap_or_default();
@@ -117,6 +126,41 @@ impl AuditLog {
             .collect();
         writes.sort();
         writes
+    }
+
+    /// The reads of ConfigMaps in `namespace` (`get` with the name read, `list` with the
+    /// label selector asked), in the order the API server received them: (verb, name or
+    /// selector, User-Agent).
+    pub fn config_map_reads(&self, namespace: &str) -> Vec<(String, String, String)> {
+        let mut reads: Vec<(String, String, String, String)> = self
+            .events
+            .iter()
+            .filter(|event| {
+                let object = &event["objectRef"];
+                let verb = event["verb"].as_str().unwrap_or_default();
+                object["resource"] == "configmaps"
+                    && object["namespace"] == namespace
+                    && (verb == "get" || verb == "list")
+            })
+            .map(|event| {
+                let verb = text(&event["verb"]);
+                let what = match verb.as_str() {
+                    "get" => text(&event["objectRef"]["name"]),
+                    _ => label_selector(event["requestURI"].as_str().unwrap_or_default()),
+                };
+                (
+                    text(&event["requestReceivedTimestamp"]),
+                    verb,
+                    what,
+                    text(&event["userAgent"]),
+                )
+            })
+            .collect();
+        reads.sort();
+        reads
+            .into_iter()
+            .map(|(_, verb, what, agent)| (verb, what, agent))
+            .collect()
     }
 
     /// How the shard label of each of `bundles` changed, each bundle's changes in the order

@@ -54,6 +54,11 @@ rules:
     resources: ["configmaps"]
   - group: "gantry.dev"
     resources: ["bundles", "bundles/status"]
+- level: Metadata
+  verbs: ["get", "list"]
+  resources:
+  - group: ""
+    resources: ["configmaps"]
 - level: None
 "#;
 
@@ -435,7 +440,8 @@ impl ControlPlane {
     }
 
     /// The CA that signed the API server's certificate and verifies client certificates.
-    /// The API server's audit log: ConfigMap and Bundle writes, one JSON event per line.
+    /// The API server's audit log: ConfigMap and Bundle writes and ConfigMap reads, one JSON
+    /// event per line.
     pub fn audit_log(&self) -> PathBuf {
         self.dir.join(AUDIT_LOG)
     }

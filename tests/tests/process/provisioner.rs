@@ -1,7 +1,7 @@
 //! The provisioner end to end: real kube-apiserver + etcd, real registry, real storage server,
 //! the real `gantry-provisioner` binary.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
@@ -10,6 +10,7 @@ use gantry_api::{
     ProvisionerClass, ProvisionerClassSpec, UNINSTALL_FINALIZER,
 };
 use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
+use gantry_tests::audit::AuditLog;
 use gantry_tests::e2e::*;
 use gantry_tests::{
     Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, registry,
@@ -874,6 +875,73 @@ async fn drift_is_corrected() {
         "the deleted object to be restored",
     )
     .await;
+}
+
+/// A pass that checks live objects (drift repaired, a bundle taken over by another replica,
+/// a restart) reads a namespace's objects of one kind with one list by the bundle's label, and
+/// reads one by one only what that list did not find.
+#[tokio::test]
+async fn a_check_lists_a_kind_once_per_namespace_and_reads_only_what_the_list_missed() {
+    gantry();
+    let cluster = control_plane();
+    let client = cluster.client().await;
+    let ns = unique_name("listed");
+    ensure_namespace(&client, &ns).await;
+    let files: Vec<(String, String)> = (0..20)
+        .map(|i| {
+            (
+                format!("{i:02}.yaml"),
+                config_map(&format!("cm-{i}"), None, "desired"),
+            )
+        })
+        .collect();
+    let files: Vec<(&str, String)> = files.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let image = push(&format!("{ns}/app:v1"), &files).await;
+    let name = unique_name("listed");
+    create_bundle(&client, &name, spec(&image, Some(&ns))).await;
+    wait_bundle(&client, &name, "Ready", is_ready).await;
+    let reads_before = AuditLog::read(&cluster.audit_log())
+        .unwrap()
+        .config_map_reads(&ns)
+        .len();
+
+    // One object changed, one deleted: the passes that repair them check all twenty.
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let patch = json!({ "data": { "value": "tampered" } });
+    api.patch("cm-3", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    api.delete("cm-5", &DeleteParams::default()).await.unwrap();
+    wait_config_map(&client, &ns, "cm-3", "desired", "cm-3 restored").await;
+    wait_config_map(&client, &ns, "cm-5", "desired", "cm-5 restored").await;
+
+    let reads: Vec<(String, String, String)> = AuditLog::read(&cluster.audit_log())
+        .unwrap()
+        .config_map_reads(&ns)
+        .into_iter()
+        .skip(reads_before)
+        .filter(|(_, _, agent)| agent.starts_with("gantry-provisioner/"))
+        .collect();
+    let lists: Vec<&str> = reads
+        .iter()
+        .filter(|(verb, _, _)| verb == "list")
+        .map(|(_, selector, _)| selector.as_str())
+        .collect();
+    let gets: BTreeSet<&str> = reads
+        .iter()
+        .filter(|(verb, _, _)| verb == "get")
+        .map(|(_, object, _)| object.as_str())
+        .collect();
+    assert!(
+        lists
+            .iter()
+            .any(|selector| *selector == format!("{BUNDLE_LABEL}={name}")),
+        "the ConfigMaps were listed by the bundle's label: {reads:?}"
+    );
+    assert!(
+        gets.iter().all(|object| *object == "cm-5"),
+        "only the deleted ConfigMap, which no list found, was read on its own: {reads:?}"
+    );
 }
 
 #[tokio::test]

@@ -65,7 +65,9 @@ pub const FORCE_DISABLED: &str = "disabled";
 /// Label on a Bundle naming the provisioner replica (shard) that reconciles it, written by the
 /// sharder when replicas run with `--sharding`; on a shard's own Lease, the shard it announces.
 pub const SHARD_LABEL: &str = "gantry.dev/shard";
-/// Label on a Bundle, set by the sharder to the shard that must let it go: that shard finishes
-/// its pass, then removes both this label and [`SHARD_LABEL`], and the sharder assigns the
-/// bundle to its new shard. No bundle is reconciled by two replicas at once.
+/// Label on a Bundle, set by the sharder to the shard the bundle moves to: its present shard
+/// finishes its pass, then sets [`SHARD_LABEL`] to this label's value and removes this label, in
+/// one write. No bundle is reconciled by two replicas at once. (A value naming the bundle's
+/// present shard, as earlier versions wrote it, has that shard remove both labels and the
+/// sharder assign the bundle.)
 pub const DRAIN_LABEL: &str = "gantry.dev/drain";

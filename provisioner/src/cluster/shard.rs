@@ -254,14 +254,16 @@ where
     }
 }
 
-/// Lets a drained bundle go: removes its shard and drain labels, only if the bundle still is
-/// the version this replica saw (the sharder may have moved it since).
+/// Lets a drained bundle go, only if the bundle still is the version this replica saw (the
+/// sharder may have moved it since): hands it to the shard the drain label names, or, when the
+/// label names the bundle's own shard (as an earlier sharder wrote it), leaves it unassigned for
+/// the sharder to assign.
 pub async fn release(client: &Client, bundle: &Bundle) -> Result<(), kube::Error> {
     let api: Api<Bundle> = Api::all(client.clone());
     let patch = serde_json::json!({
         "metadata": {
             "resourceVersion": bundle.resource_version(),
-            "labels": { SHARD_LABEL: null, DRAIN_LABEL: null },
+            "labels": { SHARD_LABEL: handed_to(bundle), DRAIN_LABEL: null },
         }
     });
     api.patch(
@@ -271,6 +273,14 @@ pub async fn release(client: &Client, bundle: &Bundle) -> Result<(), kube::Error
     )
     .await
     .map(|_| ())
+}
+
+/// The shard a drained bundle goes to: the one its drain label names, unless that is the
+/// shard it is on.
+fn handed_to(bundle: &Bundle) -> Option<&str> {
+    let labels = bundle.labels();
+    let to = labels.get(DRAIN_LABEL)?;
+    (labels.get(SHARD_LABEL) != Some(to)).then_some(to.as_str())
 }
 
 /// Is `bundle` being drained from this replica?
@@ -368,5 +378,19 @@ mod tests {
         }
         assert_eq!(run(false).await, ["took the request", "wrote it"]);
         assert_eq!(run(true).await, ["took the request"]);
+    }
+
+    #[test]
+    fn a_drained_bundle_goes_to_the_shard_its_drain_label_names() {
+        let labelled = |shard: &str, drain: &str| {
+            let mut bundle = Bundle::new("b", Default::default());
+            bundle.labels_mut().insert(SHARD_LABEL.into(), shard.into());
+            bundle.labels_mut().insert(DRAIN_LABEL.into(), drain.into());
+            bundle
+        };
+        assert_eq!(handed_to(&labelled("r1", "r2")), Some("r2"));
+        // Named by an earlier sharder after the owner itself: unassigned.
+        assert_eq!(handed_to(&labelled("r1", "r1")), None);
+        assert_eq!(handed_to(&Bundle::new("b", Default::default())), None);
     }
 }

@@ -3,8 +3,10 @@
 //! `gantry.dev/shard` label; moves bundles when shards join or go.
 //!
 //! A bundle moves from a live shard in two steps, so that it is never reconciled by two
-//! replicas at once: the sharder sets `gantry.dev/drain` and waits; the old shard finishes its
-//! pass and removes both labels; then the sharder assigns the new shard. A shard whose Lease
+//! replicas at once: the sharder sets `gantry.dev/drain=<new shard>` and waits; the old shard
+//! finishes its pass and, in one write, labels the bundle with the new shard and removes the
+//! drain label. Two writes a move: Bundle writes are what limits how fast bundles move. A
+//! new shard gone before the old one let go is a gone owner like any other. A shard whose Lease
 //! expired is not asked: its fence closed before the Lease expired, so it writes no more, and
 //! its bundles are assigned at once. Every label write is conditional on the bundle's
 //! resourceVersion: a write based on an old view fails and the next round looks again.
@@ -51,29 +53,35 @@ const TICK: Duration = Duration::from_secs(1);
 pub enum Move {
     /// Write `gantry.dev/shard=<shard>` (and no drain label).
     Assign(String),
-    /// Ask the owner to let the bundle go: `gantry.dev/drain=<owner>`.
+    /// Ask the owner to hand the bundle to a shard: `gantry.dev/drain=<new shard>`.
     Drain(String),
     /// The bundle stays where it is after all: remove the drain label.
     Keep,
 }
 
-/// The move for a bundle labelled `current` (draining when `draining`), whose place on the
-/// ring is `desired`, given the live shards. `None`: nothing to do.
+/// The move for a bundle labelled `current`, asked to go to `draining` (the drain label's
+/// value), whose place on the ring is `desired`, given the live shards. `None`: nothing to do.
 pub fn decide(
     current: Option<&str>,
-    draining: bool,
+    draining: Option<&str>,
     desired: Option<&str>,
     live: &BTreeSet<String>,
 ) -> Option<Move> {
     let desired = desired?;
-    match current {
+    match (current, draining) {
         // Unassigned, or its shard is gone (its Lease expired or was released): assign.
-        None => Some(Move::Assign(desired.to_string())),
-        Some(owner) if !live.contains(owner) => Some(Move::Assign(desired.to_string())),
-        Some(owner) if owner == desired => draining.then_some(Move::Keep),
-        Some(owner) if !draining => Some(Move::Drain(owner.to_string())),
+        (None, _) => Some(Move::Assign(desired.to_string())),
+        (Some(owner), _) if !live.contains(owner) => Some(Move::Assign(desired.to_string())),
+        (Some(owner), _) if owner == desired => draining.is_some().then_some(Move::Keep),
+        (Some(_), None) => Some(Move::Drain(desired.to_string())),
+        // Asked to go to a shard that is no longer its place (gone, or the ring changed):
+        // asked again, for its place now. A drain naming the owner itself (as an earlier
+        // sharder wrote it) ends with the bundle unassigned: nothing to change.
+        (Some(owner), Some(to)) if to != desired && to != owner => {
+            Some(Move::Drain(desired.to_string()))
+        }
         // Drain asked; the owner has not let go yet.
-        Some(_) => None,
+        (Some(_), Some(_)) => None,
     }
 }
 
@@ -323,7 +331,7 @@ where
         let name = bundle.name_any();
         let labels = bundle.labels();
         let current = labels.get(SHARD_LABEL).map(String::as_str);
-        let draining = labels.contains_key(DRAIN_LABEL);
+        let draining = labels.get(DRAIN_LABEL).map(String::as_str);
         match current {
             Some(owner) if live.contains(owner) => {
                 if let Some(count) = owned.get_mut(owner) {
@@ -344,7 +352,13 @@ where
             desired.get(name.as_str()).copied(),
             &live,
         ) {
-            let handover = matches!(next, Move::Assign(_)) && current.is_some();
+            // A move off a shard: taken from a gone one, or asked of a live one (a drain asked
+            // again for another shard is the same move).
+            let handover = match &next {
+                Move::Assign(_) => current.is_some(),
+                Move::Drain(_) => draining.is_none(),
+                Move::Keep => false,
+            };
             moves.push((name, bundle.resource_version(), next, handover));
         }
     }
@@ -379,10 +393,10 @@ where
         match result {
             Ok(()) => {
                 written.insert(name.clone(), version);
+                if handover {
+                    metrics.shard_handovers.inc();
+                }
                 if let Move::Assign(shard) = &next {
-                    if handover {
-                        metrics.shard_handovers.inc();
-                    }
                     if let Some(since) = unowned.remove(&name) {
                         metrics
                             .shard_unowned_seconds
@@ -420,7 +434,7 @@ async fn write(
 ) -> Result<(), kube::Error> {
     let labels = match next {
         Move::Assign(shard) => serde_json::json!({ SHARD_LABEL: shard, DRAIN_LABEL: null }),
-        Move::Drain(owner) => serde_json::json!({ DRAIN_LABEL: owner }),
+        Move::Drain(to) => serde_json::json!({ DRAIN_LABEL: to }),
         Move::Keep => serde_json::json!({ DRAIN_LABEL: null }),
     };
     let patch = serde_json::json!({
@@ -443,32 +457,41 @@ mod tests {
     fn unassigned_bundles_and_those_of_gone_shards_are_assigned_at_once() {
         let shards = live(&["a", "b"]);
         assert_eq!(
-            decide(None, false, Some("a"), &shards),
+            decide(None, None, Some("a"), &shards),
             Some(Move::Assign("a".into()))
         );
         // The owner's Lease expired: no drain, its fence already holds its writes.
         assert_eq!(
-            decide(Some("c"), false, Some("b"), &shards),
+            decide(Some("c"), None, Some("b"), &shards),
             Some(Move::Assign("b".into()))
         );
         assert_eq!(
-            decide(Some("c"), true, Some("b"), &shards),
+            decide(Some("c"), Some("a"), Some("b"), &shards),
             Some(Move::Assign("b".into()))
         );
     }
 
     #[test]
     fn a_bundle_moves_from_a_live_shard_only_through_a_drain() {
-        let shards = live(&["a", "b"]);
+        let shards = live(&["a", "b", "c"]);
         assert_eq!(
-            decide(Some("a"), false, Some("b"), &shards),
-            Some(Move::Drain("a".into()))
+            decide(Some("a"), None, Some("b"), &shards),
+            Some(Move::Drain("b".into()))
         );
-        // Asked already: wait for the owner to let go.
-        assert_eq!(decide(Some("a"), true, Some("b"), &shards), None);
-        // Once let go, it is unassigned and goes to its new shard.
+        // Asked already: wait for the owner to hand it over.
+        assert_eq!(decide(Some("a"), Some("b"), Some("b"), &shards), None);
+        // Handed over: on its new shard, nothing more to do.
+        assert_eq!(decide(Some("b"), None, Some("b"), &shards), None);
+        // Asked to go to "c", but its place is "b" now (the ring changed): asked again.
         assert_eq!(
-            decide(None, false, Some("b"), &shards),
+            decide(Some("a"), Some("c"), Some("b"), &shards),
+            Some(Move::Drain("b".into()))
+        );
+        // A drain as an earlier sharder wrote it (naming the owner): the owner lets it go
+        // unassigned, and it is assigned then.
+        assert_eq!(decide(Some("a"), Some("a"), Some("b"), &shards), None);
+        assert_eq!(
+            decide(None, None, Some("b"), &shards),
             Some(Move::Assign("b".into()))
         );
     }
@@ -476,9 +499,9 @@ mod tests {
     #[test]
     fn a_bundle_in_place_stays_and_a_drain_no_longer_needed_is_taken_back() {
         let shards = live(&["a", "b"]);
-        assert_eq!(decide(Some("a"), false, Some("a"), &shards), None);
+        assert_eq!(decide(Some("a"), None, Some("a"), &shards), None);
         assert_eq!(
-            decide(Some("a"), true, Some("a"), &shards),
+            decide(Some("a"), Some("b"), Some("a"), &shards),
             Some(Move::Keep)
         );
     }
@@ -550,7 +573,7 @@ mod tests {
 
     #[test]
     fn without_live_shards_nothing_moves() {
-        assert_eq!(decide(None, false, None, &live(&[])), None);
-        assert_eq!(decide(Some("a"), false, None, &live(&[])), None);
+        assert_eq!(decide(None, None, None, &live(&[])), None);
+        assert_eq!(decide(Some("a"), None, None, &live(&[])), None);
     }
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL};
-use gantry_tests::audit::{AuditLog, writes_off_shard};
+use gantry_tests::audit::{AuditLog, replica_of, writes_off_shard};
 use gantry_tests::e2e::*;
 use gantry_tests::{
     CuttableProxy, Provisioner, ProvisionerOptions, StorageOptions, StorageServer, registry,
@@ -401,6 +401,19 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     let off_shard = writes_off_shard(&writes, &changes, |ns| {
         namespaces.contains(ns).then(|| ns.to_string())
     });
+    // A drained replica hands a bundle over itself, in one write naming the new shard.
+    let handed_over = changes
+        .values()
+        .flat_map(|changes| changes.windows(2))
+        .filter(|pair| match (&pair[0].shard, &pair[1].shard) {
+            (Some(from), Some(to)) => from != to && replica_of(&pair[1].user_agent) == from,
+            _ => false,
+        })
+        .count();
+    assert!(
+        handed_over > 0,
+        "no drained replica labelled a bundle with its new shard: {changes:?}"
+    );
     assert!(
         off_shard.is_empty(),
         "a replica wrote a bundle's objects while the bundle was another's (two writers):\n{}",

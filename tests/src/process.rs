@@ -169,7 +169,7 @@ pub fn stop_detached(root: &Path, grace: Duration) -> Result<usize, HarnessError
 
 /// Stops every process group listed in `root/pids` (TERM, then KILL after `grace`), leaving
 /// `root` in place. Returns how many groups were still running.
-pub(crate) fn stop_groups(root: &Path, grace: Duration) -> Result<usize, HarnessError> {
+pub fn stop_groups(root: &Path, grace: Duration) -> Result<usize, HarnessError> {
     let pids = root.join("pids");
     let listed = match std::fs::read_to_string(&pids) {
         Ok(text) => text,

@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gantry_api::{
-    Bundle, BundleStatus, DeletionPolicy, EffectiveHealth, InventoryEntry, ProvisionerClass,
+    Bundle, BundleStatus, DRAIN_LABEL, DeletionPolicy, EffectiveHealth, InventoryEntry,
+    ProvisionerClass,
 };
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -169,7 +170,8 @@ async fn release(bundle: &Bundle, ctx: &Context) -> Action {
             ctx.resolved.forget(&name);
             ctx.checked.forget(&name);
             ctx.written.forget(&name);
-            tracing::info!(bundle = %name, "released to the sharder");
+            let to = bundle.labels().get(DRAIN_LABEL).map(String::as_str);
+            tracing::info!(bundle = %name, to, "drained: handed over");
             Action::await_change()
         }
         // Changed since (the sharder took the drain back, say): look at the new version.

@@ -25,7 +25,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use gantry_tests::{
     ControlPlane, Lifetime, Provisioner, ProvisionerOptions, Registry, RegistryOptions,
-    StorageOptions, StorageServer, stop_detached,
+    StorageOptions, StorageServer, stop_detached, stop_groups,
 };
 
 use daemons::{Daemons, Fault};
@@ -86,7 +86,12 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&state)?;
     let result = run(&cli, &state).await;
     if !cli.keep {
-        let _ = stop_detached(&state, Duration::from_secs(5));
+        // A failed run keeps its logs (the processes are stopped all the same).
+        if matches!(result, Ok(0)) {
+            let _ = stop_detached(&state, Duration::from_secs(5));
+        } else {
+            let _ = stop_groups(&state, Duration::from_secs(5));
+        }
     } else {
         println!(
             "environment left running; stop it with: gantry-dev --state-dir {} down",

@@ -85,6 +85,18 @@ impl Fence {
         }
     }
 
+    /// May a connection send what it holds? Not once the fence has closed after it was open:
+    /// a write it holds may have passed the layer's check before then. Before the first
+    /// renewal it may: the layer lets no write through until then, and reads go on.
+    pub fn may_send(&self) -> bool {
+        let never_opened = self
+            .state
+            .as_ref()
+            .and_then(|s| s.lock().ok().map(|s| s.valid_until.is_none() && !s.lapsed))
+            .unwrap_or(false);
+        never_opened || self.is_open()
+    }
+
     /// The shard's Lease was renewed by a request sent at `asked_at`, for `duration`.
     pub fn renewed(&self, asked_at: Instant, duration: Duration) {
         let Some(state) = &self.state else {
@@ -212,7 +224,7 @@ impl hyper::rt::Executor<Task> for FencedExecutor {
 /// `task`, ended at the first poll that finds `fence` closed.
 fn fenced(fence: Fence, mut task: Task) -> impl Future<Output = ()> + Send {
     std::future::poll_fn(move |cx| {
-        if !fence.is_open() {
+        if !fence.may_send() {
             return Poll::Ready(());
         }
         task.as_mut().poll(cx)
@@ -296,7 +308,24 @@ mod tests {
     fn an_open_fence_never_closes() {
         let fence = Fence::open();
         assert!(fence.is_open());
+        assert!(fence.may_send());
         assert!(!fence.lapsed());
+    }
+
+    #[test]
+    fn connections_may_send_before_the_first_renewal_and_not_once_the_fence_closed() {
+        let fence = Fence::for_shard();
+        assert!(
+            !fence.is_open() && fence.may_send(),
+            "reads before the first renewal"
+        );
+        fence.renewed(Instant::now(), Duration::from_secs(60));
+        assert!(fence.may_send());
+        fence.renewed(
+            Instant::now() - Duration::from_secs(120),
+            Duration::from_secs(60),
+        );
+        assert!(!fence.may_send(), "closed after it was open");
     }
 
     #[test]

@@ -269,13 +269,17 @@ where
 /// Lets a drained bundle go, only if the bundle still is the version this replica saw (the
 /// sharder may have moved it since): hands it to the shard the drain label names, or, when the
 /// label names the bundle's own shard (as an earlier sharder wrote it), leaves it unassigned for
-/// the sharder to assign.
-pub async fn release(client: &Client, bundle: &Bundle) -> Result<(), kube::Error> {
+/// the sharder to assign. Returns the shard it went to (`None`: unassigned).
+pub async fn release<'b>(
+    client: &Client,
+    bundle: &'b Bundle,
+) -> Result<Option<&'b str>, kube::Error> {
     let api: Api<Bundle> = Api::all(client.clone());
+    let to = handed_to(bundle);
     let patch = serde_json::json!({
         "metadata": {
             "resourceVersion": bundle.resource_version(),
-            "labels": { SHARD_LABEL: handed_to(bundle), DRAIN_LABEL: null },
+            "labels": { SHARD_LABEL: to, DRAIN_LABEL: null },
         }
     });
     api.patch(
@@ -284,7 +288,7 @@ pub async fn release(client: &Client, bundle: &Bundle) -> Result<(), kube::Error
         &Patch::Merge(&patch),
     )
     .await
-    .map(|_| ())
+    .map(|_| to)
 }
 
 /// The shard a drained bundle goes to: the one its drain label names, unless that is the

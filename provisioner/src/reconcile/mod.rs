@@ -21,8 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gantry_api::{
-    Bundle, BundleStatus, DRAIN_LABEL, DeletionPolicy, EffectiveHealth, InventoryEntry,
-    ProvisionerClass,
+    Bundle, BundleStatus, DeletionPolicy, EffectiveHealth, InventoryEntry, ProvisionerClass,
 };
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -164,13 +163,12 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action>
 async fn release(bundle: &Bundle, ctx: &Context) -> Action {
     let name = bundle.name_any();
     match shard::release(&ctx.client, bundle).await {
-        Ok(()) => {
+        Ok(to) => {
             ctx.metrics.shard_releases.inc();
             ctx.backoff.success(&name);
             ctx.resolved.forget(&name);
             ctx.checked.forget(&name);
             ctx.written.forget(&name);
-            let to = bundle.labels().get(DRAIN_LABEL).map(String::as_str);
             tracing::info!(bundle = %name, to, "drained: handed over");
             Action::await_change()
         }

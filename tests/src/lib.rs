@@ -43,7 +43,7 @@ pub use node::{
 };
 pub use oci_image::{ImageConfig, push_rootfs};
 pub use pki::Pki;
-pub use process::{Lifetime, stop_detached, stop_groups};
+pub use process::{Lifetime, free_port, stop_detached, stop_groups};
 pub use proxy::CuttableProxy;
 pub use registry::{Registry, RegistryOptions, registry};
 

@@ -2,10 +2,12 @@
 
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::ops::Range;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{HarnessError, IoContext};
@@ -209,19 +211,47 @@ pub fn stop_groups(root: &Path, grace: Duration) -> Result<usize, HarnessError> 
     Ok(running.len())
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
-pub(crate) fn free_port() -> Result<u16, HarnessError> {
+/// A TCP port on 127.0.0.1 that was free a moment ago, for a daemon to listen on.
+pub fn free_port() -> Result<u16, HarnessError> {
     free_port_on(Ipv4Addr::LOCALHOST.into())
 }
 
 /// A TCP port on `address` (an address of this machine) that was free a moment ago.
+///
+/// The port comes from below the kernel's ephemeral range and below the NodePort range: a port
+/// the kernel handed out (`bind(0)`) can be taken by any outgoing connection before the daemon
+/// binds it, and with many tests connecting at once that happened. A port from below is taken
+/// only by another listener, which the bind here sees; the counter keeps the tests of one
+/// binary from being handed the same port twice.
 pub(crate) fn free_port_on(address: IpAddr) -> Result<u16, HarnessError> {
-    let listener =
-        TcpListener::bind((address, 0)).context(|| format!("finding a free port on {address}"))?;
-    Ok(listener
-        .local_addr()
-        .context(|| "reading a bound port".into())?
-        .port())
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ports = harness_ports();
+    let size = u32::from(ports.end - ports.start);
+    // Test binaries of other runs on this machine start elsewhere in the range.
+    let offset = std::process::id().wrapping_mul(7919) % size;
+    for _ in 0..size {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = ports.start + ((offset + step) % size) as u16;
+        if TcpListener::bind((address, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(HarnessError::Other(format!(
+        "no free port on {address} in {}..{}",
+        ports.start, ports.end
+    )))
+}
+
+/// The ports [`free_port_on`] hands out: up to 15,000 ports below both the kernel's ephemeral
+/// range (`net.ipv4.ip_local_port_range`) and Kubernetes' NodePort range (30000-32767).
+fn harness_ports() -> Range<u16> {
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let end = ephemeral_start.min(30000);
+    let start = end.saturating_sub(15000).max(1024);
+    start..end.max(start + 1)
 }
 
 /// The last `lines` lines of a log file, for error messages.

@@ -108,11 +108,7 @@ struct Browser {
 
 impl Browser {
     async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = gantry_tests::free_port().unwrap();
         let chromedriver = {
             use std::os::unix::process::CommandExt;
             Command::new("/usr/bin/chromedriver")

@@ -28,7 +28,20 @@ pub fn select(
     classes: &[Arc<ProvisionerClass>],
     provisioner_id: &str,
 ) -> Selection {
-    let class = match bundle.spec.provisioner_class_name.as_deref() {
+    select_by_name(
+        bundle.spec.provisioner_class_name.as_deref(),
+        classes,
+        provisioner_id,
+    )
+}
+
+/// [`select`] for a bundle whose `spec.provisionerClassName` is `class_name`.
+pub fn select_by_name(
+    class_name: Option<&str>,
+    classes: &[Arc<ProvisionerClass>],
+    provisioner_id: &str,
+) -> Selection {
+    let class = match class_name {
         Some(name) => match classes.iter().find(|c| c.name_any() == name) {
             Some(class) => class.clone(),
             None => return Selection::Missing(Error::ClassNotFound(name.to_string())),

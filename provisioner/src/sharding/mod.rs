@@ -6,4 +6,5 @@
 //! uses it.
 
 pub mod membership;
+pub mod placements;
 pub mod sharder;

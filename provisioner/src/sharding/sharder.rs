@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
-use gantry_api::{Bundle, BundleSpec, DRAIN_LABEL, ProvisionerClass, SHARD_LABEL};
+use gantry_api::{Bundle, DRAIN_LABEL, ProvisionerClass, SHARD_LABEL};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
@@ -34,9 +34,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 
-use crate::policy::class_selection::{Selection, select};
+use crate::policy::class_selection::{Selection, select_by_name};
 use crate::policy::ring::Ring;
 use crate::sharding::membership::{expiry, is_live};
+use crate::sharding::placements::{Placement, Placements};
 use crate::state::metrics::{Metrics, ShardLabels};
 use k8s_openapi::jiff::Timestamp;
 
@@ -137,28 +138,30 @@ pub async fn run(
             futures::future::ready(())
         })
     };
-    // Names, labels and the class name are all the sharder reads: the rest is dropped before
-    // the store keeps a bundle.
-    let (bundles, bundle_writer) = reflector::store::<Bundle>();
+    // Names, labels and the class name are all the sharder reads: that is all it keeps.
+    let placements = Placements::default();
     let bundle_events = {
         let changed = changed.clone();
         let object_changes = object_changes.clone();
+        let placements = placements.clone();
         watcher::watcher(bundles_api.clone(), watcher::Config::default())
             .default_backoff()
-            .modify(strip)
-            .reflect(bundle_writer)
-            .for_each(move |_| {
+            .for_each(move |event| {
+                if let Ok(event) = event {
+                    placements.apply(&event);
+                }
                 object_changes.fetch_add(1, Ordering::Relaxed);
                 changed.notify_one();
                 futures::future::ready(())
             })
     };
     let rounds = async {
-        if leases.wait_until_ready().await.is_err()
-            || bundles.wait_until_ready().await.is_err()
-            || classes.wait_until_ready().await.is_err()
-        {
+        if leases.wait_until_ready().await.is_err() || classes.wait_until_ready().await.is_err() {
             return;
+        }
+        // Every bundle event notifies `changed`, the first listing's end included.
+        while !placements.is_ready() {
+            changed.notified().await;
         }
         tracing::info!("sharding bundles");
         let mut memory = Memory::default();
@@ -175,14 +178,18 @@ pub async fn run(
                 wait_for_change(&changed, &leases.state()).await;
                 continue;
             }
-            let ours: Vec<Arc<Bundle>> = {
+            let ours: Vec<Placement> = {
                 let classes = classes.state();
-                bundles
-                    .state()
+                placements
+                    .snapshot()
                     .into_iter()
-                    .filter(|bundle| {
+                    .filter(|placement| {
                         !matches!(
-                            select(bundle, &classes, &provisioner_id),
+                            select_by_name(
+                                placement.class_name.as_deref(),
+                                &classes,
+                                &provisioner_id
+                            ),
                             Selection::NotOurs
                         )
                     })
@@ -293,7 +300,7 @@ async fn round<F, Fut>(
     api: &Api<Bundle>,
     leases: &Store<Lease>,
     fresh_leases: F,
-    bundles: &[Arc<Bundle>],
+    bundles: &[Placement],
     metrics: &Metrics,
     memory: &mut Memory,
 ) -> bool
@@ -308,13 +315,12 @@ where
     } = memory;
     let owners: BTreeSet<&str> = bundles
         .iter()
-        .filter_map(|bundle| bundle.labels().get(SHARD_LABEL).map(String::as_str))
+        .filter_map(|bundle| bundle.shard.as_deref())
         .collect();
     let Some(live) = live_for_round(&leases.state(), &owners, fresh_leases).await else {
         return false;
     };
-    let names: Vec<String> = bundles.iter().map(|b| b.name_any()).collect();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let refs: Vec<&str> = bundles.iter().map(|b| b.name.as_str()).collect();
     let ring = Ring::new(live.iter().cloned());
     let desired: BTreeMap<&str, &str> = ring.assign(&refs);
 
@@ -322,16 +328,15 @@ where
     let mut moves = Vec::new();
     let present: BTreeSet<&str> = refs.iter().copied().collect();
     unowned.retain(|name, _| present.contains(name.as_str()));
-    let versions: HashMap<String, Option<String>> = bundles
+    let versions: HashMap<&str, &Option<String>> = bundles
         .iter()
-        .map(|bundle| (bundle.name_any(), bundle.resource_version()))
+        .map(|bundle| (bundle.name.as_str(), &bundle.resource_version))
         .collect();
-    written.retain(|name, version| versions.get(name) == Some(version));
-    for bundle in bundles.iter() {
-        let name = bundle.name_any();
-        let labels = bundle.labels();
-        let current = labels.get(SHARD_LABEL).map(String::as_str);
-        let draining = labels.get(DRAIN_LABEL).map(String::as_str);
+    written.retain(|name, version| versions.get(name.as_str()) == Some(&&*version));
+    for bundle in bundles {
+        let name = bundle.name.clone();
+        let current = bundle.shard.as_deref();
+        let draining = bundle.drain.as_deref();
         match current {
             Some(owner) if live.contains(owner) => {
                 if let Some(count) = owned.get_mut(owner) {
@@ -359,7 +364,7 @@ where
                 Move::Drain(_) => draining.is_none(),
                 Move::Keep => false,
             };
-            moves.push((name, bundle.resource_version(), next, handover));
+            moves.push((name, bundle.resource_version.clone(), next, handover));
         }
     }
     for (shard, count) in &owned {
@@ -411,18 +416,6 @@ where
         }
     }
     nothing_moved
-}
-
-/// What the sharder keeps of a bundle: its metadata without managedFields and annotations, and
-/// its class name.
-fn strip(bundle: &mut Bundle) {
-    bundle.managed_fields_mut().clear();
-    bundle.annotations_mut().clear();
-    bundle.status = None;
-    bundle.spec = BundleSpec {
-        provisioner_class_name: bundle.spec.provisioner_class_name.take(),
-        ..Default::default()
-    };
 }
 
 /// Writes one move, if the bundle is still at `version`.

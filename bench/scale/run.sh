@@ -249,7 +249,11 @@ print(f"  its Lease expires {expires:.1f} s after the kill")' "$killed_at"
     --namespace gantry-system --metrics-address 127.0.0.1:0 --scratch-dir "$work/$added" \
     "${provisioner_args[@]}" "${shard_args[@]}" --identity "$added" >"$work/$added/log" 2>&1 &
   extra_pids+=($!)
-  wait_settled 180 || echo "the shards' labels did not settle within 180 s" >&2
+  # Each look lists every Bundle on a loaded API server, several seconds at 10,000: the deadline
+  # grows with them. It only says when to read the audit log; the figure comes from the log.
+  settle_deadline=$((180 + BUNDLES / 25))
+  wait_settled "$settle_deadline" ||
+    echo "the shards' labels did not hold still for three looks within ${settle_deadline} s (the time below is from the audit log)" >&2
   wait_ready_count bundles "$BUNDLES" 300 || echo "not all $BUNDLES bundles Ready after the rebalance" >&2
   api_requests_snapshot "$work/requests-after-add"
   python3 bench/scale/shards.py rebalance "$audit_log" "$work/before-add" "$added" "$added_at"

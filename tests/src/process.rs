@@ -245,6 +245,11 @@ pub(crate) fn free_port_on(address: IpAddr) -> Result<u16, HarnessError> {
 /// The ports [`free_port_on`] hands out: up to 15,000 ports below both the kernel's ephemeral
 /// range (`net.ipv4.ip_local_port_range`) and Kubernetes' NodePort range (30000-32767).
 fn harness_ports() -> Range<u16> {
+    static PORTS: OnceLock<Range<u16>> = OnceLock::new();
+    PORTS.get_or_init(read_harness_ports).clone()
+}
+
+fn read_harness_ports() -> Range<u16> {
     let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())

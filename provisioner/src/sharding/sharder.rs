@@ -332,7 +332,11 @@ where
         .iter()
         .map(|bundle| (bundle.name.as_str(), &bundle.resource_version))
         .collect();
-    written.retain(|name, version| versions.get(name.as_str()) == Some(&&*version));
+    written.retain(|name, version| {
+        versions
+            .get(name.as_str())
+            .is_some_and(|seen| *seen == version)
+    });
     for bundle in bundles {
         let name = bundle.name.clone();
         let current = bundle.shard.as_deref();

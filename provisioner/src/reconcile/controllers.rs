@@ -173,7 +173,7 @@ pub async fn run(
                 )
                 .graceful_shutdown_on(shutdown)
                 .run(super::reconcile, bundle_error_policy, ctx)
-                .for_each(|_| async {})
+                .for_each(|result| async move { log_dropped(result) })
                 .await;
         }
     };
@@ -262,6 +262,16 @@ impl Triggers {
                 (previous != Some(trigger)).then_some(Ok(bundle))
             }
         }
+    }
+}
+
+/// Logs what kube-runtime reports without reconciling: a request for a bundle no longer in the
+/// store (it left the watch) is dropped there, as is a trigger stream's error. A failed pass
+/// is logged by its error policy already.
+fn log_dropped<T>(result: Result<T, controller::Error<Error, watcher::Error>>) {
+    match result {
+        Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
+        Err(error) => tracing::debug!(%error, "bundle controller"),
     }
 }
 

@@ -140,6 +140,7 @@ impl Pass<'_> {
     fields(bundle = %bundle.name_any(), digest = tracing::field::Empty)
 )]
 pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action> {
+    tracing::debug!(version = ?bundle.metadata.resource_version, "pass begins");
     if ctx.shard.is_some() {
         // A replica whose shard Lease is not current does nothing: its bundles may be another
         // replica's by now. Its controllers restart once the Lease is renewed.
@@ -263,6 +264,10 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
 /// when a retry can help; otherwise the bundle is `Stalled` and waits for what must change.
 fn record_failure(pass: &mut Pass<'_>, fingerprint: u64, failure: &Failure) -> Action {
     let ctx = pass.ctx;
+    // The status now reports this failure: the next pass must be a whole one, which reports
+    // what it finds, not the shortcut for a bundle unchanged since its last full check (that
+    // writes nothing, and would leave the failure in place until the next resync).
+    ctx.checked.forget(&pass.name);
     let (type_, reason) = failure.condition();
     ctx.metrics
         .failures

@@ -4,14 +4,85 @@
 //! The sharder's replica watches every bundle of the installation, not only its own. A
 //! reflector's store would keep each as a whole `Bundle` (about 2 KiB each even with the spec
 //! and status dropped); a [`Placement`] is a tenth of that, so the sharder's replica does not
-//! grow with the installation much more than the other replicas do.
+//! grow with the installation much more than the other replicas do. The watch itself decodes
+//! each Bundle as a [`PlacementView`], skipping its status and managedFields while it parses: a
+//! page of the listing costs its text, not also that many whole Bundles decoded.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL};
-use kube::ResourceExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
+use kube::{Resource, ResourceExt};
+use serde::Deserialize;
+
+/// A Bundle as the sharder's watch decodes it: its name, resourceVersion and labels, and its
+/// class name. Everything else (the spec's other fields, the status, managedFields) is skipped
+/// by the parser without being built.
+#[derive(Clone, Debug, Default)]
+pub struct PlacementView {
+    metadata: ObjectMeta,
+    class_name: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for PlacementView {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Raw {
+            metadata: RawMeta,
+            #[serde(default)]
+            spec: RawSpec,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct RawMeta {
+            name: Option<String>,
+            resource_version: Option<String>,
+            labels: Option<BTreeMap<String, String>>,
+        }
+        #[derive(Deserialize, Default)]
+        #[serde(rename_all = "camelCase")]
+        struct RawSpec {
+            provisioner_class_name: Option<String>,
+        }
+        let raw = Raw::deserialize(deserializer)?;
+        Ok(Self {
+            metadata: ObjectMeta {
+                name: raw.metadata.name,
+                resource_version: raw.metadata.resource_version,
+                labels: raw.metadata.labels,
+                ..Default::default()
+            },
+            class_name: raw.spec.provisioner_class_name,
+        })
+    }
+}
+
+impl Resource for PlacementView {
+    type DynamicType = ();
+    type Scope = <Bundle as Resource>::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Bundle::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        Bundle::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        Bundle::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Bundle::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
 
 /// One bundle as the sharder sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,14 +98,14 @@ pub struct Placement {
 }
 
 impl Placement {
-    pub fn of(bundle: &Bundle) -> Self {
+    pub fn of(bundle: &PlacementView) -> Self {
         let labels = bundle.labels();
         Self {
             name: bundle.name_any(),
             resource_version: bundle.resource_version(),
             shard: labels.get(SHARD_LABEL).cloned(),
             drain: labels.get(DRAIN_LABEL).cloned(),
-            class_name: bundle.spec.provisioner_class_name.clone(),
+            class_name: bundle.class_name.clone(),
         }
     }
 }
@@ -56,7 +127,7 @@ pub struct Placements {
 
 impl Placements {
     /// Applies one event of the Bundle watch.
-    pub fn apply(&self, event: &Event<Bundle>) {
+    pub fn apply(&self, event: &Event<PlacementView>) {
         let Ok(mut state) = self.state.lock() else {
             return;
         };
@@ -102,12 +173,14 @@ impl Placements {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gantry_api::BundleSpec;
+    use gantry_api::{BundleSpec, BundleStatus, InventoryEntry};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 
-    fn bundle(name: &str, version: &str, shard: Option<&str>) -> Bundle {
+    fn full_bundle(name: &str, version: &str, shard: Option<&str>) -> Bundle {
         let mut bundle = Bundle::new(
             name,
             BundleSpec {
+                image: "127.0.0.1:5000/app:v1".into(),
                 provisioner_class_name: Some("plain".into()),
                 ..Default::default()
             },
@@ -117,6 +190,56 @@ mod tests {
             bundle.labels_mut().insert(SHARD_LABEL.into(), shard.into());
         }
         bundle
+    }
+
+    /// The view of `full_bundle`, as the watch decodes it from the API server's JSON.
+    fn bundle(name: &str, version: &str, shard: Option<&str>) -> PlacementView {
+        view(&full_bundle(name, version, shard))
+    }
+
+    fn view(bundle: &Bundle) -> PlacementView {
+        serde_json::from_value(serde_json::to_value(bundle).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_view_keeps_what_a_placement_reads_and_builds_nothing_else() {
+        let mut b = full_bundle("a", "7", Some("r1"));
+        b.annotations_mut().insert("note".into(), "x".into());
+        b.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("gantry-provisioner".into()),
+            fields_v1: Some(FieldsV1(serde_json::json!({"f:status": {}}))),
+            ..Default::default()
+        }]);
+        b.status = Some(BundleStatus {
+            inventory: vec![InventoryEntry {
+                kind: "ConfigMap".into(),
+                version: "v1".into(),
+                name: "c".into(),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let view = view(&b);
+        assert_eq!(view.name_any(), "a");
+        assert_eq!(view.resource_version().as_deref(), Some("7"));
+        assert_eq!(
+            view.labels().get(SHARD_LABEL).map(String::as_str),
+            Some("r1")
+        );
+        assert_eq!(view.class_name.as_deref(), Some("plain"));
+        assert!(view.metadata.managed_fields.is_none());
+        assert!(view.metadata.annotations.is_none());
+        // Same group, version and resource as the Bundle: the watch's URL is the Bundles'.
+        assert_eq!(
+            PlacementView::url_path(&(), None),
+            Bundle::url_path(&(), None)
+        );
+        // A Bundle without a spec's class (or any spec) is read too.
+        let bare: PlacementView =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "b"}})).unwrap();
+        assert_eq!(bare.name_any(), "b");
+        assert_eq!(bare.class_name, None);
     }
 
     fn names(placements: &Placements) -> Vec<(String, Option<String>)> {
@@ -129,10 +252,10 @@ mod tests {
 
     #[test]
     fn a_placement_holds_the_labels_version_and_class() {
-        let mut b = bundle("a", "7", Some("r1"));
+        let mut b = full_bundle("a", "7", Some("r1"));
         b.labels_mut().insert(DRAIN_LABEL.into(), "r2".into());
         assert_eq!(
-            Placement::of(&b),
+            Placement::of(&view(&b)),
             Placement {
                 name: "a".into(),
                 resource_version: Some("7".into()),

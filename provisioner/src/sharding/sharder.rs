@@ -37,13 +37,16 @@ use tokio::sync::Notify;
 use crate::policy::class_selection::{Selection, select_by_name};
 use crate::policy::ring::Ring;
 use crate::sharding::membership::{expiry, is_live};
-use crate::sharding::placements::{Placement, Placements};
+use crate::sharding::placements::{Placement, PlacementView, Placements};
 use crate::state::metrics::{Metrics, ShardLabels};
 use k8s_openapi::jiff::Timestamp;
 
 /// Label writes in flight at once. A dead shard's bundles wait for theirs while the new owners'
 /// first passes load the API server: a killed replica's 210 bundles took 4.6 s at 16 at once.
 const WRITES_AT_ONCE: usize = 64;
+
+/// Bundles a page of the sharder's listing of every Bundle.
+const PAGE_SIZE: u32 = 100;
 /// How long changes are gathered before a round (a burst of new bundles is one round).
 const DEBOUNCE: Duration = Duration::from_millis(200);
 /// A round at least this often: Leases expire without an event.
@@ -144,16 +147,20 @@ pub async fn run(
         let changed = changed.clone();
         let object_changes = object_changes.clone();
         let placements = placements.clone();
-        watcher::watcher(bundles_api.clone(), watcher::Config::default())
-            .default_backoff()
-            .for_each(move |event| {
-                if let Ok(event) = event {
-                    placements.apply(&event);
-                }
-                object_changes.fetch_add(1, Ordering::Relaxed);
-                changed.notify_one();
-                futures::future::ready(())
-            })
+        // Pages of 100: a page is held as text while it is parsed, about 7 KiB a Bundle.
+        watcher::watcher(
+            Api::<PlacementView>::all(client.clone()),
+            watcher::Config::default().page_size(PAGE_SIZE),
+        )
+        .default_backoff()
+        .for_each(move |event| {
+            if let Ok(event) = event {
+                placements.apply(&event);
+            }
+            object_changes.fetch_add(1, Ordering::Relaxed);
+            changed.notify_one();
+            futures::future::ready(())
+        })
     };
     let rounds = async {
         if leases.wait_until_ready().await.is_err() || classes.wait_until_ready().await.is_err() {

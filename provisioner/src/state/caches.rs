@@ -37,7 +37,7 @@ impl<V: PartialEq> Recent<V> {
         })
     }
 
-    /// Forgets `bundle` (it was deleted).
+    /// Forgets `bundle` (deleted, handed over, or its last pass failed).
     pub fn forget(&self, bundle: &str) {
         if let Ok(mut entries) = self.entries.lock() {
             entries.remove(bundle);

@@ -210,6 +210,97 @@ async fn a_slow_pull_shows_unpacking_while_it_lasts() {
     wait_bundle(&client, &name, "Ready", is_ready).await;
 }
 
+/// A TCP proxy to `upstream` on loopback that can be taken down, as a registry that went away:
+/// while down it closes the connections it holds and each new one at once.
+struct SwitchableProxy {
+    address: String,
+    up: tokio::sync::watch::Sender<bool>,
+}
+
+impl SwitchableProxy {
+    async fn start(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (up, _) = tokio::sync::watch::channel(true);
+        let switch = up.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let mut up = switch.subscribe();
+                if !*up.borrow_and_update() {
+                    continue;
+                }
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = up.wait_for(|up| !*up) => {}
+                    }
+                });
+            }
+        });
+        Self { address, up }
+    }
+
+    fn set_up(&self, up: bool) {
+        self.up.send_replace(up);
+    }
+}
+
+/// A pass that failed while the registry was away reports Ready again at the first pass after
+/// it is back. The digest did not change, so that pass could take the shortcut of a bundle
+/// unchanged since its last full check, which writes nothing: the failure would stay in the
+/// status until the next resync (30 s here).
+#[tokio::test]
+async fn a_failure_is_cleared_by_the_first_pass_after_the_registry_is_back() {
+    gantry();
+    let client = setup(control_plane()).await;
+    let ns = unique_name("outage");
+    push(
+        &format!("{ns}/app:v1"),
+        &[("cm.yaml", config_map("outage", Some(&ns), "k: v"))],
+    )
+    .await;
+    ensure_namespace(&client, &ns).await;
+    let proxy = SwitchableProxy::start(registry().host().to_string()).await;
+    let class = unique_name("outage-class");
+    let mut class_body = class_spec(ApprovalPolicy::Automatic);
+    class_body.insecure_registries.push(proxy.address.clone());
+    apply_class(&client, &class, class_body, false).await;
+    let name = unique_name("outage");
+    let mut bundle_spec = spec(&format!("{}/{ns}/app:v1", proxy.address), Some(&ns));
+    bundle_spec.provisioner_class_name = Some(class);
+    create_bundle(&client, &name, bundle_spec).await;
+    wait_bundle(&client, &name, "Ready", is_ready).await;
+
+    // The tag is resolved again every second: the first resolution while the registry is
+    // away fails.
+    proxy.set_up(false);
+    wait_bundle(
+        &client,
+        &name,
+        "Ready=False PullFailed",
+        reason_is(types::READY, reasons::PULL_FAILED),
+    )
+    .await;
+    proxy.set_up(true);
+    let back = std::time::Instant::now();
+    let bundle = wait_bundle(&client, &name, "Ready again", is_ready).await;
+    // The retries back off from 200 ms to at most 5 s: one comes within seconds.
+    assert!(
+        back.elapsed() < Duration::from_secs(12),
+        "Ready again {:.1} s after the registry came back, not at the first retry",
+        back.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        condition(&bundle, types::UNPACKED).map(|c| c.status.as_str()),
+        Some("True"),
+        "the pull failure is gone from Unpacked too"
+    );
+}
+
 #[tokio::test]
 async fn a_moved_tag_rolls_out_and_prunes() {
     gantry();

@@ -47,6 +47,7 @@ const WRITES_AT_ONCE: usize = 64;
 
 /// Bundles a page of the sharder's listing of every Bundle.
 const PAGE_SIZE: u32 = 100;
+
 /// How long changes are gathered before a round (a burst of new bundles is one round).
 const DEBOUNCE: Duration = Duration::from_millis(200);
 /// A round at least this often: Leases expire without an event.

@@ -230,18 +230,27 @@ impl RegistryClient {
         })
     }
 
+    /// Whether the registry has the blob already. The check only saves an upload: when the
+    /// registry cannot answer it (docker-registry answers 500 for a blob whose record in the
+    /// repository a crash left empty), the blob is uploaded, which writes that record again,
+    /// or fails with an error of its own.
+    async fn has_blob(&self, target: &Reference, digest: &str) -> bool {
+        match self.client.blob_exists(target, digest).await {
+            Ok(exists) => exists,
+            Err(error) => {
+                tracing::debug!(%digest, %error, "checking for a blob failed; uploading it");
+                false
+            }
+        }
+    }
+
     async fn push_small_blob(
         &self,
         target: &Reference,
         data: Vec<u8>,
         digest: &str,
     ) -> Result<(), ImageError> {
-        if self
-            .client
-            .blob_exists(target, digest)
-            .await
-            .map_err(|e| map_error(target, e))?
-        {
+        if self.has_blob(target, digest).await {
             return Ok(());
         }
         self.client
@@ -259,12 +268,7 @@ impl RegistryClient {
         digest: &str,
         stats: &Arc<PushStats>,
     ) -> Result<(), ImageError> {
-        if self
-            .client
-            .blob_exists(target, digest)
-            .await
-            .map_err(|e| map_error(target, e))?
-        {
+        if self.has_blob(target, digest).await {
             return Ok(());
         }
         let file = tokio::fs::File::open(path)

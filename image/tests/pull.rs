@@ -558,6 +558,53 @@ fn blob_path(registry: &Registry, digest: &str) -> std::path::PathBuf {
         .join("data")
 }
 
+/// docker-registry keeps, per repository, a `link` file naming each blob it holds; one written
+/// when the registry was killed can be left empty, and from then on the registry answers 500 to
+/// every existence check of that blob in that repository. A push uploads the blob anyway, which
+/// writes the link again.
+#[tokio::test]
+async fn a_push_repairs_a_blob_the_registry_cannot_check() {
+    let own = Registry::start(RegistryOptions::default());
+    let host = own.host().to_string();
+    let client = plain_client(&host);
+    let dir = bundle_dir(BUNDLE);
+    let repo = unique_name("broken-link");
+    let pushed = client
+        .push_dir(dir.path(), &format!("{host}/{repo}:v1"), &[], &limits())
+        .await
+        .unwrap();
+    let hex = pushed.layer_digest.trim_start_matches("sha256:");
+    let link = own
+        .root()
+        .join("docker/registry/v2/repositories")
+        .join(&repo)
+        .join("_layers/sha256")
+        .join(hex)
+        .join("link");
+    std::fs::write(&link, b"").unwrap();
+    let check = reqwest::Client::new()
+        .head(format!(
+            "http://{host}/v2/{repo}/blobs/{}",
+            pushed.layer_digest
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        check.status().as_u16(),
+        500,
+        "the registry cannot check the blob"
+    );
+
+    let again = client
+        .push_dir(dir.path(), &format!("{host}/{repo}:v2"), &[], &limits())
+        .await
+        .expect("the push uploads the blob it could not check");
+    assert_eq!(again.layer_digest, pushed.layer_digest);
+    assert_eq!(std::fs::read_to_string(&link).unwrap(), pushed.layer_digest);
+    client.pull(&request(&again.pinned, None)).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_blob_tampered_with_in_storage_is_a_digest_mismatch() {
     let own = Registry::start(RegistryOptions::default());

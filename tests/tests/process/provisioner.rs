@@ -173,28 +173,36 @@ async fn slow_proxy(upstream: String, delay: Duration) -> String {
     address
 }
 
+/// Pushes an image of one ConfigMap into a new namespace and creates a bundle of it pulled
+/// through `proxy` (a class of its own trusts it over plain HTTP). Returns the bundle's name
+/// and the namespace.
+async fn bundle_through(client: &Client, proxy: &str, what: &str) -> (String, String) {
+    let ns = unique_name(what);
+    push(
+        &format!("{ns}/app:v1"),
+        &[("cm.yaml", config_map(what, Some(&ns), "k: v"))],
+    )
+    .await;
+    ensure_namespace(client, &ns).await;
+    let class = unique_name(&format!("{what}-class"));
+    let mut class_body = class_spec(ApprovalPolicy::Automatic);
+    class_body.insecure_registries.push(proxy.to_string());
+    apply_class(client, &class, class_body, false).await;
+    let name = unique_name(what);
+    let mut bundle_spec = spec(&format!("{proxy}/{ns}/app:v1"), Some(&ns));
+    bundle_spec.provisioner_class_name = Some(class);
+    create_bundle(client, &name, bundle_spec).await;
+    (name, ns)
+}
+
 #[tokio::test]
 async fn a_slow_pull_shows_unpacking_while_it_lasts() {
     gantry();
     let client = setup(control_plane()).await;
-    let ns = unique_name("slow-pull");
-    push(
-        &format!("{ns}/app:v1"),
-        &[("cm.yaml", config_map("slow", Some(&ns), "k: v"))],
-    )
-    .await;
-    ensure_namespace(&client, &ns).await;
     // Each request to the registry takes 700 ms more: a pull (manifest, config, layer) takes
     // two seconds, past the moment `Unpacking` is shown.
     let proxy = slow_proxy(registry().host().to_string(), Duration::from_millis(700)).await;
-    let class = unique_name("slow-class");
-    let mut class_body = class_spec(ApprovalPolicy::Automatic);
-    class_body.insecure_registries.push(proxy.clone());
-    apply_class(&client, &class, class_body, false).await;
-    let name = unique_name("slow-pull");
-    let mut bundle_spec = spec(&format!("{proxy}/{ns}/app:v1"), Some(&ns));
-    bundle_spec.provisioner_class_name = Some(class);
-    create_bundle(&client, &name, bundle_spec).await;
+    let (name, ns) = bundle_through(&client, &proxy, "slow-pull").await;
     let unpacking = wait_bundle(
         &client,
         &name,
@@ -257,22 +265,8 @@ impl SwitchableProxy {
 async fn a_failure_is_cleared_by_the_first_pass_after_the_registry_is_back() {
     gantry();
     let client = setup(control_plane()).await;
-    let ns = unique_name("outage");
-    push(
-        &format!("{ns}/app:v1"),
-        &[("cm.yaml", config_map("outage", Some(&ns), "k: v"))],
-    )
-    .await;
-    ensure_namespace(&client, &ns).await;
     let proxy = SwitchableProxy::start(registry().host().to_string()).await;
-    let class = unique_name("outage-class");
-    let mut class_body = class_spec(ApprovalPolicy::Automatic);
-    class_body.insecure_registries.push(proxy.address.clone());
-    apply_class(&client, &class, class_body, false).await;
-    let name = unique_name("outage");
-    let mut bundle_spec = spec(&format!("{}/{ns}/app:v1", proxy.address), Some(&ns));
-    bundle_spec.provisioner_class_name = Some(class);
-    create_bundle(&client, &name, bundle_spec).await;
+    let (name, _) = bundle_through(&client, &proxy.address, "outage").await;
     wait_bundle(&client, &name, "Ready", is_ready).await;
 
     // The tag is resolved again every second: the first resolution while the registry is

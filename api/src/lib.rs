@@ -13,6 +13,7 @@ pub mod images;
 mod names;
 pub mod patches;
 pub mod selector;
+pub mod slots;
 pub mod storage;
 pub mod unpack;
 

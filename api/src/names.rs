@@ -62,12 +62,20 @@ pub const FORCE_ENABLED: &str = "enabled";
 /// The value of [`FORCE_ANNOTATION`] that is the same as its absence.
 pub const FORCE_DISABLED: &str = "disabled";
 
-/// Label on a Bundle naming the provisioner replica (shard) that reconciles it, written by the
-/// sharder when replicas run with `--sharding`; on a shard's own Lease, the shard it announces.
+/// Label on a shard's own Lease (`--sharding`): the shard (replica identity) it announces.
+/// Earlier versions also put it on Bundles, naming their shard; the sharder removes it there.
 pub const SHARD_LABEL: &str = "gantry.dev/shard";
-/// Label on a Bundle, set by the sharder to the shard the bundle moves to: its present shard
-/// finishes its pass, then sets [`SHARD_LABEL`] to this label's value and removes this label, in
-/// one write. No bundle is reconciled by two replicas at once. (A value naming the bundle's
-/// present shard, as earlier versions wrote it, has that shard remove both labels and the
-/// sharder assign the bundle.)
+/// Label that earlier versions put on a Bundle being moved between shards; the sharder removes
+/// it.
 pub const DRAIN_LABEL: &str = "gantry.dev/drain";
+/// Label on a Bundle: its slot ([`crate::slots::slot_of`] of its name), written once by the
+/// sharder. A shard reconciles the bundles of the slots the slot table gives it.
+pub const SLOT_LABEL: &str = "gantry.dev/slot";
+/// The Lease, in the provisioner's namespace, whose [`SLOT_TABLE_ANNOTATION`] holds the slot
+/// table: which shard owns each slot. Written by the sharder only.
+pub const SLOT_TABLE_LEASE: &str = "gantry-shard-slots";
+/// Annotation of [`SLOT_TABLE_LEASE`]: the slot table as JSON ([`crate::slots::SlotTable`]).
+pub const SLOT_TABLE_ANNOTATION: &str = "gantry.dev/slot-table";
+/// Annotation of a shard's Lease: the slots its controllers serve and the slot table's epoch
+/// that set reflects ([`crate::slots::ServedSlots`], `EPOCH;RANGES`).
+pub const SERVED_SLOTS_ANNOTATION: &str = "gantry.dev/served-slots";

@@ -18,9 +18,9 @@ pub const SLOTS: u16 = 256;
 pub fn slot_of(name: &str) -> u16 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let hash = name
-        .bytes()
-        .fold(OFFSET, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(PRIME));
+    let hash = name.bytes().fold(OFFSET, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    });
     u16::try_from(hash % u64::from(SLOTS)).unwrap_or(0)
 }
 

@@ -82,9 +82,9 @@ struct Flags {
     /// Elect a leader with a Lease so several replicas can run.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     leader_election: bool,
-    /// Shard bundles across replicas: each replica reconciles the bundles labelled
-    /// gantry.dev/shard=<its identity>, and the one holding the Lease assigns them
-    /// (docs/scaling.md). Without it, one replica leads and the others wait.
+    /// Shard bundles across replicas: each replica reconciles the bundles of the slots
+    /// (label gantry.dev/slot) the slot table gives it, and the one holding the Lease writes
+    /// that table (docs/scaling.md). Without it, one replica leads and the others wait.
     #[arg(long)]
     sharding: bool,
     /// Name of the Lease.

@@ -12,10 +12,10 @@ use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
 
 use kube::Client;
 
-use crate::cluster::shard::{Fence, ReplicaLayer};
+use crate::cluster::shard::{Fence, ReplicaLayer, Slots};
 use crate::reconcile::controllers::{self, Controllers, Shard};
 use crate::server::{self, Readiness};
-use crate::sharding::{membership, sharder};
+use crate::sharding::{membership, sharder, slot_table};
 use crate::source::node_pull::driver::remove_left_behind;
 use crate::source::storage::{StorageClient, Token};
 use crate::state::Settings;
@@ -244,17 +244,27 @@ impl Shards<'_> {
                 let _ = rx.wait_for(|stopping| *stopping).await;
             }
         };
+        let slots = Slots::new();
         let (announce_stop, announce_stopped) = tokio::sync::oneshot::channel::<()>();
         let announce = tokio::spawn(membership::announce(
             self.client.clone(),
             namespace.clone(),
             identity.clone(),
             fence.clone(),
+            slots.report(),
             async move {
                 let _ = announce_stopped.await;
             },
         ));
-        tracing::info!(%identity, "shard announced; reconciling the bundles labelled with it");
+        tracing::info!(%identity, "shard announced; reconciling the bundles of its slots");
+        let follow = slot_table::follow(
+            self.client.clone(),
+            namespace.clone(),
+            identity.clone(),
+            slots.clone(),
+            self.metrics.clone(),
+            stopped(&stop_rx),
+        );
 
         let owner = async {
             loop {
@@ -262,6 +272,7 @@ impl Shards<'_> {
                     identity: identity.clone(),
                     layer: layer.clone(),
                     fence: fence.clone(),
+                    slots: slots.clone(),
                 };
                 let (ended, why) = tokio::sync::oneshot::channel::<bool>();
                 let until = {
@@ -280,13 +291,28 @@ impl Shards<'_> {
                     break;
                 }
                 // Passes begun before the lapse are over; new ones start from fresh caches
-                // and a new list of the bundles that are this shard's now, once the Lease is
-                // current again (a start before that would lapse at once).
+                // and a new list of the bundles of the slots that are this shard's now (read
+                // afresh: the table's watch may be behind), once the Lease is current again (a
+                // start before that would lapse at once).
                 tracing::warn!(
                     "the shard Lease lapsed: the controllers start again once it is renewed"
                 );
                 let mut stop = std::pin::pin!(stopped(&stop_rx));
-                while !fence.is_current() {
+                loop {
+                    if fence.is_current() {
+                        match slot_table::refresh(
+                            self.client,
+                            &namespace,
+                            &identity,
+                            &slots,
+                            self.metrics,
+                        )
+                        .await
+                        {
+                            Ok(()) => break,
+                            Err(e) => tracing::debug!("reading the slot table: {e}"),
+                        }
+                    }
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(200)) => {}
                         _ = &mut stop => return,
@@ -300,7 +326,7 @@ impl Shards<'_> {
             shutdown.await;
             let _ = stop_tx.send(true);
         };
-        let ((), (), led) = tokio::join!(signal, owner, sharder);
+        let ((), (), (), led) = tokio::join!(signal, owner, follow, sharder);
         // Releasing the shard Lease hands the bundles over at once.
         let _ = announce_stop.send(());
         let _ = announce.await;

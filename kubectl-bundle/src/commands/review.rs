@@ -8,11 +8,13 @@ use anyhow::{Context, bail};
 use clap::Args;
 use futures::{StreamExt, TryStreamExt};
 use gantry_api::conditions::{reasons, types};
+use gantry_api::slots::SlotTable;
 use gantry_api::{
     Approval, ApprovalDecision, ApprovalPolicy, Bundle, BundlePhase, BundleStatus, Condition,
     DEFAULT_CLASS_ANNOTATION, ProvisionerClass, RequestedPermissions,
 };
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -46,6 +48,9 @@ pub struct ListArgs {
     /// `tier in (web,api)`, `!legacy`).
     #[arg(short = 'l', long, value_name = "SELECTOR")]
     selector: Option<String>,
+    /// The provisioner's namespace, where `-o wide` reads which shard owns each bundle's slot.
+    #[arg(long, default_value = "gantry-system", value_name = "NAMESPACE")]
+    provisioner_namespace: String,
 }
 
 #[derive(Args, Debug)]
@@ -195,7 +200,26 @@ fn list_header(wide: bool) -> Vec<String> {
     header.into_iter().map(String::from).collect()
 }
 
-fn list_row(bundle: &Bundle, wide: bool) -> Vec<String> {
+/// The slot table of a sharded provisioner, for the SHARD column; `None` without sharding, or
+/// when it cannot be read (the column is left empty then).
+async fn slot_table(client: &Client, namespace: &str) -> Option<SlotTable> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let lease = leases.get_opt(gantry_api::SLOT_TABLE_LEASE).await.ok()??;
+    SlotTable::parse(lease.annotations().get(gantry_api::SLOT_TABLE_ANNOTATION)?).ok()
+}
+
+/// The shard that owns `bundle`'s slot in `table`; empty with one replica.
+fn shard_of(bundle: &Bundle, table: Option<&SlotTable>) -> String {
+    bundle
+        .labels()
+        .get(gantry_api::SLOT_LABEL)
+        .and_then(|slot| gantry_api::slots::parse_slot(slot))
+        .and_then(|slot| table?.owner(slot))
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn list_row(bundle: &Bundle, wide: Option<Option<&SlotTable>>) -> Vec<String> {
     let status = bundle.status.clone().unwrap_or_default();
     let mut row = vec![
         bundle.name_any(),
@@ -209,42 +233,43 @@ fn list_row(bundle: &Bundle, wide: bool) -> Vec<String> {
         resolved_digest(&status).map(short).unwrap_or_default(),
         approval_state(&status).to_string(),
     ];
-    if wide {
+    if let Some(table) = wide {
         row.push(bundle.spec.image.clone());
         row.push(status.resolved_image.clone().unwrap_or_default());
-        // Set when the provisioner runs sharded; empty with one replica.
-        row.push(
-            bundle
-                .labels()
-                .get(gantry_api::SHARD_LABEL)
-                .cloned()
-                .unwrap_or_default(),
-        );
+        row.push(shard_of(bundle, table));
     }
     row
 }
 
 /// Prints bundles in the format asked for: a table, or one document for all of them.
-fn print_bundles(items: &[Bundle], output: Option<&OutputFormat>) -> anyhow::Result<()> {
+fn print_bundles(
+    items: &[Bundle],
+    output: Option<&OutputFormat>,
+    table: Option<&SlotTable>,
+) -> anyhow::Result<()> {
     if print_structured(&list_of(items)?, output)? {
         return Ok(());
     }
     let wide = output == Some(&OutputFormat::Wide);
     let mut rows = vec![list_header(wide)];
-    rows.extend(items.iter().map(|b| list_row(b, wide)));
+    rows.extend(items.iter().map(|b| list_row(b, wide.then_some(table))));
     print_table(&rows);
     Ok(())
 }
 
 /// Prints one changed bundle while watching: a table row, or the object alone.
-fn print_change(bundle: &Bundle, output: Option<&OutputFormat>) -> anyhow::Result<()> {
+fn print_change(
+    bundle: &Bundle,
+    output: Option<&OutputFormat>,
+    slots: Option<&SlotTable>,
+) -> anyhow::Result<()> {
     if let Some(OutputFormat::CustomColumns(columns)) = output {
         // The header came with the list: a change is its row alone, as kubectl's watch prints it.
         print!("{}", custom_columns_text(columns, &clean(bundle)?, false)?);
     } else if !print_structured(&clean(bundle)?, output)? {
         let wide = output == Some(&OutputFormat::Wide);
         // Aligned with the header's widths as far as the row allows.
-        let text = table(&[list_header(wide), list_row(bundle, wide)]);
+        let text = table(&[list_header(wide), list_row(bundle, wide.then_some(slots))]);
         print!(
             "{}",
             text.lines()
@@ -258,7 +283,9 @@ fn print_change(bundle: &Bundle, output: Option<&OutputFormat>) -> anyhow::Resul
 }
 
 pub async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<()> {
-    let bundles: Api<Bundle> = Api::all(global.client().await?);
+    let client = global.client().await?;
+    let wide = args.output == Some(OutputFormat::Wide);
+    let bundles: Api<Bundle> = Api::all(client.clone());
     let mut params = ListParams::default();
     let mut watch_config = watcher::Config::default();
     if let Some(selector) = &args.selector {
@@ -277,7 +304,12 @@ pub async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<()> {
         .context("listing bundles")?
         .items;
     items.sort_by_key(|b| b.name_any());
-    print_bundles(&items, args.output.as_ref())?;
+    let mut slots = if wide {
+        slot_table(&client, &args.provisioner_namespace).await
+    } else {
+        None
+    };
+    print_bundles(&items, args.output.as_ref(), slots.as_ref())?;
     if !args.watch {
         return Ok(());
     }
@@ -294,7 +326,11 @@ pub async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<()> {
     while let Some(bundle) = changes.try_next().await.context("watching bundles")? {
         let version = bundle.resource_version();
         if printed.insert(bundle.name_any(), version.clone()) != Some(version) {
-            print_change(&bundle, args.output.as_ref())?;
+            if wide {
+                // Slots move between shards without a change of their bundles.
+                slots = slot_table(&client, &args.provisioner_namespace).await;
+            }
+            print_change(&bundle, args.output.as_ref(), slots.as_ref())?;
         }
     }
     Ok(())

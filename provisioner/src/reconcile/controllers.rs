@@ -2,12 +2,13 @@
 //! [`super`]) and ProvisionerClasses ([`super::class`]), the watches that wake them, and what
 //! they share.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use gantry_api::{Bundle, ProvisionerClass, SHARD_LABEL};
+use gantry_api::{Bundle, ProvisionerClass};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::Reporter;
@@ -15,7 +16,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::cluster::shard::{Fence, ReplicaLayer};
+use crate::cluster::shard::{Fence, ReplicaLayer, Slots, slot_selector};
 use crate::error::Error;
 use crate::reconcile::{class, dependents_of};
 use crate::source::storage::StorageClient;
@@ -37,12 +38,14 @@ pub struct Controllers {
     pub shard: Option<Shard>,
 }
 
-/// A replica's shard: its identity, and the layer and fence of its clients.
+/// A replica's shard: its identity, the layer and fence of its clients, and the slots it
+/// serves.
 #[derive(Clone)]
 pub struct Shard {
     pub identity: String,
     pub layer: ReplicaLayer,
     pub fence: Fence,
+    pub slots: Slots,
 }
 
 /// Runs both controllers until `shutdown` completes.
@@ -79,32 +82,38 @@ pub async fn run(
         metrics,
         reporter,
     );
-    // A shard watches only its own bundles: its memory and work are its share.
-    let bundle_watch = match &shard {
-        Some(shard) => {
-            watcher::Config::default().labels(&format!("{SHARD_LABEL}={}", shard.identity))
-        }
-        None => watcher::Config::default(),
+    // A shard watches only the bundles of its slots: its memory and work are its share.
+    let watched_bundles = match &shard {
+        Some(shard) => slot_watch(bundles_api.clone(), shard.slots.selector()).boxed(),
+        None => watcher::watcher(bundles_api.clone(), watcher::Config::default()).boxed(),
     };
     let ctx = match shard {
         Some(Shard {
             identity,
             layer,
             fence,
-        }) => ctx.for_shard(identity, layer, fence),
+            slots,
+        }) => ctx.for_shard(identity, layer, fence, slots),
         None => ctx,
     };
     let ctx = Arc::new(ctx);
     let (bundle_store, bundle_writer) = reflector::store::<Bundle>();
     let claims = ctx.claims.clone();
-    let bundle_events = watcher::watcher(bundles_api.clone(), bundle_watch)
+    let forget = ctx.clone();
+    let bundle_events = watched_bundles
         .default_backoff()
         .modify(|bundle| bundle.managed_fields_mut().clear())
         .reflect(bundle_writer)
         // Every bundle's inventory, so that no bundle takes an object another one lists.
         .inspect_ok(move |event| claims.observe(event))
-        .scan(Triggers::default(), |triggers, event| {
-            futures::future::ready(Some(triggers.filter(event)))
+        .scan(Triggers::default(), move |triggers, event| {
+            let passed = triggers.filter(event);
+            // A bundle that left the watch (deleted, or its slot went to another replica)
+            // leaves the caches too.
+            for gone in triggers.left.drain(..) {
+                forget.forget(&gone.name);
+            }
+            futures::future::ready(Some(passed))
         })
         .filter_map(futures::future::ready);
     let bundle_controller = Controller::for_stream(bundle_events, bundle_store.clone());
@@ -180,6 +189,49 @@ pub async fn run(
     tokio::join!(signal, classes, bundles);
 }
 
+/// The events of a watch of the Bundles of the slots `slots` holds, started again with the new
+/// selector whenever the slots change. Each start lists the bundles of the new slots: the
+/// reflector's store then holds exactly those (bundles of slots let go leave it), and the
+/// [`Triggers`] pass on only the bundles that are new to this replica or changed. Without a
+/// slot, the store is emptied and nothing is watched.
+fn slot_watch(
+    api: Api<Bundle>,
+    slots: tokio::sync::watch::Receiver<BTreeSet<u16>>,
+) -> impl futures::Stream<Item = Result<watcher::Event<Bundle>, watcher::Error>> + Send {
+    type Events =
+        futures::stream::BoxStream<'static, Result<watcher::Event<Bundle>, watcher::Error>>;
+    let start = move |slots: &BTreeSet<u16>| -> Events {
+        match slot_selector(slots) {
+            Some(selector) => {
+                watcher::watcher(api.clone(), watcher::Config::default().labels(&selector)).boxed()
+            }
+            None => futures::stream::iter([Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)])
+                .chain(futures::stream::pending())
+                .boxed(),
+        }
+    };
+    futures::stream::unfold((slots, None::<Events>), move |(mut slots, mut current)| {
+        let start = start.clone();
+        async move {
+            loop {
+                let events = match &mut current {
+                    Some(events) => events,
+                    None => current.insert(start(&slots.borrow_and_update())),
+                };
+                tokio::select! {
+                    changed = slots.changed() => {
+                        if changed.is_err() {
+                            return None;
+                        }
+                        current = None;
+                    }
+                    event = events.next() => return event.map(|event| (event, (slots, current))),
+                }
+            }
+        }
+    })
+}
+
 /// What, when it changes, makes a bundle reconcile: all of it but the status the provisioner
 /// writes itself (`status.approval`, written by approvers, counts). Its own status writes would
 /// otherwise wake every bundle again after each pass, and such a pass can start from the
@@ -220,6 +272,8 @@ struct Triggers {
     seen: std::collections::HashMap<ObjectRef<Bundle>, u64>,
     /// The relist under way.
     relisted: Option<std::collections::HashMap<ObjectRef<Bundle>, u64>>,
+    /// Bundles that left the watch since this was last emptied.
+    left: Vec<ObjectRef<Bundle>>,
 }
 
 impl Triggers {
@@ -238,12 +292,19 @@ impl Triggers {
             }
             watcher::Event::InitDone => {
                 if let Some(relisted) = self.relisted.take() {
-                    self.seen = relisted;
+                    let previous = std::mem::replace(&mut self.seen, relisted);
+                    self.left.extend(
+                        previous
+                            .into_keys()
+                            .filter(|key| !self.seen.contains_key(key)),
+                    );
                 }
                 None
             }
             watcher::Event::Delete(bundle) => {
-                self.seen.remove(&ObjectRef::from_obj(&bundle));
+                let key = ObjectRef::from_obj(&bundle);
+                self.seen.remove(&key);
+                self.left.push(key);
                 None
             }
             watcher::Event::InitApply(bundle) => {
@@ -306,7 +367,7 @@ mod tests {
     use gantry_api::conditions::{reasons, types};
     use gantry_api::{Approval, ApprovalDecision, BundleSpec};
 
-    fn named(name: &str, shard: &str) -> Bundle {
+    fn named(name: &str, slot: &str) -> Bundle {
         let mut bundle = Bundle::new(
             name,
             BundleSpec {
@@ -315,7 +376,8 @@ mod tests {
             },
         );
         bundle.metadata.generation = Some(1);
-        bundle.metadata.labels = Some([(SHARD_LABEL.to_string(), shard.to_string())].into());
+        bundle.metadata.labels =
+            Some([(gantry_api::SLOT_LABEL.to_string(), slot.to_string())].into());
         bundle
     }
 
@@ -329,7 +391,7 @@ mod tests {
     fn a_bundle_that_left_the_watch_and_came_back_unchanged_is_reconciled_again() {
         use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
         let mut triggers = Triggers::default();
-        let a = named("a", "r1");
+        let a = named("a", "7");
         assert_eq!(
             passed(&mut triggers, Apply(a.clone())).as_deref(),
             Some("a")
@@ -337,13 +399,14 @@ mod tests {
         assert_eq!(passed(&mut triggers, Apply(a.clone())), None, "unchanged");
         // Handed to another replica and back, with the very same labels.
         assert_eq!(passed(&mut triggers, Delete(a.clone())), None);
+        assert_eq!(triggers.left.drain(..).count(), 1, "a left");
         assert_eq!(
             passed(&mut triggers, Apply(a.clone())).as_deref(),
             Some("a")
         );
 
         // A relist passes on what changed and forgets what is no longer listed.
-        let b = named("b", "r1");
+        let b = named("b", "7");
         assert_eq!(
             passed(&mut triggers, Apply(b.clone())).as_deref(),
             Some("b")
@@ -355,6 +418,11 @@ mod tests {
             "unchanged"
         );
         assert_eq!(passed(&mut triggers, InitDone), None);
+        assert_eq!(
+            triggers.left.drain(..).map(|r| r.name).collect::<Vec<_>>(),
+            ["b"],
+            "b is not in the new list: it left"
+        );
         assert_eq!(
             passed(&mut triggers, Apply(b.clone())).as_deref(),
             Some("b"),

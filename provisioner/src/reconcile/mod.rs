@@ -29,7 +29,6 @@ use kube::runtime::controller::Action;
 use crate::cluster::apply::Observed;
 use crate::cluster::identity::Applier;
 use crate::cluster::inventory::{Removal, remove};
-use crate::cluster::shard;
 use crate::error::{Failure, Result, Stall, Step, at};
 use crate::policy::allowed_images;
 use crate::source::registry::is_digest_reference;
@@ -147,38 +146,22 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action>
         if !ctx.fence.is_open() {
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
-        if shard::is_draining(&bundle) {
-            return Ok(release(&bundle, &ctx).await);
-        }
     }
+    // With sharding, only a bundle of a slot this replica serves; the pass holds its slot,
+    // which is not reported let go until the pass has ended.
+    let _pass = match &ctx.slots {
+        Some(slots) => match slots.enter(&bundle) {
+            Some(pass) => Some(pass),
+            None => return Ok(Action::await_change()),
+        },
+        None => None,
+    };
     let started = Instant::now();
     let result = reconcile_pass(&bundle, &ctx).await;
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
     result
-}
-
-/// Lets a drained bundle go to its next shard, once no pass of it runs here (kube-runtime runs
-/// one pass per bundle at a time, so this waits for the pass under way).
-async fn release(bundle: &Bundle, ctx: &Context) -> Action {
-    let name = bundle.name_any();
-    match shard::release(&ctx.client, bundle).await {
-        Ok(to) => {
-            ctx.metrics.shard_releases.inc();
-            ctx.backoff.success(&name);
-            ctx.resolved.forget(&name);
-            ctx.checked.forget(&name);
-            ctx.written.forget(&name);
-            tracing::info!(bundle = %name, to, "drained: handed over");
-            Action::await_change()
-        }
-        // Changed since (the sharder took the drain back, say): look at the new version.
-        Err(e) => {
-            tracing::debug!(bundle = %name, "releasing: {e}");
-            Action::requeue(Duration::from_secs(1))
-        }
-    }
 }
 
 async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {

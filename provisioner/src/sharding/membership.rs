@@ -8,7 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use gantry_api::SHARD_LABEL;
+use gantry_api::slots::ServedSlots;
+use gantry_api::{SERVED_SLOTS_ANNOTATION, SHARD_LABEL};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
@@ -41,12 +42,15 @@ pub fn lease_name(identity: &str) -> String {
 }
 
 /// Renews this shard's Lease until `stop` completes, then deletes it so that the sharder hands
-/// the shard's bundles over at once rather than after the Lease expires.
+/// the shard's slots over at once rather than after the Lease expires. Each renewal carries the
+/// slots the shard serves (`served`); a change of them is renewed at once, so that the sharder
+/// learns without delay that a slot was let go.
 pub async fn announce(
     client: Client,
     namespace: String,
     identity: String,
     fence: Fence,
+    mut served: tokio::sync::watch::Receiver<ServedSlots>,
     stop: impl std::future::Future<Output = ()>,
 ) {
     let leases: Api<Lease> = Api::namespaced(client, &namespace);
@@ -58,9 +62,11 @@ pub async fn announce(
         tokio::select! {
             _ = &mut stop => break,
             _ = tick.tick() => {}
+            changed = served.changed() => if changed.is_err() { break; },
         }
+        let report = served.borrow_and_update().to_string();
         let asked_at = Instant::now();
-        match renew(&leases, &name, &identity).await {
+        match renew(&leases, &name, &identity, &report).await {
             Ok(()) => fence.renewed(asked_at, LEASE_DURATION),
             Err(e) => tracing::warn!(lease = %name, "renewing the shard Lease: {e}"),
         }
@@ -72,12 +78,21 @@ pub async fn announce(
     }
 }
 
-async fn renew(leases: &Api<Lease>, name: &str, identity: &str) -> Result<(), kube::Error> {
+async fn renew(
+    leases: &Api<Lease>,
+    name: &str,
+    identity: &str,
+    served: &str,
+) -> Result<(), kube::Error> {
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
     let lease = serde_json::json!({
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": { "name": name, "labels": { SHARD_LABEL: identity } },
+        "metadata": {
+            "name": name,
+            "labels": { SHARD_LABEL: identity },
+            "annotations": { SERVED_SLOTS_ANNOTATION: served },
+        },
         "spec": {
             "holderIdentity": identity,
             "leaseDurationSeconds": LEASE_DURATION.as_secs(),

@@ -1,5 +1,6 @@
-//! What the sharder keeps of every Bundle: its name, resourceVersion, shard and drain labels
-//! and class name, kept current from the Bundle watch's events.
+//! What the sharder keeps of every Bundle: its name, resourceVersion, slot label (and whether
+//! it still carries the shard labels of earlier versions) and class name, kept current from the
+//! Bundle watch's events.
 //!
 //! The sharder's replica watches every bundle of the installation, not only its own. A
 //! reflector's store would keep each as a whole `Bundle` (about 2 KiB each even with the spec
@@ -12,7 +13,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL};
+use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL, SLOT_LABEL};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
@@ -89,10 +90,11 @@ impl Resource for PlacementView {
 pub struct Placement {
     pub name: String,
     pub resource_version: Option<String>,
-    /// `gantry.dev/shard`: the shard that owns the bundle.
-    pub shard: Option<String>,
-    /// `gantry.dev/drain`: the shard its owner is asked to hand it to.
-    pub drain: Option<String>,
+    /// `gantry.dev/slot`, as written.
+    pub slot: Option<String>,
+    /// Whether it carries `gantry.dev/shard` or `gantry.dev/drain`, as earlier versions wrote
+    /// them on Bundles.
+    pub legacy_labels: bool,
     /// `spec.provisionerClassName`.
     pub class_name: Option<String>,
 }
@@ -103,8 +105,8 @@ impl Placement {
         Self {
             name: bundle.name_any(),
             resource_version: bundle.resource_version(),
-            shard: labels.get(SHARD_LABEL).cloned(),
-            drain: labels.get(DRAIN_LABEL).cloned(),
+            slot: labels.get(SLOT_LABEL).cloned(),
+            legacy_labels: labels.contains_key(SHARD_LABEL) || labels.contains_key(DRAIN_LABEL),
             class_name: bundle.class_name.clone(),
         }
     }
@@ -176,7 +178,7 @@ mod tests {
     use gantry_api::{BundleSpec, BundleStatus, InventoryEntry};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 
-    fn full_bundle(name: &str, version: &str, shard: Option<&str>) -> Bundle {
+    fn full_bundle(name: &str, version: &str, slot: Option<&str>) -> Bundle {
         let mut bundle = Bundle::new(
             name,
             BundleSpec {
@@ -186,15 +188,15 @@ mod tests {
             },
         );
         bundle.metadata.resource_version = Some(version.into());
-        if let Some(shard) = shard {
-            bundle.labels_mut().insert(SHARD_LABEL.into(), shard.into());
+        if let Some(slot) = slot {
+            bundle.labels_mut().insert(SLOT_LABEL.into(), slot.into());
         }
         bundle
     }
 
     /// The view of `full_bundle`, as the watch decodes it from the API server's JSON.
-    fn bundle(name: &str, version: &str, shard: Option<&str>) -> PlacementView {
-        view(&full_bundle(name, version, shard))
+    fn bundle(name: &str, version: &str, slot: Option<&str>) -> PlacementView {
+        view(&full_bundle(name, version, slot))
     }
 
     fn view(bundle: &Bundle) -> PlacementView {
@@ -203,7 +205,7 @@ mod tests {
 
     #[test]
     fn the_view_keeps_what_a_placement_reads_and_builds_nothing_else() {
-        let mut b = full_bundle("a", "7", Some("r1"));
+        let mut b = full_bundle("a", "7", Some("12"));
         b.annotations_mut().insert("note".into(), "x".into());
         b.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
             manager: Some("gantry-provisioner".into()),
@@ -224,8 +226,8 @@ mod tests {
         assert_eq!(view.name_any(), "a");
         assert_eq!(view.resource_version().as_deref(), Some("7"));
         assert_eq!(
-            view.labels().get(SHARD_LABEL).map(String::as_str),
-            Some("r1")
+            view.labels().get(SLOT_LABEL).map(String::as_str),
+            Some("12")
         );
         assert_eq!(view.class_name.as_deref(), Some("plain"));
         assert!(view.metadata.managed_fields.is_none());
@@ -246,24 +248,25 @@ mod tests {
         placements
             .snapshot()
             .into_iter()
-            .map(|p| (p.name, p.shard))
+            .map(|p| (p.name, p.slot))
             .collect()
     }
 
     #[test]
     fn a_placement_holds_the_labels_version_and_class() {
-        let mut b = full_bundle("a", "7", Some("r1"));
-        b.labels_mut().insert(DRAIN_LABEL.into(), "r2".into());
+        let mut b = full_bundle("a", "7", Some("12"));
         assert_eq!(
             Placement::of(&view(&b)),
             Placement {
                 name: "a".into(),
                 resource_version: Some("7".into()),
-                shard: Some("r1".into()),
-                drain: Some("r2".into()),
+                slot: Some("12".into()),
+                legacy_labels: false,
                 class_name: Some("plain".into()),
             }
         );
+        b.labels_mut().insert(DRAIN_LABEL.into(), "r2".into());
+        assert!(Placement::of(&view(&b)).legacy_labels);
     }
 
     #[test]
@@ -275,13 +278,13 @@ mod tests {
         assert!(names(&placements).is_empty(), "a listing shows when done");
         placements.apply(&Event::InitDone);
         assert!(placements.is_ready());
-        placements.apply(&Event::Apply(bundle("a", "2", Some("r1"))));
+        placements.apply(&Event::Apply(bundle("a", "2", Some("1"))));
         placements.apply(&Event::Apply(bundle("b", "3", None)));
         assert_eq!(
             names(&placements),
-            [("a".into(), Some("r1".into())), ("b".into(), None)]
+            [("a".into(), Some("1".into())), ("b".into(), None)]
         );
-        placements.apply(&Event::Delete(bundle("a", "4", Some("r1"))));
+        placements.apply(&Event::Delete(bundle("a", "4", Some("1"))));
         assert_eq!(names(&placements), [("b".into(), None)]);
     }
 

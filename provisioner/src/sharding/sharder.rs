@@ -1,18 +1,20 @@
-//! The sharder, run by the elected replica: assigns every Bundle to a live shard with the
-//! consistent-hash ring ([`crate::policy::ring`]) and writes the assignment as the
-//! `gantry.dev/shard` label; moves bundles when shards join or go.
+//! The sharder, run by the elected replica: gives every slot (and with it the bundles of that
+//! slot, [`gantry_api::slots`]) to a live shard with the consistent-hash ring
+//! ([`crate::policy::ring`]), in one object, the slot table (the Lease
+//! `gantry-shard-slots`), and writes each Bundle's slot label once.
 //!
-//! A bundle moves from a live shard in two steps, so that it is never reconciled by two
-//! replicas at once: the sharder sets `gantry.dev/drain=<new shard>` and waits; the old shard
-//! finishes its pass and, in one write, labels the bundle with the new shard and removes the
-//! drain label. Two writes a move: Bundle writes are what limits how fast bundles move. A
-//! new shard gone before the old one let go is a gone owner like any other. A shard whose Lease
-//! expired is not asked: its fence closed before the Lease expired, so it writes no more, and
-//! its bundles are assigned at once. Every label write is conditional on the bundle's
-//! resourceVersion: a write based on an old view fails and the next round looks again.
+//! A slot moves from a live shard in two writes of the table, so that no bundle is ever
+//! reconciled by two replicas at once: the first takes the slot from its owner (the owner stops
+//! starting passes in it and, once those under way have ended, says so in its Lease's served
+//! slots); the second, once every live shard's Lease says it serves the slot no more and has
+//! acted on that first write, gives it to its next shard. A shard whose Lease expired is not
+//! asked: its fence closed before the Lease expired, so it writes no more, and its slots are
+//! given away at once. Every write of the table and of a label is conditional on the object's
+//! resourceVersion: a write based on an old view fails and the next round looks again. So a
+//! shard's loss or a new shard is a handful of writes, whatever the number of bundles.
 //!
-//! Bundles of classes that name another provisioner ID (another installation's) are neither
-//! assigned nor counted: that installation's replicas or its sharder own them.
+//! Bundles of classes that name another provisioner ID (another installation's) get no slot
+//! label and are not counted: that installation's sharder labels them.
 //!
 //! The Leases are watched, and a watch can fall behind (broken while the API server restarts,
 //! then waiting out its backoff): Leases it shows expired may have been renewed since, by
@@ -26,14 +28,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
-use gantry_api::{Bundle, DRAIN_LABEL, ProvisionerClass, SHARD_LABEL};
+use gantry_api::slots::{SLOTS, ServedSlots, SlotTable, slot_of};
+use gantry_api::{
+    Bundle, DRAIN_LABEL, ProvisionerClass, SERVED_SLOTS_ANNOTATION, SHARD_LABEL, SLOT_LABEL,
+    SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE,
+};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 
+use crate::cluster::errors::is_not_found;
 use crate::policy::class_selection::{Selection, select_by_name};
 use crate::policy::ring::Ring;
 use crate::sharding::membership::{expiry, is_live};
@@ -41,8 +48,7 @@ use crate::sharding::placements::{Placement, PlacementView, Placements};
 use crate::state::metrics::{Metrics, ShardLabels};
 use k8s_openapi::jiff::Timestamp;
 
-/// Label writes in flight at once. A dead shard's bundles wait for theirs while the new owners'
-/// first passes load the API server: a killed replica's 210 bundles took 4.6 s at 16 at once.
+/// Slot label writes in flight at once (each new bundle gets one).
 const WRITES_AT_ONCE: usize = 64;
 
 /// Bundles a page of the sharder's listing of every Bundle.
@@ -53,41 +59,64 @@ const DEBOUNCE: Duration = Duration::from_millis(200);
 /// A round at least this often: Leases expire without an event.
 const TICK: Duration = Duration::from_secs(1);
 
-/// What the sharder does to one bundle in a round.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Move {
-    /// Write `gantry.dev/shard=<shard>` (and no drain label).
-    Assign(String),
-    /// Ask the owner to hand the bundle to a shard: `gantry.dev/drain=<new shard>`.
-    Drain(String),
-    /// The bundle stays where it is after all: remove the drain label.
-    Keep,
+/// The next slot table: `table` with every slot of a gone shard given to its place on the ring
+/// (`desired`), every slot of a live shard whose place changed taken from it (marked released
+/// at the new epoch), and every slot without an owner given to its place once no live shard
+/// may still be serving it (see [`let_go`]). Unchanged (same epoch) when there is nothing to do.
+pub fn plan(
+    table: &SlotTable,
+    live: &BTreeSet<String>,
+    desired: &BTreeMap<u16, String>,
+    reports: &BTreeMap<String, ServedSlots>,
+) -> SlotTable {
+    let epoch = table.epoch + 1;
+    let mut next = table.clone();
+    for slot in 0..SLOTS {
+        let Some(place) = desired.get(&slot) else {
+            continue;
+        };
+        let index = usize::from(slot);
+        match table.owner(slot) {
+            // Its shard is gone (its Lease expired or was released): given at once.
+            Some(owner) if !live.contains(owner) => {
+                next.owners[index] = Some(place.clone());
+                next.released.remove(&slot);
+            }
+            Some(owner) if owner == place => {}
+            // Its place is another shard: taken from its owner first.
+            Some(_) => {
+                next.owners[index] = None;
+                next.released.insert(slot, epoch);
+            }
+            None => {
+                if let_go(slot, table.released.get(&slot).copied(), live, reports) {
+                    next.owners[index] = Some(place.clone());
+                    next.released.remove(&slot);
+                }
+            }
+        }
+    }
+    if next != *table {
+        next.epoch = epoch;
+    }
+    next
 }
 
-/// The move for a bundle labelled `current`, asked to go to `draining` (the drain label's
-/// value), whose place on the ring is `desired`, given the live shards. `None`: nothing to do.
-pub fn decide(
-    current: Option<&str>,
-    draining: Option<&str>,
-    desired: Option<&str>,
+/// May a slot without an owner, taken from a shard at `released` (if it was), be given to a
+/// shard? Only when no live shard's Lease says it serves it, and every live shard has acted on
+/// the table that took it (a shard that has not reported yet counts as epoch 0).
+fn let_go(
+    slot: u16,
+    released: Option<u64>,
     live: &BTreeSet<String>,
-) -> Option<Move> {
-    let desired = desired?;
-    match (current, draining) {
-        // Unassigned, or its shard is gone (its Lease expired or was released): assign.
-        (None, _) => Some(Move::Assign(desired.to_string())),
-        (Some(owner), _) if !live.contains(owner) => Some(Move::Assign(desired.to_string())),
-        (Some(owner), _) if owner == desired => draining.is_some().then_some(Move::Keep),
-        (Some(_), None) => Some(Move::Drain(desired.to_string())),
-        // Asked to go to a shard that is no longer its place (gone, or the ring changed):
-        // asked again, for its place now. A drain naming the owner itself (as an earlier
-        // sharder wrote it) ends with the bundle unassigned: nothing to change.
-        (Some(owner), Some(to)) if to != desired && to != owner => {
-            Some(Move::Drain(desired.to_string()))
-        }
-        // Drain asked; the owner has not let go yet.
-        (Some(_), Some(_)) => None,
-    }
+    reports: &BTreeMap<String, ServedSlots>,
+) -> bool {
+    live.iter().all(|shard| {
+        let report = reports.get(shard);
+        let serves = report.is_some_and(|report| report.slots.contains(&slot));
+        let epoch = report.map_or(0, |report| report.epoch);
+        !serves && released.is_none_or(|released| epoch >= released)
+    })
 }
 
 /// Runs the sharder until `stop` completes.
@@ -174,7 +203,7 @@ pub async fn run(
         tracing::info!("sharding bundles");
         let mut memory = Memory::default();
         // The changes seen and the live shards (as the watched Leases show them) when a round
-        // last found nothing to move.
+        // last found nothing to do.
         let mut settled: Option<(u64, BTreeSet<String>)> = None;
         loop {
             let seen = object_changes.load(Ordering::Relaxed);
@@ -203,8 +232,9 @@ pub async fn run(
                     })
                     .collect()
             };
-            let nothing_moved = round(
+            let nothing_to_do = round(
                 &bundles_api,
+                &leases_api,
                 &leases,
                 fresh_leases,
                 &ours,
@@ -212,7 +242,7 @@ pub async fn run(
                 &mut memory,
             )
             .await;
-            settled = nothing_moved.then_some((seen, live));
+            settled = nothing_to_do.then_some((seen, live));
             wait_for_change(&changed, &leases.state()).await;
         }
     };
@@ -293,19 +323,111 @@ where
 /// What the sharder carries from one round to the next.
 #[derive(Default)]
 struct Memory {
-    /// Since when each bundle has been without a live shard.
-    unowned: HashMap<String, Instant>,
+    /// The slot table as last read or written, with the Lease's resourceVersion.
+    table: Option<(SlotTable, Option<String>)>,
+    /// Since when each slot has been without a live shard.
+    unowned: HashMap<u16, Instant>,
     /// The live shards of the last round (their bundle counts are exported).
     shards_seen: BTreeSet<String>,
-    /// Bundles written by a round, with the resourceVersion each write replaced: until the
-    /// watch shows a newer one, a round would decide again on the old view and be refused.
+    /// Bundles whose labels a round wrote, with the resourceVersion each write replaced: until
+    /// the watch shows a newer one, a round would decide again on the old view and be refused.
     written: HashMap<String, Option<String>>,
 }
 
-/// One look at the shards and the bundles, and the label writes that follow; `true` when it
-/// found nothing to move.
+/// What each live shard's Lease says it serves.
+fn reports<'a>(leases: impl IntoIterator<Item = &'a Lease>) -> BTreeMap<String, ServedSlots> {
+    leases
+        .into_iter()
+        .filter_map(|lease| {
+            let shard = lease.labels().get(SHARD_LABEL)?.clone();
+            let served = lease
+                .annotations()
+                .get(SERVED_SLOTS_ANNOTATION)
+                .and_then(|text| text.parse::<ServedSlots>().ok())
+                .unwrap_or_default();
+            Some((shard, served))
+        })
+        .collect()
+}
+
+/// The slot table as the Lease holds it (`None`: no such Lease, or it holds no table).
+pub fn table_of(lease: &Lease) -> Option<SlotTable> {
+    let text = lease.annotations().get(SLOT_TABLE_ANNOTATION)?;
+    match SlotTable::parse(text) {
+        Ok(table) => Some(table),
+        Err(e) => {
+            tracing::warn!(
+                lease = SLOT_TABLE_LEASE,
+                "the slot table is unreadable: {e}"
+            );
+            None
+        }
+    }
+}
+
+/// Reads the slot table, creating it (no slot owned) when there is none. A new table starts
+/// above every epoch a shard reports, so that no shard takes it for an old one.
+async fn load_table(
+    api: &Api<Lease>,
+    reports: &BTreeMap<String, ServedSlots>,
+) -> Result<(SlotTable, Option<String>), kube::Error> {
+    match api.get(SLOT_TABLE_LEASE).await {
+        Ok(lease) => {
+            let version = lease.resource_version();
+            let table = table_of(&lease).unwrap_or_else(|| SlotTable {
+                epoch: reports.values().map(|r| r.epoch).max().unwrap_or(0) + 1,
+                ..SlotTable::new()
+            });
+            Ok((table, version))
+        }
+        Err(e) if is_not_found(&e) => {
+            let table = SlotTable {
+                epoch: reports.values().map(|r| r.epoch).max().unwrap_or(0) + 1,
+                ..SlotTable::new()
+            };
+            let lease: Lease = serde_json::from_value(serde_json::json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": SLOT_TABLE_LEASE,
+                    "annotations": { SLOT_TABLE_ANNOTATION: table.to_text() },
+                },
+            }))
+            .map_err(kube::Error::SerdeError)?;
+            let created = api.create(&PostParams::default(), &lease).await?;
+            tracing::info!(lease = SLOT_TABLE_LEASE, "slot table created");
+            Ok((table, created.resource_version()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `table`, if the Lease is still at `version`; returns the new version.
+async fn write_table(
+    api: &Api<Lease>,
+    table: &SlotTable,
+    version: Option<String>,
+) -> Result<Option<String>, kube::Error> {
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": version,
+            "annotations": { SLOT_TABLE_ANNOTATION: table.to_text() },
+        }
+    });
+    api.patch(
+        SLOT_TABLE_LEASE,
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|lease| lease.resource_version())
+}
+
+/// One look at the shards, the slots and the bundles, and the writes that follow; `true` when
+/// it found nothing to do.
 async fn round<F, Fut>(
-    api: &Api<Bundle>,
+    bundles_api: &Api<Bundle>,
+    leases_api: &Api<Lease>,
     leases: &Store<Lease>,
     fresh_leases: F,
     bundles: &[Placement],
@@ -316,67 +438,91 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<Vec<Lease>, kube::Error>>,
 {
-    let Memory {
-        unowned,
-        shards_seen,
-        written,
-    } = memory;
-    let owners: BTreeSet<&str> = bundles
-        .iter()
-        .filter_map(|bundle| bundle.shard.as_deref())
-        .collect();
-    let Some(live) = live_for_round(&leases.state(), &owners, fresh_leases).await else {
+    let labelled = label_slots(bundles_api, bundles, &mut memory.written).await;
+
+    let cached = leases.state();
+    let reports = reports(cached.iter().map(AsRef::as_ref));
+    let (table, version) = match memory.table.take() {
+        Some(known) => known,
+        None => match load_table(leases_api, &reports).await {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                tracing::warn!(lease = SLOT_TABLE_LEASE, "reading the slot table: {e}");
+                return false;
+            }
+        },
+    };
+    let owners: BTreeSet<&str> = table.owners.iter().flatten().map(String::as_str).collect();
+    let Some(live) = live_for_round(&cached, &owners, fresh_leases).await else {
+        memory.table = Some((table, version));
         return false;
     };
-    let refs: Vec<&str> = bundles.iter().map(|b| b.name.as_str()).collect();
+    let slot_names: Vec<String> = (0..SLOTS).map(|slot| slot.to_string()).collect();
+    let keys: Vec<&str> = slot_names.iter().map(String::as_str).collect();
     let ring = Ring::new(live.iter().cloned());
-    let desired: BTreeMap<&str, &str> = ring.assign(&refs);
-
-    let mut owned: BTreeMap<&str, i64> = live.iter().map(|s| (s.as_str(), 0)).collect();
-    let mut moves = Vec::new();
-    let present: BTreeSet<&str> = refs.iter().copied().collect();
-    unowned.retain(|name, _| present.contains(name.as_str()));
-    let versions: HashMap<&str, &Option<String>> = bundles
-        .iter()
-        .map(|bundle| (bundle.name.as_str(), &bundle.resource_version))
+    let desired: BTreeMap<u16, String> = ring
+        .assign(&keys)
+        .into_iter()
+        .filter_map(|(slot, shard)| Some((slot.parse().ok()?, shard.to_string())))
         .collect();
-    written.retain(|name, version| {
-        versions
-            .get(name.as_str())
-            .is_some_and(|seen| *seen == version)
-    });
+    let next = plan(&table, &live, &desired, &reports);
+
+    // Bundles per slot, for the metrics.
+    let mut per_slot = vec![0i64; usize::from(SLOTS)];
     for bundle in bundles {
-        let name = bundle.name.clone();
-        let current = bundle.shard.as_deref();
-        let draining = bundle.drain.as_deref();
-        match current {
+        per_slot[usize::from(slot_of(&bundle.name))] += 1;
+    }
+    let now = Instant::now();
+    for slot in 0..SLOTS {
+        match table.owner(slot) {
             Some(owner) if live.contains(owner) => {
-                if let Some(count) = owned.get_mut(owner) {
-                    *count += 1;
-                }
+                memory.unowned.remove(&slot);
             }
             _ => {
-                unowned.entry(name.clone()).or_insert_with(Instant::now);
+                memory.unowned.entry(slot).or_insert(now);
             }
         }
-        if written.contains_key(&name) {
-            // This round's view of it predates the last write: the next one decides.
-            continue;
+    }
+
+    let mut table_changed = false;
+    let (table, version) = if next == table {
+        (table, version)
+    } else {
+        match write_table(leases_api, &next, version.clone()).await {
+            Ok(written) => {
+                table_changed = true;
+                record_moves(
+                    &table,
+                    &next,
+                    &live,
+                    &per_slot,
+                    metrics,
+                    &mut memory.unowned,
+                );
+                tracing::info!(
+                    epoch = next.epoch,
+                    released = next.released.len(),
+                    "slot table written"
+                );
+                (next, written)
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
+                // Written by another sharder meanwhile, or removed: read it again next round.
+                memory.table = None;
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(lease = SLOT_TABLE_LEASE, "writing the slot table: {e}");
+                memory.table = Some((table, version));
+                return false;
+            }
         }
-        if let Some(next) = decide(
-            current,
-            draining,
-            desired.get(name.as_str()).copied(),
-            &live,
-        ) {
-            // A move off a shard: taken from a gone one, or asked of a live one (a drain asked
-            // again for another shard is the same move).
-            let handover = match &next {
-                Move::Assign(_) => current.is_some(),
-                Move::Drain(_) => draining.is_none(),
-                Move::Keep => false,
-            };
-            moves.push((name, bundle.resource_version.clone(), next, handover));
+    };
+
+    let mut owned: BTreeMap<&str, i64> = live.iter().map(|s| (s.as_str(), 0)).collect();
+    for slot in 0..SLOTS {
+        if let Some(count) = table.owner(slot).and_then(|owner| owned.get_mut(owner)) {
+            *count += per_slot[usize::from(slot)];
         }
     }
     for (shard, count) in &owned {
@@ -387,67 +533,106 @@ where
             })
             .set(*count);
     }
-    for gone in shards_seen.difference(&live) {
+    for gone in memory.shards_seen.difference(&live) {
         metrics.shard_bundles.remove(&ShardLabels {
             shard: gone.clone(),
         });
     }
-    *shards_seen = live.clone();
+    memory.shards_seen = live.clone();
     if live.is_empty() && !bundles.is_empty() {
         tracing::warn!("no live shard: bundles wait for a replica to announce itself");
     }
+    // A slot waiting to be let go is work left: the next round looks again.
+    let waiting = !live.is_empty() && table.owners.iter().any(Option::is_none);
+    memory.table = Some((table, version));
+    labelled == 0 && !table_changed && !waiting
+}
 
-    let nothing_moved = moves.is_empty();
-    let results: Vec<_> = stream::iter(moves)
-        .map(|(name, version, next, handover)| async move {
-            let result = write(api, &name, version.clone(), &next).await;
-            (name, version, next, handover, result)
+/// Counts what a table write moved: the bundles of slots taken from a shard (live or gone) as
+/// handovers, and the wait of the bundles of slots given to a shard after having none.
+fn record_moves(
+    before: &SlotTable,
+    after: &SlotTable,
+    live: &BTreeSet<String>,
+    per_slot: &[i64],
+    metrics: &Metrics,
+    unowned: &mut HashMap<u16, Instant>,
+) {
+    for slot in 0..SLOTS {
+        let bundles = per_slot[usize::from(slot)];
+        let (was, is) = (before.owner(slot), after.owner(slot));
+        if was.is_some() && was != is {
+            metrics
+                .shard_handovers
+                .inc_by(u64::try_from(bundles).unwrap_or(0));
+        }
+        if let Some(shard) = is
+            && was != is
+            && live.contains(shard)
+            && let Some(since) = unowned.remove(&slot)
+        {
+            let waited = since.elapsed().as_secs_f64();
+            for _ in 0..bundles {
+                metrics.shard_unowned_seconds.observe(waited);
+            }
+        }
+    }
+}
+
+/// Writes the slot label of every bundle that lacks it (or has another value), removing the
+/// shard labels of earlier versions in the same write; returns how many it wrote.
+async fn label_slots(
+    api: &Api<Bundle>,
+    bundles: &[Placement],
+    written: &mut HashMap<String, Option<String>>,
+) -> usize {
+    let versions: HashMap<&str, &Option<String>> = bundles
+        .iter()
+        .map(|bundle| (bundle.name.as_str(), &bundle.resource_version))
+        .collect();
+    written.retain(|name, version| {
+        versions
+            .get(name.as_str())
+            .is_some_and(|seen| *seen == version)
+    });
+    let to_label: Vec<(String, Option<String>, String)> = bundles
+        .iter()
+        .filter(|bundle| !written.contains_key(&bundle.name))
+        .filter_map(|bundle| {
+            let slot = slot_of(&bundle.name).to_string();
+            (bundle.slot.as_deref() != Some(slot.as_str()) || bundle.legacy_labels)
+                .then(|| (bundle.name.clone(), bundle.resource_version.clone(), slot))
+        })
+        .collect();
+    let results: Vec<_> = stream::iter(to_label)
+        .map(|(name, version, slot)| async move {
+            let patch = serde_json::json!({
+                "metadata": {
+                    "resourceVersion": version,
+                    "labels": { SLOT_LABEL: slot, SHARD_LABEL: null, DRAIN_LABEL: null },
+                }
+            });
+            let result = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            (name, version, result)
         })
         .buffer_unordered(WRITES_AT_ONCE)
         .collect()
         .await;
-    for (name, version, next, handover, result) in results {
+    let mut count = 0;
+    for (name, version, result) in results {
         match result {
-            Ok(()) => {
-                written.insert(name.clone(), version);
-                if handover {
-                    metrics.shard_handovers.inc();
-                }
-                if let Move::Assign(shard) = &next {
-                    if let Some(since) = unowned.remove(&name) {
-                        metrics
-                            .shard_unowned_seconds
-                            .observe(since.elapsed().as_secs_f64());
-                    }
-                    tracing::debug!(bundle = %name, %shard, "assigned");
-                }
+            Ok(_) => {
+                count += 1;
+                written.insert(name, version);
             }
             // Changed since this round's view (a conflict), or gone: the next round sees it.
             Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
-            Err(e) => tracing::warn!(bundle = %name, ?next, "writing the shard label: {e}"),
+            Err(e) => tracing::warn!(bundle = %name, "writing the slot label: {e}"),
         }
     }
-    nothing_moved
-}
-
-/// Writes one move, if the bundle is still at `version`.
-async fn write(
-    api: &Api<Bundle>,
-    name: &str,
-    version: Option<String>,
-    next: &Move,
-) -> Result<(), kube::Error> {
-    let labels = match next {
-        Move::Assign(shard) => serde_json::json!({ SHARD_LABEL: shard, DRAIN_LABEL: null }),
-        Move::Drain(to) => serde_json::json!({ DRAIN_LABEL: to }),
-        Move::Keep => serde_json::json!({ DRAIN_LABEL: null }),
-    };
-    let patch = serde_json::json!({
-        "metadata": { "resourceVersion": version, "labels": labels }
-    });
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
+    count
 }
 
 #[cfg(test)]
@@ -458,57 +643,106 @@ mod tests {
         shards.iter().map(|s| s.to_string()).collect()
     }
 
+    fn table(owners: &[(u16, &str)]) -> SlotTable {
+        let mut table = SlotTable::new();
+        table.epoch = 5;
+        for (slot, owner) in owners {
+            table.owners[usize::from(*slot)] = Some(owner.to_string());
+        }
+        table
+    }
+
+    fn places(places: &[(u16, &str)]) -> BTreeMap<u16, String> {
+        places.iter().map(|(s, o)| (*s, o.to_string())).collect()
+    }
+
+    fn served(reports: &[(&str, u64, &[u16])]) -> BTreeMap<String, ServedSlots> {
+        reports
+            .iter()
+            .map(|(shard, epoch, slots)| {
+                (
+                    shard.to_string(),
+                    ServedSlots {
+                        epoch: *epoch,
+                        slots: slots.iter().copied().collect(),
+                    },
+                )
+            })
+            .collect()
+    }
+
     #[test]
-    fn unassigned_bundles_and_those_of_gone_shards_are_assigned_at_once() {
+    fn free_slots_and_those_of_gone_shards_are_given_at_once() {
+        let before = table(&[(1, "c")]);
+        let next = plan(
+            &before,
+            &live(&["a", "b"]),
+            &places(&[(0, "a"), (1, "b")]),
+            &served(&[("a", 5, &[]), ("b", 5, &[])]),
+        );
+        assert_eq!(next.epoch, 6);
+        assert_eq!(next.owner(0), Some("a"));
+        // "c" is gone: its fence already holds its writes, no need to wait for it.
+        assert_eq!(next.owner(1), Some("b"));
+        assert!(next.released.is_empty());
+    }
+
+    #[test]
+    fn a_slot_leaves_a_live_shard_in_two_writes() {
         let shards = live(&["a", "b"]);
-        assert_eq!(
-            decide(None, None, Some("a"), &shards),
-            Some(Move::Assign("a".into()))
+        let desired = places(&[(1, "b")]);
+        // Taken from "a" first.
+        let taken = plan(
+            &table(&[(1, "a")]),
+            &shards,
+            &desired,
+            &served(&[("a", 5, &[1]), ("b", 5, &[])]),
         );
-        // The owner's Lease expired: no drain, its fence already holds its writes.
-        assert_eq!(
-            decide(Some("c"), None, Some("b"), &shards),
-            Some(Move::Assign("b".into()))
+        assert_eq!(taken.epoch, 6);
+        assert_eq!(taken.owner(1), None);
+        assert_eq!(taken.released.get(&1), Some(&6));
+        // "a" still serves it (a pass under way), or has not acted on the new table yet, or
+        // "b" has not: the slot waits.
+        for reports in [
+            served(&[("a", 6, &[1]), ("b", 6, &[])]),
+            served(&[("a", 5, &[]), ("b", 6, &[])]),
+            served(&[("a", 6, &[]), ("b", 5, &[])]),
+            served(&[("a", 6, &[])]),
+        ] {
+            assert_eq!(
+                plan(&taken, &shards, &desired, &reports),
+                taken,
+                "{reports:?}"
+            );
+        }
+        // Let go by "a", seen by "b": given to "b".
+        let given = plan(
+            &taken,
+            &shards,
+            &desired,
+            &served(&[("a", 6, &[]), ("b", 6, &[])]),
         );
+        assert_eq!(given.epoch, 7);
+        assert_eq!(given.owner(1), Some("b"));
+        assert!(given.released.is_empty());
+        // In place: nothing to write.
         assert_eq!(
-            decide(Some("c"), Some("a"), Some("b"), &shards),
-            Some(Move::Assign("b".into()))
+            plan(&given, &shards, &desired, &served(&[("b", 7, &[1])])),
+            given
         );
     }
 
     #[test]
-    fn a_bundle_moves_from_a_live_shard_only_through_a_drain() {
-        let shards = live(&["a", "b", "c"]);
-        assert_eq!(
-            decide(Some("a"), None, Some("b"), &shards),
-            Some(Move::Drain("b".into()))
+    fn a_slot_being_let_go_by_a_shard_that_dies_goes_at_once() {
+        let mut taken = table(&[]);
+        taken.released.insert(1, 5);
+        let next = plan(
+            &taken,
+            &live(&["b"]),
+            &places(&[(1, "b")]),
+            &served(&[("a", 4, &[1]), ("b", 5, &[])]),
         );
-        // Asked already: wait for the owner to hand it over.
-        assert_eq!(decide(Some("a"), Some("b"), Some("b"), &shards), None);
-        // Handed over: on its new shard, nothing more to do.
-        assert_eq!(decide(Some("b"), None, Some("b"), &shards), None);
-        // Asked to go to "c", but its place is "b" now (the ring changed): asked again.
-        assert_eq!(
-            decide(Some("a"), Some("c"), Some("b"), &shards),
-            Some(Move::Drain("b".into()))
-        );
-        // A drain as an earlier sharder wrote it (naming the owner): the owner lets it go
-        // unassigned, and it is assigned then.
-        assert_eq!(decide(Some("a"), Some("a"), Some("b"), &shards), None);
-        assert_eq!(
-            decide(None, None, Some("b"), &shards),
-            Some(Move::Assign("b".into()))
-        );
-    }
-
-    #[test]
-    fn a_bundle_in_place_stays_and_a_drain_no_longer_needed_is_taken_back() {
-        let shards = live(&["a", "b"]);
-        assert_eq!(decide(Some("a"), None, Some("a"), &shards), None);
-        assert_eq!(
-            decide(Some("a"), Some("b"), Some("a"), &shards),
-            Some(Move::Keep)
-        );
+        assert_eq!(next.owner(1), Some("b"));
     }
 
     fn lease(shard: &str, renewed_seconds_ago: i64) -> Lease {
@@ -578,7 +812,10 @@ mod tests {
 
     #[test]
     fn without_live_shards_nothing_moves() {
-        assert_eq!(decide(None, None, None, &live(&[])), None);
-        assert_eq!(decide(Some("a"), None, None, &live(&[])), None);
+        let before = table(&[(1, "a")]);
+        assert_eq!(
+            plan(&before, &live(&[]), &places(&[]), &served(&[])),
+            before
+        );
     }
 }

@@ -25,7 +25,7 @@ use crate::cluster::discovery::KindCache;
 use crate::cluster::drift::DriftWatches;
 use crate::cluster::events::EventRecorder;
 use crate::cluster::identity::Appliers;
-use crate::cluster::shard::{Fence, ReplicaLayer};
+use crate::cluster::shard::{Fence, ReplicaLayer, Slots};
 use crate::error::Result;
 use crate::policy::identity::ServiceAccountDefaults;
 use crate::source::node_pull::NodePullSettings;
@@ -115,6 +115,8 @@ pub struct Context {
     pub shard: Option<String>,
     /// Whether this replica may write (always, without sharding).
     pub fence: Fence,
+    /// With `--sharding`: the slots this replica serves; a bundle of another slot gets no pass.
+    pub slots: Option<Slots>,
 }
 
 impl Context {
@@ -150,16 +152,34 @@ impl Context {
             claims: Default::default(),
             shard: None,
             fence: Fence::open(),
+            slots: None,
         };
         (context, drift_events)
     }
 
-    /// The context of a shard: its identity, its fence, and clients that carry them.
-    pub fn for_shard(mut self, shard: String, layer: ReplicaLayer, fence: Fence) -> Self {
+    /// The context of a shard: its identity, its fence, the slots it serves, and clients that
+    /// carry them.
+    pub fn for_shard(
+        mut self,
+        shard: String,
+        layer: ReplicaLayer,
+        fence: Fence,
+        slots: Slots,
+    ) -> Self {
         self.appliers = self.appliers.with_layer(layer);
         self.shard = Some(shard);
         self.fence = fence;
+        self.slots = Some(slots);
         self
+    }
+
+    /// Forgets what the caches hold of the bundle `name` (it left this replica's watch): when
+    /// it comes back, its first pass is a whole one.
+    pub fn forget(&self, name: &str) {
+        self.backoff.success(name);
+        self.resolved.forget(name);
+        self.checked.forget(name);
+        self.written.forget(name);
     }
 
     /// A registry client with the credentials of `class` and `bundle` (secrets in the

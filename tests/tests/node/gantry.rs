@@ -450,7 +450,7 @@ async fn storage_pod(client: &Client) -> String {
 
 // --- the provisioner ------------------------------------------------------------------------
 
-/// The ready provisioner Pod whose shard holds `bundle` (its `gantry.dev/shard` label), once it
+/// The ready provisioner Pod whose shard holds `bundle` (the owner of its slot), once it
 /// is not `previous`.
 async fn wait_shard(
     cluster: &NodeCluster,
@@ -460,18 +460,27 @@ async fn wait_shard(
 ) -> String {
     let bundles: Api<Bundle> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), NAMESPACE);
     wait(
         cluster,
         &format!("Bundle {bundle} to be held by a ready provisioner Pod"),
         WAIT,
         || async {
-            let owner = bundles
+            // The shard that owns the bundle's slot in the slot table.
+            let slot = bundles
                 .get_opt(bundle)
                 .await
                 .ok()??
                 .labels()
-                .get(gantry_api::SHARD_LABEL)?
-                .clone();
+                .get(gantry_api::SLOT_LABEL)
+                .and_then(|slot| gantry_api::slots::parse_slot(slot))?;
+            let table = leases.get_opt(gantry_api::SLOT_TABLE_LEASE).await.ok()??;
+            let table = gantry_api::slots::SlotTable::parse(
+                table.annotations().get(gantry_api::SLOT_TABLE_ANNOTATION)?,
+            )
+            .ok()?;
+            let owner = table.owner(slot)?.to_string();
             let pod = pods.get_opt(&owner).await.ok()??;
             let candidate = pod
                 .labels()

@@ -497,11 +497,11 @@ async fn a_second_installation_serves_only_the_classes_naming_its_id() {
             url(ours)
         );
         assert!(
-            theirs.labels().contains_key(gantry_api::SHARD_LABEL),
-            "{when}: the second installation's sharder assigned its bundle"
+            theirs.labels().contains_key(gantry_api::SLOT_LABEL),
+            "{when}: the second installation's sharder gave its bundle a slot"
         );
         assert_eq!(
-            ours.labels().get(gantry_api::SHARD_LABEL),
+            ours.labels().get(gantry_api::SLOT_LABEL),
             None,
             "{when}: the second installation's sharder left the shared one's bundle alone"
         );

@@ -1,7 +1,8 @@
-//! Three provisioner replicas with `--sharding` on one cluster: every bundle is assigned to one
-//! live replica (label `gantry.dev/shard`), no replica holds much more than its share, and
-//! bundles move when a replica is killed (SIGKILL), paused past its Lease (SIGSTOP), or cut off
-//! from the API server (a proxy between them), and again when it comes back.
+//! Three provisioner replicas with `--sharding` on one cluster: every bundle gets a slot (label
+//! `gantry.dev/slot`) and every slot one live replica (the slot table), no replica holds much
+//! more than its share of the slots, and slots move when a replica is killed (SIGKILL), paused
+//! past its Lease (SIGSTOP), or cut off from the API server (a proxy between them), and again
+//! when it comes back.
 //!
 //! That no bundle was applied by two replicas at once is checked against the API server's own
 //! audit log, where each request names its replica (User-Agent): in the order the API server
@@ -17,8 +18,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL};
-use gantry_tests::audit::{AuditLog, replica_of, writes_off_shard};
+use gantry_api::slots::{SLOTS, SlotTable, parse_slot};
+use gantry_api::{Bundle, SHARD_LABEL, SLOT_LABEL, SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE};
+use gantry_tests::audit::{AuditLog, writes_off_shard};
 use gantry_tests::e2e::*;
 use gantry_tests::{
     CuttableProxy, Provisioner, ProvisionerOptions, StorageOptions, StorageServer, registry,
@@ -76,21 +78,35 @@ async fn create_bundles(client: &Client, image: &str, prefix: &str, count: usize
     names
 }
 
-/// Each bundle's shard label (`None`: unassigned), for `names`.
+/// The slot table (`None` before the sharder wrote one).
+async fn slot_table(client: &Client) -> Option<SlotTable> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let lease = leases.get_opt(SLOT_TABLE_LEASE).await.ok()??;
+    SlotTable::parse(lease.annotations().get(SLOT_TABLE_ANNOTATION)?).ok()
+}
+
+/// The shard that owns `bundle`'s slot in `table` (`None`: no slot label, or no owner).
+fn owner_of(bundle: &Bundle, table: &SlotTable) -> Option<String> {
+    let slot = parse_slot(bundle.labels().get(SLOT_LABEL)?)?;
+    table.owner(slot).map(str::to_string)
+}
+
+/// Each bundle's shard (`None`: unassigned), for `names`.
 async fn assignments(client: &Client, names: &[String]) -> BTreeMap<String, Option<String>> {
     let bundles: Api<Bundle> = Api::all(client.clone());
     let all = bundles.list(&ListParams::default()).await.unwrap();
+    let table = slot_table(client).await.unwrap_or_default();
     let wanted: BTreeSet<&String> = names.iter().collect();
     all.items
         .iter()
         .filter(|b| wanted.contains(&b.name_any()))
-        .map(|b| (b.name_any(), b.labels().get(SHARD_LABEL).cloned()))
+        .map(|b| (b.name_any(), owner_of(b, &table)))
         .collect()
 }
 
-/// Waits until every bundle of `names` is Ready, assigned to one of `shards`, and drained of
-/// nothing, and every one of `shards` holds some and none more than ceil(1.25 x an even
-/// share), as the sharder's ring places them; returns how many each shard holds.
+/// Waits until every slot belongs to one of `shards`, each of them holds some and none more
+/// than ceil(1.25 x an even share) of the slots, as the sharder's ring places them, and every
+/// bundle of `names` has its slot label and is Ready; returns how many bundles each shard holds.
 async fn wait_settled(
     client: &Client,
     names: &[String],
@@ -102,37 +118,52 @@ async fn wait_settled(
     let wanted: BTreeSet<&String> = names.iter().collect();
     let deadline = std::time::Instant::now() + SETTLE;
     let mut last = String::new();
+    let slot_bound = (1.25 * f64::from(SLOTS) / shards.len() as f64).ceil() as usize;
     while std::time::Instant::now() < deadline {
-        if let Ok(all) = bundles.list(&ListParams::default()).await {
+        if let (Ok(all), Some(table)) = (
+            bundles.list(&ListParams::default()).await,
+            slot_table(client).await,
+        ) {
+            let mut slots: BTreeMap<&str, usize> = BTreeMap::new();
+            let mut unplaced = 0;
+            for owner in &table.owners {
+                match owner.as_deref().filter(|o| shards.contains(o)) {
+                    Some(owner) => *slots.entry(owner).or_insert(0) += 1,
+                    None => unplaced += 1,
+                }
+            }
             let mut load = BTreeMap::new();
             let mut seen = 0;
             let mut pending = Vec::new();
             for bundle in all.items.iter().filter(|b| wanted.contains(&b.name_any())) {
                 seen += 1;
-                let shard = bundle.labels().get(SHARD_LABEL);
-                let on_live = shard.is_some_and(|s| shards.contains(&s.as_str()));
-                let draining = bundle.labels().get(DRAIN_LABEL);
-                if !on_live || draining.is_some() || !is_ready(bundle) {
+                let shard = owner_of(bundle, &table);
+                let on_live = shard.as_deref().is_some_and(|s| shards.contains(&s));
+                if !on_live || !is_ready(bundle) {
                     pending.push(format!(
-                        "{} shard={shard:?} drain={draining:?} ready={}",
+                        "{} slot={:?} shard={shard:?} ready={}",
                         bundle.name_any(),
+                        bundle.labels().get(SLOT_LABEL),
                         is_ready(bundle)
                     ));
                     continue;
                 }
-                *load.entry(shard.unwrap().clone()).or_insert(0) += 1;
+                *load.entry(shard.unwrap()).or_insert(0) += 1;
             }
-            let bound = (1.25 * names.len() as f64 / shards.len() as f64).ceil() as usize;
             if seen == names.len()
                 && pending.is_empty()
-                && load.len() == shards.len()
-                && load.values().all(|&n| n <= bound)
+                && unplaced == 0
+                && table.released.is_empty()
+                && slots.len() == shards.len()
+                && slots.values().all(|&n| n <= slot_bound)
             {
                 return load;
             }
             last = format!(
-                "{} of {seen} pending: {pending:?}; load {load:?}",
-                pending.len()
+                "{} of {seen} pending: {pending:?}; slots {slots:?}, {unplaced} without a live \
+                 shard, released {:?}; load {load:?}",
+                pending.len(),
+                table.released,
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -196,8 +227,8 @@ async fn metric(provisioner: &Provisioner, name: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Waits until one of `names` assigned to `shard` shows `Installing`: a pass of that shard is
-/// under way.
+/// Waits until one of `names` whose slot is `shard`'s shows `Installing`: a pass of that shard
+/// is under way.
 async fn wait_installing_on(client: &Client, names: &[String], shard: &str) {
     let bundles: Api<Bundle> = Api::all(client.clone());
     wait_until(
@@ -205,11 +236,12 @@ async fn wait_installing_on(client: &Client, names: &[String], shard: &str) {
         WAIT,
         || async {
             let all = bundles.list(&ListParams::default()).await.ok()?;
+            let table = slot_table(client).await?;
             all.items
                 .iter()
                 .any(|b| {
                     names.contains(&b.name_any())
-                        && b.labels().get(SHARD_LABEL).map(String::as_str) == Some(shard)
+                        && owner_of(b, &table).as_deref() == Some(shard)
                         && b.status.as_ref().and_then(|s| s.phase)
                             == Some(gantry_api::BundlePhase::Installing)
                 })
@@ -253,7 +285,8 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     push(&format!("{ns}/app:v1"), &files).await;
     let image = format!("{}/{ns}/app:v1", registry().host());
 
-    // Spread: every replica gets bundles, none more than 1.25 times its share.
+    // Spread: every replica gets slots, none more than 1.25 times its share (checked by
+    // `wait_settled`); the bundles follow their slots.
     let mut all = create_bundles(&client, &image, "shard-a", 24).await;
     let load = wait_settled(
         &client,
@@ -263,11 +296,7 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         &[&r1, &r2, &r3],
     )
     .await;
-    assert_eq!(load.len(), 3, "every replica holds bundles: {load:?}");
-    assert!(
-        load.values().all(|&n| n <= 10),
-        "no replica holds more than ceil(1.25 x 24 / 3) = 10: {load:?}"
-    );
+    assert_eq!(load.values().sum::<usize>(), 24, "{load:?}");
 
     // A replica is killed while bundles install: its bundles go to the others.
     let batch = create_bundles(&client, &image, "shard-b", 12).await;
@@ -283,9 +312,9 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     )
     .await;
 
-    // A replica is paused past its Lease in the middle of a pass: its bundles move, and once
-    // it runs again it writes nothing of them; it restarts its controllers and takes a share
-    // back, which the other replica drains to it.
+    // A replica is paused past its Lease in the middle of a pass: its slots move, and once
+    // it runs again it writes nothing of their bundles; it restarts its controllers and takes
+    // a share back, which the other replica lets go of first.
     let batch = create_bundles(&client, &image, "shard-c", 12).await;
     all.extend(batch.iter().cloned());
     wait_installing_on(&client, &batch, "r2").await;
@@ -302,8 +331,7 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         .await
         .unwrap_or(0.0);
     signal(&r2, "CONT");
-    let load = wait_settled(&client, &all, &["r2", "r3"], "r2 back", &[&r2, &r3]).await;
-    assert_eq!(load.len(), 2, "r2 took a share back: {load:?}");
+    wait_settled(&client, &all, &["r2", "r3"], "r2 back", &[&r2, &r3]).await;
     let log = std::fs::read_to_string(r2.log()).unwrap();
     assert!(
         log.contains("the shard Lease lapsed"),
@@ -314,7 +342,7 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         .unwrap_or(0.0);
     assert!(
         drained > drained_before,
-        "r3 let bundles go through the drain ({drained_before} -> {drained})"
+        "r3 let slots go before r2 got them ({drained_before} -> {drained})"
     );
 
     // A replica is cut off from the API server: its bundles move; reconnected, it takes a
@@ -344,14 +372,9 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         &[&r1, &r2, &r3],
     )
     .await;
-    assert_eq!(load.len(), 3, "{load:?}");
-    let bound = (1.25 * all.len() as f64 / 3.0).ceil() as usize;
-    assert!(
-        load.values().all(|&n| n <= bound),
-        "{load:?} within {bound}"
-    );
+    assert_eq!(load.values().sum::<usize>(), all.len(), "{load:?}");
     // kubectl bundle list -o wide names each bundle's shard (read between two reads of the
-    // labels that agree: the ring may still be moving a bundle).
+    // slot table that agree: the ring may still be moving a slot).
     wait_until(
         "kubectl bundle list -o wide to show each bundle's shard",
         WAIT,
@@ -378,8 +401,8 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     .await;
 
     // The audit log: every ConfigMap of every bundle was written, and each write came from the
-    // replica the bundle was assigned to when the API server received it (the log also holds
-    // every write of a Bundle's labels). A bundle may come back to a replica it left (a paused
+    // replica the bundle's slot was given to when the API server received it (the log also
+    // holds every write of the slot table). A bundle may come back to a replica it left (a paused
     // replica takes a share back, and a pass cut short is taken up by the new owner, which may
     // send again what the old one had sent), but only through an assignment the log shows.
     let namespaces: BTreeSet<&str> = all.iter().map(String::as_str).collect();
@@ -401,19 +424,13 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     let off_shard = writes_off_shard(&writes, &changes, |ns| {
         namespaces.contains(ns).then(|| ns.to_string())
     });
-    // A drained replica hands a bundle over itself, in one write naming the new shard.
-    let handed_over = changes
+    // Bundles moved between shards, as the table's writes show them.
+    let moves = changes
         .values()
         .flat_map(|changes| changes.windows(2))
-        .filter(|pair| match (&pair[0].shard, &pair[1].shard) {
-            (Some(from), Some(to)) => from != to && replica_of(&pair[1].user_agent) == from,
-            _ => false,
-        })
+        .filter(|pair| pair[0].shard != pair[1].shard)
         .count();
-    assert!(
-        handed_over > 0,
-        "no drained replica labelled a bundle with its new shard: {changes:?}"
-    );
+    assert!(moves > 0, "no bundle changed shard: {changes:?}");
     assert!(
         off_shard.is_empty(),
         "a replica wrote a bundle's objects while the bundle was another's (two writers):\n{}",

@@ -53,7 +53,7 @@ pub struct Metrics {
     /// How long bundles waited for a shard: from the sharder finding them without a live owner
     /// to their assignment.
     pub shard_unowned_seconds: Histogram,
-    /// Bundles this replica let go when the sharder drained them.
+    /// Slots this replica let go when the sharder took them.
     pub shard_releases: Counter,
 }
 
@@ -137,7 +137,7 @@ impl Default for Metrics {
         let shard_handovers = Counter::default();
         registry.register(
             "shard_handovers",
-            "Bundles moved from one shard to another",
+            "Bundles moved from one shard to another, with their slots",
             shard_handovers.clone(),
         );
         let shard_unowned_seconds = Histogram::new(exponential_buckets(0.05, 2.0, 12));
@@ -149,7 +149,7 @@ impl Default for Metrics {
         let shard_releases = Counter::default();
         registry.register(
             "shard_releases",
-            "Bundles this replica let go when drained",
+            "Slots this replica let go when the sharder took them",
             shard_releases.clone(),
         );
         Self {

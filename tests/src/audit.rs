@@ -1,16 +1,17 @@
 //! Who wrote what, read from the API server's audit log (see the test control plane's audit
 //! policy): every provisioner request names its replica in `User-Agent`
 //! (`gantry-provisioner/VERSION (IDENTITY)`), so the log shows which replica wrote each
-//! ConfigMap and, from each Bundle write's response, which shard a Bundle was on from then.
+//! ConfigMap and, from each write of the slot table (the Lease `gantry-shard-slots`, logged with
+//! the Lease it left), which shard owned each slot, and so each bundle, from then.
 //!
 //! Two checks that no bundle was written by two replicas at once:
 //! - [`writer_returns`]: a bundle's writes, in the order the API server received them, come
 //!   from one replica after another, never back to one that had handed the bundle over. Exact
 //!   when a bundle never returns to a replica with new content to write.
-//! - [`writes_off_shard`]: each write comes from the replica the bundle was assigned to
-//!   (label `gantry.dev/shard`) when the API server received it. A bundle may go back to a
-//!   replica (a paused replica takes its share back), but only through an assignment the log
-//!   shows.
+//! - [`writes_off_shard`]: each write comes from the replica that owned the bundle's slot
+//!   (`gantry_api::slots::slot_of` of its name) in the slot table when the API server received
+//!   it. A bundle may go back to a replica (a paused replica takes its share back), but only
+//!   through an assignment the log shows.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -19,8 +20,8 @@ use serde_json::Value;
 
 use crate::error::{HarnessError, IoContext};
 
-/// The label naming a Bundle's shard (`gantry_api::SHARD_LABEL`).
-const SHARD_LABEL: &str = "gantry.dev/shard";
+use gantry_api::slots::{SlotTable, slot_of};
+use gantry_api::{SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE};
 
 /// The audit log's events, one JSON object a line.
 pub struct AuditLog {
@@ -41,12 +42,15 @@ pub struct ConfigMapWrite {
     pub user_agent: String,
 }
 
-/// A Bundle's shard label changed: the write that changed it, and the label from then on.
+/// A bundle's shard changed: the write of the slot table that gave the bundle's slot to
+/// another shard, and that shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardChange {
     pub received: String,
     pub bundle: String,
-    /// `None`: unassigned (created, or let go by a drained shard).
+    /// The shard that owns the bundle's slot from then on. A slot being let go (no owner in the
+    /// table) still belongs to the shard it is taken from, which may finish its passes there
+    /// until it reports the slot let go: that is no change.
     pub shard: Option<String>,
     pub user_agent: String,
 }
@@ -163,55 +167,58 @@ impl AuditLog {
             .collect()
     }
 
-    /// How the shard label of each of `bundles` changed, each bundle's changes in the order
-    /// they took effect. Read from the Bundle as each write left it (the policy logs Bundle
-    /// writes with their response); writes are put in the order they were committed (the
-    /// `resourceVersion` they produced), so a write that merely carried the label along is
-    /// not taken for the one that changed it.
+    /// How the shard of each of `bundles` changed, each bundle's changes in the order they
+    /// took effect: read from the slot table as each of its writes left it (the policy logs
+    /// Lease writes with their response), in the order they were committed (the
+    /// `resourceVersion` they produced). The first table logged tells where each slot starts.
     pub fn shard_changes(&self, bundles: &BTreeSet<&str>) -> BTreeMap<String, Vec<ShardChange>> {
-        let mut written: BTreeMap<String, Vec<(u64, ShardChange)>> = BTreeMap::new();
+        let mut tables: Vec<(u64, String, String, SlotTable)> = Vec::new();
         for event in &self.events {
             let object = &event["objectRef"];
-            let name = object["name"].as_str().unwrap_or_default();
-            if object["resource"] != "bundles"
-                || object["subresource"]
-                    .as_str()
-                    .is_some_and(|s| !s.is_empty())
-                || !bundles.contains(name)
+            if object["resource"] != "leases"
+                || object["name"] != SLOT_TABLE_LEASE
                 || !successful_write(event)
             {
                 continue;
             }
             let metadata = &event["responseObject"]["metadata"];
-            let Some(version) = metadata["resourceVersion"]
-                .as_str()
-                .and_then(|v| v.parse::<u64>().ok())
-            else {
+            let (Some(version), Some(table)) = (
+                metadata["resourceVersion"]
+                    .as_str()
+                    .and_then(|v| v.parse::<u64>().ok()),
+                metadata["annotations"][SLOT_TABLE_ANNOTATION]
+                    .as_str()
+                    .and_then(|text| SlotTable::parse(text).ok()),
+            ) else {
                 continue;
             };
-            written.entry(name.to_string()).or_default().push((
+            tables.push((
                 version,
-                ShardChange {
-                    received: text(&event["requestReceivedTimestamp"]),
-                    bundle: name.to_string(),
-                    shard: metadata["labels"][SHARD_LABEL].as_str().map(str::to_string),
-                    user_agent: text(&event["userAgent"]),
-                },
+                text(&event["requestReceivedTimestamp"]),
+                text(&event["userAgent"]),
+                table,
             ));
         }
-        written
-            .into_iter()
-            .map(|(bundle, mut writes)| {
-                writes.sort_by_key(|(version, _)| *version);
+        tables.sort_by_key(|(version, ..)| *version);
+        bundles
+            .iter()
+            .map(|bundle| {
+                let slot = slot_of(bundle);
                 let mut changes: Vec<ShardChange> = Vec::new();
-                for (_, write) in writes {
-                    // The first write logged tells where the bundle starts.
-                    let before = changes.last().map_or(&None, |c| &c.shard);
-                    if &write.shard != before || changes.is_empty() {
-                        changes.push(write);
+                for (_, received, user_agent, table) in &tables {
+                    let Some(owner) = table.owner(slot) else {
+                        continue;
+                    };
+                    if changes.last().and_then(|c| c.shard.as_deref()) != Some(owner) {
+                        changes.push(ShardChange {
+                            received: received.clone(),
+                            bundle: bundle.to_string(),
+                            shard: Some(owner.to_string()),
+                            user_agent: user_agent.clone(),
+                        });
                     }
                 }
-                (bundle, changes)
+                (bundle.to_string(), changes)
             })
             .collect()
     }
@@ -302,24 +309,26 @@ mod tests {
         .to_string()
     }
 
-    fn bundle_line(
-        received: &str,
-        name: &str,
-        version: u64,
-        shard: Option<&str>,
-        agent: &str,
-    ) -> String {
-        let labels = match shard {
-            Some(shard) => serde_json::json!({ SHARD_LABEL: shard }),
-            None => serde_json::json!({}),
-        };
+    /// A write of the slot table giving the slot of the bundle "app" to `owner` (`None`: taking
+    /// it from its shard).
+    fn table_line(received: &str, version: u64, owner: Option<&str>, agent: &str) -> String {
+        let mut table = SlotTable::new();
+        table.epoch = version;
+        table.owners[usize::from(slot_of("app"))] = owner.map(str::to_string);
+        // Another slot's owner changes in the same writes: no change of "app".
+        let other = (slot_of("app") + 1) % gantry_api::slots::SLOTS;
+        table.owners[usize::from(other)] = Some(format!("x{version}"));
         serde_json::json!({
             "kind": "Event", "stage": "ResponseComplete", "verb": "patch",
-            "requestURI": format!("/apis/gantry.dev/v1alpha1/bundles/{name}"),
+            "requestURI": format!("/apis/coordination.k8s.io/v1/namespaces/gantry-system/leases/{SLOT_TABLE_LEASE}"),
             "userAgent": agent,
-            "objectRef": { "resource": "bundles", "name": name, "apiGroup": "gantry.dev" },
+            "objectRef": { "resource": "leases", "namespace": "gantry-system", "name": SLOT_TABLE_LEASE, "apiGroup": "coordination.k8s.io" },
             "responseStatus": { "code": 200 },
-            "responseObject": { "metadata": { "name": name, "resourceVersion": version.to_string(), "labels": labels } },
+            "responseObject": { "metadata": {
+                "name": SLOT_TABLE_LEASE,
+                "resourceVersion": version.to_string(),
+                "annotations": { SLOT_TABLE_ANNOTATION: table.to_text() },
+            } },
             "requestReceivedTimestamp": received,
         })
         .to_string()
@@ -391,46 +400,30 @@ mod tests {
         Some(namespace.to_string())
     }
 
+    const SHARDER: &str = "gantry-provisioner/0.1.0 (r2)";
+
     #[test]
     fn a_bundle_assigned_back_to_a_replica_may_be_written_by_it_again() {
-        let sharder = "gantry-provisioner/0.1.0 (r2)";
         let (writes, changes) = log_of(&[
-            bundle_line(
-                "2026-01-01T00:00:00.000000Z",
-                "app",
-                10,
-                None,
-                "gantry-chaos",
-            ),
-            bundle_line(
-                "2026-01-01T00:00:00.500000Z",
-                "app",
-                11,
-                Some("r1"),
-                sharder,
-            ),
+            table_line("2026-01-01T00:00:00.000000Z", 10, None, SHARDER),
+            table_line("2026-01-01T00:00:00.500000Z", 11, Some("r1"), SHARDER),
             config_map_line("2026-01-01T00:00:01.000000Z", "app", "a", R1),
-            // r1 paused past its Lease: the sharder assigns the bundle to r2 at once.
-            bundle_line(
-                "2026-01-01T00:00:20.000000Z",
-                "app",
-                20,
-                Some("r2"),
-                sharder,
-            ),
+            // r1 paused past its Lease: the sharder gives the slot to r2 at once.
+            table_line("2026-01-01T00:00:20.000000Z", 20, Some("r2"), SHARDER),
             config_map_line("2026-01-01T00:00:21.000000Z", "app", "a", R2),
-            // r1 back: r2 drained, let go (no shard), r1 assigned again.
-            bundle_line("2026-01-01T00:00:30.000000Z", "app", 30, None, R2),
-            bundle_line(
-                "2026-01-01T00:00:31.000000Z",
-                "app",
-                31,
-                Some("r1"),
-                sharder,
-            ),
+            // r1 back: the slot taken from r2, then given to r1 again.
+            table_line("2026-01-01T00:00:30.000000Z", 30, None, SHARDER),
+            table_line("2026-01-01T00:00:31.000000Z", 31, Some("r1"), SHARDER),
             config_map_line("2026-01-01T00:00:32.000000Z", "app", "a", R1),
         ]);
         assert_eq!(writer_returns(&writes).len(), 1, "a return, as such");
+        assert_eq!(
+            changes["app"]
+                .iter()
+                .map(|c| c.shard.as_deref().unwrap())
+                .collect::<Vec<_>>(),
+            ["r1", "r2", "r1"]
+        );
         assert_eq!(
             writes_off_shard(&writes, &changes, same_name),
             Vec::<String>::new()
@@ -438,27 +431,14 @@ mod tests {
     }
 
     #[test]
-    fn a_write_after_the_bundle_moved_on_is_off_its_shard() {
-        let sharder = "gantry-provisioner/0.1.0 (r2)";
+    fn the_owner_may_finish_its_passes_while_the_slot_is_let_go_but_not_after() {
         let (writes, changes) = log_of(&[
-            bundle_line(
-                "2026-01-01T00:00:00.000000Z",
-                "app",
-                10,
-                Some("r1"),
-                sharder,
-            ),
-            // The owner's own write committed after the move carries the new label along:
-            // received earlier, it is not the change.
-            bundle_line("2026-01-01T00:00:19.000000Z", "app", 21, Some("r2"), R1),
-            bundle_line(
-                "2026-01-01T00:00:20.000000Z",
-                "app",
-                20,
-                Some("r2"),
-                sharder,
-            ),
-            config_map_line("2026-01-01T00:00:19.500000Z", "app", "a", R1),
+            table_line("2026-01-01T00:00:00.000000Z", 10, Some("r1"), SHARDER),
+            // Taken from r1: r1 finishes the pass under way.
+            table_line("2026-01-01T00:00:10.000000Z", 15, None, SHARDER),
+            config_map_line("2026-01-01T00:00:11.000000Z", "app", "a", R1),
+            // Given to r2 once r1 let it go.
+            table_line("2026-01-01T00:00:20.000000Z", 20, Some("r2"), SHARDER),
             config_map_line("2026-01-01T00:00:22.000000Z", "app", "a", R2),
             config_map_line("2026-01-01T00:00:25.000000Z", "app", "b", R1),
         ]);
@@ -473,17 +453,29 @@ mod tests {
     }
 
     #[test]
+    fn table_writes_count_in_the_order_they_were_committed() {
+        let (writes, changes) = log_of(&[
+            table_line("2026-01-01T00:00:00.000000Z", 10, Some("r1"), SHARDER),
+            // Logged out of order: committed after the one below.
+            table_line("2026-01-01T00:00:30.000000Z", 31, Some("r1"), SHARDER),
+            table_line("2026-01-01T00:00:20.000000Z", 20, Some("r2"), SHARDER),
+            config_map_line("2026-01-01T00:00:22.000000Z", "app", "a", R2),
+            config_map_line("2026-01-01T00:00:32.000000Z", "app", "b", R1),
+        ]);
+        assert_eq!(changes["app"].len(), 3, "{changes:?}");
+        assert_eq!(
+            writes_off_shard(&writes, &changes, same_name),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
     fn a_write_before_any_assignment_is_off_its_shard() {
         let (writes, changes) = log_of(&[
-            bundle_line(
-                "2026-01-01T00:00:00.000000Z",
-                "app",
-                10,
-                None,
-                "gantry-chaos",
-            ),
+            table_line("2026-01-01T00:00:00.000000Z", 10, None, SHARDER),
             config_map_line("2026-01-01T00:00:01.000000Z", "app", "a", R1),
         ]);
+        assert!(changes["app"].is_empty());
         assert_eq!(writes_off_shard(&writes, &changes, same_name).len(), 1);
     }
 

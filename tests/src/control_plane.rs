@@ -36,8 +36,10 @@ const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 const AUDIT_LOG: &str = "audit.log";
 
 /// Writes of ConfigMaps and Bundles at level Metadata, the response stage only; nothing else.
-/// A Bundle's own writes (not its status's) also log the Bundle they left, so the log tells
-/// which shard (label `gantry.dev/shard`) each Bundle was on from each write on.
+/// A Bundle's own writes (not its status's) and writes of Leases also log the object they left:
+/// the slot table (the Lease `gantry-shard-slots`) tells which shard owned each slot, and so each
+/// bundle, from each of its writes on. Lists of Bundles are logged too (when a shard's list of
+/// the bundles of its slots completed).
 const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted", "Panic"]
@@ -47,6 +49,8 @@ rules:
   resources:
   - group: "gantry.dev"
     resources: ["bundles"]
+  - group: "coordination.k8s.io"
+    resources: ["leases"]
 - level: Metadata
   verbs: ["create", "update", "patch", "delete"]
   resources:
@@ -59,6 +63,11 @@ rules:
   resources:
   - group: ""
     resources: ["configmaps"]
+- level: Metadata
+  verbs: ["list"]
+  resources:
+  - group: "gantry.dev"
+    resources: ["bundles"]
 - level: None
 "#;
 

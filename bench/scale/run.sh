@@ -12,10 +12,12 @@
 #   REPLICAS=3 bash bench/scale/run.sh 2000          # 3 replicas with --sharding (default 1)
 #
 # With REPLICAS > 1, after the steady state (FAILOVER=0 skips this): one shard that is not the
-# sharder is killed with SIGKILL; printed are the time until each of its bundles carries another
-# shard's label (p50/p99/max), the requests meanwhile (ConfigMap writes would be a bundle
-# applied again) and that all are Ready again. Then a new replica starts: printed are how many
-# bundles moved (about 1/N is the ring's promise) and when the last label changed.
+# sharder is killed with SIGKILL; printed are, for each of its bundles, the time until the slot
+# table gave its slot to another shard and until that shard's list of the bundles of its slots
+# completed (min/p50/p99/max, from the audit log), the requests meanwhile (ConfigMap writes
+# would be a bundle applied again) and that all are Ready again. Then a new replica starts:
+# printed are how many bundles moved (about 1/N is the ring's promise) and when the last write
+# of the slot table was.
 #
 # FLOOR=1 (default) first measures what the API server accepts on its own: apply-floor
 # server-side-applies the same BUNDLES x OBJECTS ConfigMaps into BUNDLES other namespaces
@@ -174,8 +176,8 @@ printf '%-48s %.1f s (target for 2,000 x 20: 120 s)\n' "time to all Ready" "$all
 printf '%-48s %s MiB (at all Ready %s MiB; target 100 MiB)\n' "provisioner peak RSS (largest replica)" "$(peak_rss_replicas)" "$peak_install"
 if ((REPLICAS > 1)); then
   for p in "${pids[@]}"; do printf '%-48s %s MiB\n' "  replica PID $p peak RSS" "$(peak_rss_mib "$p")"; done
-  kubectl get bundles -o jsonpath='{range .items[*]}{.metadata.labels.gantry\.dev/shard}{"\n"}{end}' |
-    sort | uniq -c | awk '{ printf "  %-46s %s bundles\n", $2, $1 }'
+  assignment "$work/after-add"
+  awk '{ print $2 }' "$work/after-add" | sort | uniq -c | awk '{ printf "  %-46s %s bundles\n", $2, $1 }'
 fi
 printf '%-48s %s MiB\n' "provisioner RSS at the end" "$(awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")"
 printf '%-48s %s\n' "write requests while installing (for scale)" "$(( before - initial ))"
@@ -184,18 +186,25 @@ printf '%-48s %s%% of one core (target 2%%)\n' "provisioner CPU in ${STEADY_SECO
 printf '%-48s %s\n' "registry requests in ${STEADY_SECONDS}s of steady state" "$(( registry_after - registry_before ))"
 printf '%-48s %s\n' "load (uptime)" "$(uptime | sed 's/.*load average: //')"
 
-assignment() {
-  kubectl get bundles --no-headers -o custom-columns='NAME:.metadata.name,SHARD:.metadata.labels.gantry\.dev/shard' >"$1"
+slot_table() {
+  kubectl -n gantry-system get lease gantry-shard-slots -o jsonpath='{.metadata.annotations.gantry\.dev/slot-table}'
 }
-# Waits until no bundle is without a shard or draining and the shards' counts held for 6 s.
+# `NAME SHARD SLOT` of every bundle: the owner of its slot in the slot table.
+assignment() {
+  kubectl get bundles --no-headers -o custom-columns='NAME:.metadata.name,SLOT:.metadata.labels.gantry\.dev/slot' >"$work/slots"
+  slot_table >"$work/table"
+  python3 bench/scale/shards.py assignment "$work/slots" "$work/table" >"$1"
+}
+# Waits until every slot has an owner and none is being let go, every bundle has its slot
+# label, and the table held still for three looks 2 s apart.
 wait_settled() {
   local deadline=$(( $(date +%s) + $1 )) previous="" current steady=0
   while (( $(date +%s) < deadline )); do
-    current="$(kubectl get bundles --no-headers \
-      -o custom-columns='S:.metadata.labels.gantry\.dev/shard,D:.metadata.labels.gantry\.dev/drain' |
-      awk '$1 == "<none>" || $2 != "<none>" { busy = 1 } { count[$1]++ }
-           END { if (busy) print "busy"; else for (s in count) print s, count[s] }' | sort | tr '\n' ';')"
-    if [[ "$current" != busy* && "$current" == "$previous" ]]; then
+    slot_table >"$work/table" 2>/dev/null || true
+    current="$(python3 bench/scale/shards.py state "$work/table" 2>/dev/null || echo busy)"
+    if [[ "$current" != busy* ]] &&
+      [[ "$(kubectl get bundles -l '!gantry.dev/slot' -o name | wc -l)" == 0 ]] &&
+      [[ "$current" == "$previous" ]]; then
       steady=$((steady + 1))
       ((steady >= 3)) && return 0
     else
@@ -228,14 +237,14 @@ expires = renewed + spec["leaseDurationSeconds"] - killed_at
 print(f"  its Lease expires {expires:.1f} s after the kill")' "$killed_at"
   wait "${pids[$victim]}" 2>/dev/null || true
   deadline=$(( $(date +%s) + 120 ))
-  until [[ "$(kubectl get bundles -l "gantry.dev/shard=shard-$victim" -o name | wc -l)" == 0 ]]; do
-    (( $(date +%s) < deadline )) || { echo "shard-$victim still holds bundles 120 s after the kill" >&2; break; }
+  while slot_table >"$work/table" && python3 bench/scale/shards.py owns "$work/table" "shard-$victim"; do
+    (( $(date +%s) < deadline )) || { echo "shard-$victim still holds slots 120 s after the kill" >&2; break; }
     sleep 1
   done
   wait_ready_count bundles "$BUNDLES" 300 || echo "not all $BUNDLES bundles Ready after the failover" >&2
   api_requests_snapshot "$work/requests-after-kill"
   python3 bench/scale/shards.py failover "$audit_log" "$work/before-kill" "shard-$victim" "$killed_at" ||
-    echo "some bundles of shard-$victim have no new owner" >&2
+    echo "some bundles of shard-$victim have no new owner holding them" >&2
   echo "  requests from the kill until all Ready again, by verb and resource:"
   api_requests_delta "$work/requests-before-kill" "$work/requests-after-kill"
 
@@ -249,18 +258,18 @@ print(f"  its Lease expires {expires:.1f} s after the kill")' "$killed_at"
     --namespace gantry-system --metrics-address 127.0.0.1:0 --scratch-dir "$work/$added" \
     "${provisioner_args[@]}" "${shard_args[@]}" --identity "$added" >"$work/$added/log" 2>&1 &
   extra_pids+=($!)
-  # Each look lists every Bundle on a loaded API server, several seconds at 10,000: the deadline
-  # grows with them. It only says when to read the audit log; the figure comes from the log.
+  # Each look lists the Bundles without a slot label on a loaded API server: the deadline grows
+  # with them. It only says when to read the audit log; the figure comes from the log.
   settle_deadline=$((180 + BUNDLES / 25))
   wait_settled "$settle_deadline" ||
-    echo "the shards' labels did not hold still for three looks within ${settle_deadline} s (the time below is from the audit log)" >&2
+    echo "the slot table did not hold still for three looks within ${settle_deadline} s (the time below is from the audit log)" >&2
   wait_ready_count bundles "$BUNDLES" 300 || echo "not all $BUNDLES bundles Ready after the rebalance" >&2
   api_requests_snapshot "$work/requests-after-add"
   python3 bench/scale/shards.py rebalance "$audit_log" "$work/before-add" "$added" "$added_at"
   echo "  requests from the start until settled, by verb and resource:"
   api_requests_delta "$work/requests-before-add" "$work/requests-after-add"
-  kubectl get bundles -o jsonpath='{range .items[*]}{.metadata.labels.gantry\.dev/shard}{"\n"}{end}' |
-    sort | uniq -c | awk '{ printf "  %-46s %s bundles\n", $2, $1 }'
+  assignment "$work/after-add"
+  awk '{ print $2 }' "$work/after-add" | sort | uniq -c | awk '{ printf "  %-46s %s bundles\n", $2, $1 }'
   if [[ -n "${BENCH_LOGS:-}" ]]; then
     mkdir -p "$BENCH_LOGS"
     cp "$work/before-kill" "$work/before-add" "$BENCH_LOGS/"

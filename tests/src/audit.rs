@@ -10,18 +10,21 @@
 //!   when a bundle never returns to a replica with new content to write.
 //! - [`writes_off_shard`]: each write comes from the replica that owned the bundle's slot
 //!   (`gantry_api::slots::slot_of` of its name) in the slot table when the API server received
-//!   it. A bundle may go back to a replica (a paused replica takes its share back), but only
-//!   through an assignment the log shows.
+//!   it. A slot taken from a live shard stays that shard's until the table names the next
+//!   owner (it may finish its passes meanwhile). A bundle may go back to a replica (a paused
+//!   replica takes its share back), but only through an assignment the log shows.
+//!
+//! [`AuditLog::bundle_lists`] tells when a shard holds a slot's bundles: its LIST of them (by
+//! their slot labels) completed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use gantry_api::slots::{SlotTable, slot_of};
+use gantry_api::{SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE};
 use serde_json::Value;
 
 use crate::error::{HarnessError, IoContext};
-
-use gantry_api::slots::{SlotTable, slot_of};
-use gantry_api::{SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE};
 
 /// The audit log's events, one JSON object a line.
 pub struct AuditLog {
@@ -48,11 +51,22 @@ pub struct ConfigMapWrite {
 pub struct ShardChange {
     pub received: String,
     pub bundle: String,
-    /// The shard that owns the bundle's slot from then on. A slot being let go (no owner in the
-    /// table) still belongs to the shard it is taken from, which may finish its passes there
-    /// until it reports the slot let go: that is no change.
+    /// The shard the table gave the bundle's slot to (always named). A slot taken from its
+    /// shard (no owner in the table) is no change: that shard may finish its passes until it
+    /// reports the slot let go, so the bundle is still its own until the next owner is named.
     pub shard: Option<String>,
     pub user_agent: String,
+}
+
+/// A completed LIST of Bundles: a shard's watch of its slots starting (again).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BundleList {
+    /// When the API server sent the last of it (`stageTimestamp`): RFC 3339 with
+    /// microseconds, in UTC.
+    pub completed: String,
+    pub user_agent: String,
+    /// The label selector asked, decoded, e.g. `gantry.dev/slot in (3,7)` (empty: all).
+    pub selector: String,
 }
 
 /// The replica a `User-Agent` names (`gantry-provisioner/VERSION (IDENTITY)`), or the whole
@@ -167,10 +181,35 @@ impl AuditLog {
             .collect()
     }
 
+    /// The successful LISTs of Bundles, in the order they completed.
+    pub fn bundle_lists(&self) -> Vec<BundleList> {
+        let mut lists: Vec<BundleList> = self
+            .events
+            .iter()
+            .filter(|event| {
+                let object = &event["objectRef"];
+                let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+                object["resource"] == "bundles"
+                    && object["subresource"].as_str().is_none_or(str::is_empty)
+                    && event["verb"] == "list"
+                    && (200..300).contains(&code)
+            })
+            .map(|event| BundleList {
+                completed: text(&event["stageTimestamp"]),
+                user_agent: text(&event["userAgent"]),
+                selector: label_selector(event["requestURI"].as_str().unwrap_or_default()),
+            })
+            .collect();
+        lists.sort();
+        lists
+    }
+
     /// How the shard of each of `bundles` changed, each bundle's changes in the order they
     /// took effect: read from the slot table as each of its writes left it (the policy logs
     /// Lease writes with their response), in the order they were committed (the
-    /// `resourceVersion` they produced). The first table logged tells where each slot starts.
+    /// `resourceVersion` they produced). The first table logged tells where each slot starts;
+    /// after that, a change is the slot given to another shard (see [`ShardChange::shard`]).
+    /// Every one of `bundles` has an entry, empty while its slot was never given.
     pub fn shard_changes(&self, bundles: &BTreeSet<&str>) -> BTreeMap<String, Vec<ShardChange>> {
         let mut tables: Vec<(u64, String, String, SlotTable)> = Vec::new();
         for event in &self.events {
@@ -206,6 +245,7 @@ impl AuditLog {
                 let slot = slot_of(bundle);
                 let mut changes: Vec<ShardChange> = Vec::new();
                 for (_, received, user_agent, table) in &tables {
+                    // No owner: being let go, still the last owner's.
                     let Some(owner) = table.owner(slot) else {
                         continue;
                     };
@@ -453,6 +493,35 @@ mod tests {
     }
 
     #[test]
+    fn a_write_after_the_slot_went_from_a_dead_shard_to_another_is_off_its_shard() {
+        // A table write that failed (a conflict) and a shard's renewal of its own Lease tell
+        // nothing of the table.
+        let failed = table_line("2026-01-01T00:00:21.000000Z", 21, Some("r1"), SHARDER)
+            .replace("\"code\":200", "\"code\":409");
+        let renewal = table_line("2026-01-01T00:00:21.500000Z", 22, Some("r1"), R1)
+            .replace(SLOT_TABLE_LEASE, "gantry-shard-r1");
+        let (writes, changes) = log_of(&[
+            table_line("2026-01-01T00:00:00.000000Z", 10, Some("r1"), SHARDER),
+            config_map_line("2026-01-01T00:00:01.000000Z", "app", "a", R1),
+            // r1's Lease expired: its slot goes to r2 at once, without being let go.
+            table_line("2026-01-01T00:00:20.000000Z", 20, Some("r2"), SHARDER),
+            failed,
+            renewal,
+            config_map_line("2026-01-01T00:00:22.000000Z", "app", "a", R2),
+            config_map_line("2026-01-01T00:00:23.000000Z", "app", "b", R1),
+        ]);
+        assert_eq!(changes["app"].len(), 2, "{changes:?}");
+        assert_eq!(
+            writes_off_shard(&writes, &changes, same_name),
+            vec![
+                "app: app/b written by r1 at 2026-01-01T00:00:23.000000Z while the bundle's \
+                 shard was r2 (since 2026-01-01T00:00:20.000000Z, written by r2)"
+                    .to_string()
+            ]
+        );
+    }
+
+    #[test]
     fn table_writes_count_in_the_order_they_were_committed() {
         let (writes, changes) = log_of(&[
             table_line("2026-01-01T00:00:00.000000Z", 10, Some("r1"), SHARDER),
@@ -477,6 +546,61 @@ mod tests {
         ]);
         assert!(changes["app"].is_empty());
         assert_eq!(writes_off_shard(&writes, &changes, same_name).len(), 1);
+    }
+
+    #[test]
+    fn bundle_lists_are_read_with_their_selector_in_the_order_they_completed() {
+        let list = |completed: &str, uri: &str, agent: &str, code: u64| {
+            serde_json::json!({
+                "kind": "Event", "stage": "ResponseComplete", "verb": "list",
+                "requestURI": uri,
+                "userAgent": agent,
+                "objectRef": { "resource": "bundles", "apiGroup": "gantry.dev" },
+                "responseStatus": { "code": code },
+                "requestReceivedTimestamp": "2026-01-01T00:00:00.000000Z",
+                "stageTimestamp": completed,
+            })
+            .to_string()
+        };
+        let log = AuditLog::parse(
+            &[
+                list(
+                    "2026-01-01T00:00:03.000000Z",
+                    "/apis/gantry.dev/v1alpha1/bundles?labelSelector=gantry.dev%2Fslot+in+%283%2C7%29&limit=500",
+                    R2,
+                    200,
+                ),
+                list(
+                    "2026-01-01T00:00:02.000000Z",
+                    "/apis/gantry.dev/v1alpha1/bundles?labelSelector=gantry.dev%2Fslot%20in%20(1)",
+                    R1,
+                    200,
+                ),
+                list("2026-01-01T00:00:04.000000Z", "/apis/gantry.dev/v1alpha1/bundles", R1, 500),
+                list("2026-01-01T00:00:05.000000Z", "/apis/gantry.dev/v1alpha1/bundles", "kubectl", 200),
+            ]
+            .join("\n"),
+        );
+        assert_eq!(
+            log.bundle_lists(),
+            vec![
+                BundleList {
+                    completed: "2026-01-01T00:00:02.000000Z".into(),
+                    user_agent: R1.into(),
+                    selector: "gantry.dev/slot in (1)".into(),
+                },
+                BundleList {
+                    completed: "2026-01-01T00:00:03.000000Z".into(),
+                    user_agent: R2.into(),
+                    selector: "gantry.dev/slot in (3,7)".into(),
+                },
+                BundleList {
+                    completed: "2026-01-01T00:00:05.000000Z".into(),
+                    user_agent: "kubectl".into(),
+                    selector: String::new(),
+                },
+            ]
+        );
     }
 
     #[test]

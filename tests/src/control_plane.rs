@@ -35,11 +35,12 @@ const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 /// The API server's audit log, in the control plane's directory: one JSON event per line.
 const AUDIT_LOG: &str = "audit.log";
 
-/// Writes of ConfigMaps and Bundles at level Metadata, the response stage only; nothing else.
-/// A Bundle's own writes (not its status's) and writes of Leases also log the object they left:
-/// the slot table (the Lease `gantry-shard-slots`) tells which shard owned each slot, and so each
-/// bundle, from each of its writes on. Lists of Bundles are logged too (when a shard's list of
-/// the bundles of its slots completed).
+/// The response stage only, of: writes of ConfigMaps and Bundles, reads of ConfigMaps and lists
+/// of Bundles at level Metadata (a list's completion time and, in its `requestURI`, its label
+/// selector: when a shard holds the bundles of its slots); nothing else. A Bundle's own writes
+/// (not its status's) and writes of Leases also log the object they left: the slot table (the
+/// Lease `gantry-shard-slots`) tells which shard owned each slot, and so each bundle, from each
+/// of its writes on.
 const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted", "Panic"]
@@ -226,8 +227,9 @@ impl ControlPlane {
         let port = free_port_on(address)?;
         let server = format!("https://{address}:{port}");
         let apiserver_log = dir.join("kube-apiserver.log");
-        // Writes are audited (who, with which User-Agent, what, when; Bundles as written), so
-        // a test can tell which provisioner replica wrote what, and whose shard it was then.
+        // Writes are audited (who, with which User-Agent, what, when; Bundles and Leases as
+        // written), so a test can tell which provisioner replica wrote what, and whose shard it
+        // was then.
         let audit_policy = write("audit-policy.yaml", AUDIT_POLICY)?;
         let mut apiserver = Command::new(binaries.join("kube-apiserver"));
         apiserver

@@ -169,23 +169,6 @@ after="$(writes)"
 steady_writes=$(( after - before ))
 cpu_percent="$(python3 -c "print(f'{($cpu_after - $cpu_before) / $STEADY_SECONDS * 100:.2f}')")"
 
-printf '\n%-48s %s\n' "bundles x objects" "${BUNDLES} x ${OBJECTS}"
-printf '%-48s %s\n' "provisioner replicas" "$REPLICAS"
-printf '%-48s %.1f s (target for 2,000 x 20: 120 s)\n' "time to all Ready" "$all_ready"
-[[ -n "$floor" ]] && printf '%-48s %.1f s (Gantry %sx the floor)\n' "floor: apply-floor, the same ConfigMaps" "$floor" "$(ratio "$all_ready" "$floor")"
-printf '%-48s %s MiB (at all Ready %s MiB; target 100 MiB)\n' "provisioner peak RSS (largest replica)" "$(peak_rss_replicas)" "$peak_install"
-if ((REPLICAS > 1)); then
-  for p in "${pids[@]}"; do printf '%-48s %s MiB\n' "  replica PID $p peak RSS" "$(peak_rss_mib "$p")"; done
-  assignment "$work/after-add"
-  awk '{ print $2 }' "$work/after-add" | sort | uniq -c | awk '{ printf "  %-46s %s bundles\n", $2, $1 }'
-fi
-printf '%-48s %s MiB\n' "provisioner RSS at the end" "$(awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")"
-printf '%-48s %s\n' "write requests while installing (for scale)" "$(( before - initial ))"
-printf '%-48s %s (target 0)\n' "write requests in ${STEADY_SECONDS}s of steady state" "$steady_writes"
-printf '%-48s %s%% of one core (target 2%%)\n' "provisioner CPU in ${STEADY_SECONDS}s of steady state" "$cpu_percent"
-printf '%-48s %s\n' "registry requests in ${STEADY_SECONDS}s of steady state" "$(( registry_after - registry_before ))"
-printf '%-48s %s\n' "load (uptime)" "$(uptime | sed 's/.*load average: //')"
-
 slot_table() {
   kubectl -n gantry-system get lease gantry-shard-slots -o jsonpath='{.metadata.annotations.gantry\.dev/slot-table}'
 }
@@ -195,6 +178,28 @@ assignment() {
   slot_table >"$work/table"
   python3 bench/scale/shards.py assignment "$work/slots" "$work/table" >"$1"
 }
+# Bundles per shard, as the slot table divides them.
+shard_counts() {
+  assignment "$work/counts"
+  awk '{ print $2 }' "$work/counts" | sort | uniq -c | awk '{ printf "  %-46s %s bundles\n", $2, $1 }'
+}
+
+printf '\n%-48s %s\n' "bundles x objects" "${BUNDLES} x ${OBJECTS}"
+printf '%-48s %s\n' "provisioner replicas" "$REPLICAS"
+printf '%-48s %.1f s (target for 2,000 x 20: 120 s)\n' "time to all Ready" "$all_ready"
+[[ -n "$floor" ]] && printf '%-48s %.1f s (Gantry %sx the floor)\n' "floor: apply-floor, the same ConfigMaps" "$floor" "$(ratio "$all_ready" "$floor")"
+printf '%-48s %s MiB (at all Ready %s MiB; target 100 MiB)\n' "provisioner peak RSS (largest replica)" "$(peak_rss_replicas)" "$peak_install"
+if ((REPLICAS > 1)); then
+  for p in "${pids[@]}"; do printf '%-48s %s MiB\n' "  replica PID $p peak RSS" "$(peak_rss_mib "$p")"; done
+  shard_counts
+fi
+printf '%-48s %s MiB\n' "provisioner RSS at the end" "$(awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")"
+printf '%-48s %s\n' "write requests while installing (for scale)" "$(( before - initial ))"
+printf '%-48s %s (target 0)\n' "write requests in ${STEADY_SECONDS}s of steady state" "$steady_writes"
+printf '%-48s %s%% of one core (target 2%%)\n' "provisioner CPU in ${STEADY_SECONDS}s of steady state" "$cpu_percent"
+printf '%-48s %s\n' "registry requests in ${STEADY_SECONDS}s of steady state" "$(( registry_after - registry_before ))"
+printf '%-48s %s\n' "load (uptime)" "$(uptime | sed 's/.*load average: //')"
+
 # Waits until every slot has an owner and none is being let go, every bundle has its slot
 # label, and the table held still for three looks 2 s apart.
 wait_settled() {
@@ -268,8 +273,7 @@ print(f"  its Lease expires {expires:.1f} s after the kill")' "$killed_at"
   python3 bench/scale/shards.py rebalance "$audit_log" "$work/before-add" "$added" "$added_at"
   echo "  requests from the start until settled, by verb and resource:"
   api_requests_delta "$work/requests-before-add" "$work/requests-after-add"
-  assignment "$work/after-add"
-  awk '{ print $2 }' "$work/after-add" | sort | uniq -c | awk '{ printf "  %-46s %s bundles\n", $2, $1 }'
+  shard_counts
   if [[ -n "${BENCH_LOGS:-}" ]]; then
     mkdir -p "$BENCH_LOGS"
     cp "$work/before-kill" "$work/before-add" "$BENCH_LOGS/"

@@ -90,14 +90,15 @@ def read_log(path, since):
 
 
 def listed(lists, shard, slot, after):
-    """When `shard`'s first list of Bundles with `slot` in its selector, received at or after
-    `after`, completed: the last page of that listing."""
+    """When `shard`'s first list of Bundles with `slot` in its selector that completed at or
+    after `after` ended: the last page of that listing. By completion, not receipt: the shard
+    may see the table (its watch) before the API server has logged the table write's response."""
     chain = None
-    for received, done, who, slots, continues in lists:
-        if who != shard or received < after:
+    for _, done, who, slots, continues in lists:
+        if who != shard:
             continue
         if chain is None:
-            if slot in slots and not continues:
+            if slot in slots and not continues and done >= after:
                 chain = (slots, done)
         elif slots == chain[0] and continues:
             chain = (slots, done)
@@ -150,7 +151,7 @@ def rebalance(path, before, added, added_at):
         return 0
     last_done, last = tables[-1]
     final = {name: last["owners"][int(slot)] if slot.isdigit() else None for name, (_, slot) in before.items()}
-    moved = sum(1 for name, (shard, _) in before.items() if final[name] != shard)
+    moved = sum(1 for name, (shard, _) in before.items() if final[name] != (None if shard == "<none>" else shard))
     to_added = sum(1 for owner in final.values() if owner == added)
     shards = len({shard for shard, _ in before.values()} - {"<none>"}) + 1
     print(f"  bundles moved                          {moved} of {len(before)} "

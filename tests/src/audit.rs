@@ -69,6 +69,17 @@ pub struct BundleList {
     pub selector: String,
 }
 
+/// A successful write of a Bundle itself (not its status), as the Bundle it left.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BundleWrite {
+    pub bundle: String,
+    pub user_agent: String,
+    /// The `resourceVersion` it produced: the order the writes were committed in.
+    pub version: u64,
+    pub labels: BTreeMap<String, String>,
+    pub finalizers: Vec<String>,
+}
+
 /// The replica a `User-Agent` names (`gantry-provisioner/VERSION (IDENTITY)`), or the whole
 /// agent when it names none.
 pub fn replica_of(user_agent: &str) -> &str {
@@ -179,6 +190,51 @@ impl AuditLog {
             .into_iter()
             .map(|(_, verb, what, agent)| (verb, what, agent))
             .collect()
+    }
+
+    /// The successful writes of each of `bundles` itself (creates included; not its status),
+    /// each bundle's in the order they were committed.
+    pub fn bundle_writes(&self, bundles: &BTreeSet<&str>) -> BTreeMap<String, Vec<BundleWrite>> {
+        let mut writes: BTreeMap<String, Vec<BundleWrite>> = BTreeMap::new();
+        for event in &self.events {
+            let object = &event["objectRef"];
+            let name = object["name"].as_str().unwrap_or_default();
+            if object["resource"] != "bundles"
+                || object["subresource"]
+                    .as_str()
+                    .is_some_and(|s| !s.is_empty())
+                || !successful_write(event)
+            {
+                continue;
+            }
+            let metadata = &event["responseObject"]["metadata"];
+            // A create's objectRef has no name: the object it left does.
+            let name = metadata["name"].as_str().unwrap_or(name);
+            if !bundles.contains(name) {
+                continue;
+            }
+            let Some(version) = metadata["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            writes
+                .entry(name.to_string())
+                .or_default()
+                .push(BundleWrite {
+                    bundle: name.to_string(),
+                    user_agent: text(&event["userAgent"]),
+                    version,
+                    labels: serde_json::from_value(metadata["labels"].clone()).unwrap_or_default(),
+                    finalizers: serde_json::from_value(metadata["finalizers"].clone())
+                        .unwrap_or_default(),
+                });
+        }
+        for list in writes.values_mut() {
+            list.sort_by_key(|write| write.version);
+        }
+        writes
     }
 
     /// The successful LISTs of Bundles, in the order they completed.

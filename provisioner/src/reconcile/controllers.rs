@@ -20,7 +20,7 @@ use crate::cluster::shard::{Fence, ReplicaLayer, Slots, slot_selector};
 use crate::error::Error;
 use crate::reconcile::{class, dependents_of};
 use crate::source::storage::StorageClient;
-use crate::state::metrics::Metrics;
+use crate::state::metrics::{Metrics, ShardLabels};
 use crate::state::{Context, Settings};
 
 /// What the controllers run with.
@@ -112,6 +112,15 @@ pub async fn run(
             // leaves the caches too.
             for gone in triggers.left.drain(..) {
                 forget.forget(&gone.name);
+            }
+            if let Some(shard) = &forget.shard {
+                forget
+                    .metrics
+                    .shard_bundles
+                    .get_or_create(&ShardLabels {
+                        shard: shard.clone(),
+                    })
+                    .set(i64::try_from(triggers.seen.len()).unwrap_or(i64::MAX));
             }
             futures::future::ready(Some(passed))
         })

@@ -1,20 +1,19 @@
-//! What the sharder keeps of every Bundle: its name, resourceVersion, slot label (and whether
-//! it still carries the shard labels of earlier versions) and class name, kept current from the
-//! Bundle watch's events.
+//! What the sharder keeps of each Bundle without a slot label: its name, resourceVersion, labels
+//! (whether it carries the shard labels of earlier versions), finalizers and class name, kept
+//! current from the watch's events.
 //!
-//! The sharder's replica watches every bundle of the installation, not only its own. A
-//! reflector's store would keep each as a whole `Bundle` (about 2 KiB each even with the spec
-//! and status dropped); a [`Placement`] is a tenth of that, so the sharder's replica does not
-//! grow with the installation much more than the other replicas do. The watch itself decodes
-//! each Bundle as a [`PlacementView`], skipping its status and managedFields while it parses: a
-//! page of the listing costs its text, not also that many whole Bundles decoded.
+//! The sharder watches only Bundles without a slot label (the API server filters): a Bundle
+//! leaves the watch once labelled, so what it keeps is the bundles waiting for their label, not
+//! the installation. The watch decodes each Bundle as a [`PlacementView`], skipping its status
+//! and managedFields while it parses: a page of the listing costs its text, not also that many
+//! whole Bundles decoded.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use gantry_api::{Bundle, DRAIN_LABEL, SHARD_LABEL, SLOT_LABEL};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
 use serde::Deserialize;
@@ -42,6 +41,8 @@ impl<'de> Deserialize<'de> for PlacementView {
             name: Option<String>,
             resource_version: Option<String>,
             labels: Option<BTreeMap<String, String>>,
+            finalizers: Option<Vec<String>>,
+            deletion_timestamp: Option<Time>,
         }
         #[derive(Deserialize, Default)]
         #[serde(rename_all = "camelCase")]
@@ -54,6 +55,8 @@ impl<'de> Deserialize<'de> for PlacementView {
                 name: raw.metadata.name,
                 resource_version: raw.metadata.resource_version,
                 labels: raw.metadata.labels,
+                finalizers: raw.metadata.finalizers,
+                deletion_timestamp: raw.metadata.deletion_timestamp,
                 ..Default::default()
             },
             class_name: raw.spec.provisioner_class_name,
@@ -97,6 +100,10 @@ pub struct Placement {
     pub legacy_labels: bool,
     /// `spec.provisionerClassName`.
     pub class_name: Option<String>,
+    /// Its finalizers (the slot label's write adds Gantry's, replacing the list).
+    pub finalizers: Vec<String>,
+    /// Whether it is being deleted (no finalizer may be added then).
+    pub deleting: bool,
 }
 
 impl Placement {
@@ -108,6 +115,8 @@ impl Placement {
             slot: labels.get(SLOT_LABEL).cloned(),
             legacy_labels: labels.contains_key(SHARD_LABEL) || labels.contains_key(DRAIN_LABEL),
             class_name: bundle.class_name.clone(),
+            finalizers: bundle.finalizers().to_vec(),
+            deleting: bundle.metadata.deletion_timestamp.is_some(),
         }
     }
 }
@@ -263,10 +272,15 @@ mod tests {
                 slot: Some("12".into()),
                 legacy_labels: false,
                 class_name: Some("plain".into()),
+                finalizers: Vec::new(),
+                deleting: false,
             }
         );
         b.labels_mut().insert(DRAIN_LABEL.into(), "r2".into());
-        assert!(Placement::of(&view(&b)).legacy_labels);
+        b.finalizers_mut().push("example.com/keep".into());
+        let placement = Placement::of(&view(&b));
+        assert!(placement.legacy_labels);
+        assert_eq!(placement.finalizers, ["example.com/keep"]);
     }
 
     #[test]

@@ -31,7 +31,7 @@ use futures::{StreamExt, stream};
 use gantry_api::slots::{SLOTS, ServedSlots, SlotTable, slot_of};
 use gantry_api::{
     Bundle, DRAIN_LABEL, ProvisionerClass, SERVED_SLOTS_ANNOTATION, SHARD_LABEL, SLOT_LABEL,
-    SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE,
+    SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE, UNINSTALL_FINALIZER,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -45,7 +45,7 @@ use crate::policy::class_selection::{Selection, select_by_name};
 use crate::policy::ring::Ring;
 use crate::sharding::membership::{expiry, is_live};
 use crate::sharding::placements::{Placement, PlacementView, Placements};
-use crate::state::metrics::{Metrics, ShardLabels};
+use crate::state::metrics::Metrics;
 use k8s_openapi::jiff::Timestamp;
 
 /// Slot label writes in flight at once (each new bundle gets one).
@@ -177,10 +177,13 @@ pub async fn run(
         let changed = changed.clone();
         let object_changes = object_changes.clone();
         let placements = placements.clone();
-        // Pages of 100: a page is held as text while it is parsed, about 7 KiB a Bundle.
+        // Only Bundles without a slot label: a labelled one leaves the watch (and the sharder's
+        // memory). Pages of 100: a page is held as text while it is parsed, about 7 KiB a Bundle.
         watcher::watcher(
             Api::<PlacementView>::all(client.clone()),
-            watcher::Config::default().page_size(PAGE_SIZE),
+            watcher::Config::default()
+                .labels(&format!("!{SLOT_LABEL}"))
+                .page_size(PAGE_SIZE),
         )
         .default_backoff()
         .for_each(move |event| {
@@ -215,20 +218,23 @@ pub async fn run(
                 wait_for_change(&changed, &leases.state()).await;
                 continue;
             }
-            let ours: Vec<Placement> = {
+            // Each with whether its class is known to be ours (then it gets Gantry's finalizer
+            // with its slot label: one write of the Bundle less for its first pass).
+            let ours: Vec<(Placement, bool)> = {
                 let classes = classes.state();
                 placements
                     .snapshot()
                     .into_iter()
-                    .filter(|placement| {
-                        !matches!(
-                            select_by_name(
-                                placement.class_name.as_deref(),
-                                &classes,
-                                &provisioner_id
-                            ),
-                            Selection::NotOurs
-                        )
+                    .filter_map(|placement| {
+                        match select_by_name(
+                            placement.class_name.as_deref(),
+                            &classes,
+                            &provisioner_id,
+                        ) {
+                            Selection::NotOurs => None,
+                            Selection::Serve(_) => Some((placement, true)),
+                            Selection::Missing(_) => Some((placement, false)),
+                        }
                     })
                     .collect()
             };
@@ -327,8 +333,6 @@ struct Memory {
     table: Option<(SlotTable, Option<String>)>,
     /// Since when each slot has been without a live shard.
     unowned: HashMap<u16, Instant>,
-    /// The live shards of the last round (their bundle counts are exported).
-    shards_seen: BTreeSet<String>,
     /// Bundles whose labels a round wrote, with the resourceVersion each write replaced: until
     /// the watch shows a newer one, a round would decide again on the old view and be refused.
     written: HashMap<String, Option<String>>,
@@ -430,7 +434,7 @@ async fn round<F, Fut>(
     leases_api: &Api<Lease>,
     leases: &Store<Lease>,
     fresh_leases: F,
-    bundles: &[Placement],
+    bundles: &[(Placement, bool)],
     metrics: &Metrics,
     memory: &mut Memory,
 ) -> bool
@@ -467,11 +471,6 @@ where
         .collect();
     let next = plan(&table, &live, &desired, &reports);
 
-    // Bundles per slot, for the metrics.
-    let mut per_slot = vec![0i64; usize::from(SLOTS)];
-    for bundle in bundles {
-        per_slot[usize::from(slot_of(&bundle.name))] += 1;
-    }
     let now = Instant::now();
     for slot in 0..SLOTS {
         match table.owner(slot) {
@@ -491,14 +490,7 @@ where
         match write_table(leases_api, &next, version.clone()).await {
             Ok(written) => {
                 table_changed = true;
-                record_moves(
-                    &table,
-                    &next,
-                    &live,
-                    &per_slot,
-                    metrics,
-                    &mut memory.unowned,
-                );
+                record_moves(&table, &next, &live, metrics, &mut memory.unowned);
                 tracing::info!(
                     epoch = next.epoch,
                     released = next.released.len(),
@@ -519,26 +511,6 @@ where
         }
     };
 
-    let mut owned: BTreeMap<&str, i64> = live.iter().map(|s| (s.as_str(), 0)).collect();
-    for slot in 0..SLOTS {
-        if let Some(count) = table.owner(slot).and_then(|owner| owned.get_mut(owner)) {
-            *count += per_slot[usize::from(slot)];
-        }
-    }
-    for (shard, count) in &owned {
-        metrics
-            .shard_bundles
-            .get_or_create(&ShardLabels {
-                shard: shard.to_string(),
-            })
-            .set(*count);
-    }
-    for gone in memory.shards_seen.difference(&live) {
-        metrics.shard_bundles.remove(&ShardLabels {
-            shard: gone.clone(),
-        });
-    }
-    memory.shards_seen = live.clone();
     if live.is_empty() && !bundles.is_empty() {
         tracing::warn!("no live shard: bundles wait for a replica to announce itself");
     }
@@ -548,70 +520,80 @@ where
     labelled == 0 && !table_changed && !waiting
 }
 
-/// Counts what a table write moved: the bundles of slots taken from a shard (live or gone) as
-/// handovers, and the wait of the bundles of slots given to a shard after having none.
+/// Counts what a table write moved: the slots taken from a shard (live or gone) as handovers,
+/// and the wait of slots given to a shard after having none.
 fn record_moves(
     before: &SlotTable,
     after: &SlotTable,
     live: &BTreeSet<String>,
-    per_slot: &[i64],
     metrics: &Metrics,
     unowned: &mut HashMap<u16, Instant>,
 ) {
     for slot in 0..SLOTS {
-        let bundles = per_slot[usize::from(slot)];
         let (was, is) = (before.owner(slot), after.owner(slot));
         if was.is_some() && was != is {
-            metrics
-                .shard_handovers
-                .inc_by(u64::try_from(bundles).unwrap_or(0));
+            metrics.shard_handovers.inc();
         }
         if let Some(shard) = is
             && was != is
             && live.contains(shard)
             && let Some(since) = unowned.remove(&slot)
         {
-            let waited = since.elapsed().as_secs_f64();
-            for _ in 0..bundles {
-                metrics.shard_unowned_seconds.observe(waited);
-            }
+            metrics
+                .shard_unowned_seconds
+                .observe(since.elapsed().as_secs_f64());
         }
     }
 }
 
-/// Writes the slot label of every bundle that lacks it (or has another value), removing the
-/// shard labels of earlier versions in the same write; returns how many it wrote.
+/// Writes the slot label of every bundle that lacks it, removing the shard labels of earlier
+/// versions and, for a bundle of a class of this installation, adding Gantry's finalizer (which
+/// its first pass would add otherwise) in the same write; returns how many it wrote.
 async fn label_slots(
     api: &Api<Bundle>,
-    bundles: &[Placement],
+    bundles: &[(Placement, bool)],
     written: &mut HashMap<String, Option<String>>,
 ) -> usize {
     let versions: HashMap<&str, &Option<String>> = bundles
         .iter()
-        .map(|bundle| (bundle.name.as_str(), &bundle.resource_version))
+        .map(|(bundle, _)| (bundle.name.as_str(), &bundle.resource_version))
         .collect();
     written.retain(|name, version| {
         versions
             .get(name.as_str())
             .is_some_and(|seen| *seen == version)
     });
-    let to_label: Vec<(String, Option<String>, String)> = bundles
+    let to_label: Vec<(String, Option<String>, serde_json::Value)> = bundles
         .iter()
-        .filter(|bundle| !written.contains_key(&bundle.name))
-        .filter_map(|bundle| {
+        .filter(|(bundle, _)| !written.contains_key(&bundle.name))
+        .filter_map(|(bundle, serve)| {
             let slot = slot_of(&bundle.name).to_string();
-            (bundle.slot.as_deref() != Some(slot.as_str()) || bundle.legacy_labels)
-                .then(|| (bundle.name.clone(), bundle.resource_version.clone(), slot))
+            if bundle.slot.as_deref() == Some(slot.as_str()) && !bundle.legacy_labels {
+                return None;
+            }
+            let mut metadata = serde_json::json!({
+                "resourceVersion": bundle.resource_version,
+                "labels": { SLOT_LABEL: slot, SHARD_LABEL: null, DRAIN_LABEL: null },
+            });
+            // A merge patch replaces the list: the bundle's others are kept, and the write is
+            // conditional on the version they were read from.
+            if *serve
+                && !bundle.deleting
+                && !bundle.finalizers.iter().any(|f| f == UNINSTALL_FINALIZER)
+            {
+                let mut finalizers = bundle.finalizers.clone();
+                finalizers.push(UNINSTALL_FINALIZER.to_string());
+                metadata["finalizers"] = serde_json::json!(finalizers);
+            }
+            Some((
+                bundle.name.clone(),
+                bundle.resource_version.clone(),
+                serde_json::json!({ "metadata": metadata }),
+            ))
         })
         .collect();
     let results: Vec<_> = stream::iter(to_label)
-        .map(|(name, version, slot)| async move {
-            let patch = serde_json::json!({
-                "metadata": {
-                    "resourceVersion": version,
-                    "labels": { SLOT_LABEL: slot, SHARD_LABEL: null, DRAIN_LABEL: null },
-                }
-            });
+        .map(|(name, version, patch)| async move {
             let result = api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await;

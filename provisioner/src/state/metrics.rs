@@ -46,12 +46,12 @@ pub struct Metrics {
     pub health_transitions: Family<HealthLabels, Counter>,
     /// Signature verifications that asked the registry (cached results are not counted).
     pub signature_verifications: Family<ResultLabels, Counter>,
-    /// Bundles each live shard owns (exported by the replica running the sharder).
+    /// Bundles this shard holds (each replica exports its own).
     pub shard_bundles: Family<ShardLabels, Gauge>,
-    /// Bundles moved from one shard to another.
+    /// Slots moved from one shard to another (by the sharder).
     pub shard_handovers: Counter,
-    /// How long bundles waited for a shard: from the sharder finding them without a live owner
-    /// to their assignment.
+    /// How long slots waited for a shard: from the sharder finding them without a live owner to
+    /// the table write that gave them one.
     pub shard_unowned_seconds: Histogram,
     /// Slots this replica let go when the sharder took them.
     pub shard_releases: Counter,
@@ -131,19 +131,19 @@ impl Default for Metrics {
         let shard_bundles = Family::<ShardLabels, Gauge>::default();
         registry.register(
             "shard_bundles",
-            "Bundles owned by each live shard (on the replica running the sharder)",
+            "Bundles this shard holds: those of the slots it serves",
             shard_bundles.clone(),
         );
         let shard_handovers = Counter::default();
         registry.register(
             "shard_handovers",
-            "Bundles moved from one shard to another, with their slots",
+            "Slots moved from one shard to another",
             shard_handovers.clone(),
         );
         let shard_unowned_seconds = Histogram::new(exponential_buckets(0.05, 2.0, 12));
         registry.register(
             "shard_unowned_seconds",
-            "Time bundles spent without a live shard before the sharder assigned them",
+            "Time slots spent without a live shard before the sharder gave them to one",
             shard_unowned_seconds.clone(),
         );
         let shard_releases = Counter::default();

@@ -424,6 +424,32 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     let off_shard = writes_off_shard(&writes, &changes, |ns| {
         namespaces.contains(ns).then(|| ns.to_string())
     });
+    // Each Bundle itself was written once by a provisioner: the sharder's write of its slot
+    // label, which also added Gantry's finalizer (its first pass then had none to add).
+    let bundle_writes = log.bundle_writes(&namespaces);
+    for name in &all {
+        let by_provisioners: Vec<_> = bundle_writes
+            .get(name)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter(|w| w.user_agent.starts_with("gantry-provisioner/"))
+            .collect();
+        assert_eq!(
+            by_provisioners.len(),
+            1,
+            "{name}: one write of the Bundle by a provisioner: {by_provisioners:?}"
+        );
+        let write = by_provisioners[0];
+        assert!(
+            write.labels.contains_key(SLOT_LABEL)
+                && write
+                    .finalizers
+                    .iter()
+                    .any(|f| f == gantry_api::UNINSTALL_FINALIZER),
+            "{name}: the slot label and the finalizer in one write: {write:?}"
+        );
+    }
     // Bundles moved between shards, as the table's writes show them.
     let moves = changes
         .values()

@@ -453,8 +453,10 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
         .await;
     browser.click("#approve").await;
     browser.expect_path(&format!("/bundles/{name}")).await;
-    let flash = browser.text("#flash").await;
-    assert!(flash.contains(&format!("Approved {digest}")), "{flash}");
+    // The form posts back to the page it is on: wait for the new page's notice, not the old page.
+    browser
+        .wait_text("#flash", &format!("Approved {digest}"))
+        .await;
     // The page turns Ready by itself: the watch tells it the bundle changed.
     browser.wait_text("#state", "Installed").await;
     let installed = wait_bundle(&client, &name, "Ready", is_ready).await;
@@ -591,9 +593,13 @@ async fn a_denial_with_a_reason_shows_on_the_bundle() {
     browser.type_into("#deny-reason", "grants too much").await;
     browser.click("#deny").await;
     browser.expect_path(&format!("/bundles/{name}")).await;
-    assert!(browser.text("#flash").await.contains(&format!(
-        "Denied {digest} of bundle {name}: grants too much"
-    )));
+    // The form posts back to the page it is on: wait for the new page's notice.
+    browser
+        .wait_text(
+            "#flash",
+            &format!("Denied {digest} of bundle {name}: grants too much"),
+        )
+        .await;
     // Once the provisioner handled it, the page shows the denial and its reason.
     browser.wait_text("#state", "Denied").await;
     let state = browser
@@ -626,13 +632,14 @@ async fn a_denial_with_a_reason_shows_on_the_bundle() {
         .goto(&format!("{}/bundles/{automatic}/review", server.base))
         .await;
     browser.click("#approve").await;
-    let refused = browser.text("#flash").await;
-    assert!(
-        refused.contains(&format!(
-            "bundle {automatic} is served by the default class {DEFAULT_CLASS}, whose approval is Automatic"
-        )),
-        "{refused}"
-    );
+    browser
+        .wait_text(
+            "#flash",
+            &format!(
+                "bundle {automatic} is served by the default class {DEFAULT_CLASS}, whose approval is Automatic"
+            ),
+        )
+        .await;
     assert!(
         bundle(&client, &automatic)
             .await

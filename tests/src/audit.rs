@@ -13,9 +13,6 @@
 //!   it. A slot taken from a live shard stays that shard's until the table names the next
 //!   owner (it may finish its passes meanwhile). A bundle may go back to a replica (a paused
 //!   replica takes its share back), but only through an assignment the log shows.
-//!
-//! [`AuditLog::bundle_lists`] tells when a shard holds a slot's bundles: its LIST of them (by
-//! their slot labels) completed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -56,17 +53,6 @@ pub struct ShardChange {
     /// reports the slot let go, so the bundle is still its own until the next owner is named.
     pub shard: Option<String>,
     pub user_agent: String,
-}
-
-/// A completed LIST of Bundles: a shard's watch of its slots starting (again).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct BundleList {
-    /// When the API server sent the last of it (`stageTimestamp`): RFC 3339 with
-    /// microseconds, in UTC.
-    pub completed: String,
-    pub user_agent: String,
-    /// The label selector asked, decoded, e.g. `gantry.dev/slot in (3,7)` (empty: all).
-    pub selector: String,
 }
 
 /// A successful write of a Bundle itself (not its status), as the Bundle it left.
@@ -235,29 +221,6 @@ impl AuditLog {
             list.sort_by_key(|write| write.version);
         }
         writes
-    }
-
-    /// The successful LISTs of Bundles, in the order they completed.
-    pub fn bundle_lists(&self) -> Vec<BundleList> {
-        let mut lists: Vec<BundleList> = self
-            .events
-            .iter()
-            .filter(|event| {
-                let object = &event["objectRef"];
-                let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
-                object["resource"] == "bundles"
-                    && object["subresource"].as_str().is_none_or(str::is_empty)
-                    && event["verb"] == "list"
-                    && (200..300).contains(&code)
-            })
-            .map(|event| BundleList {
-                completed: text(&event["stageTimestamp"]),
-                user_agent: text(&event["userAgent"]),
-                selector: label_selector(event["requestURI"].as_str().unwrap_or_default()),
-            })
-            .collect();
-        lists.sort();
-        lists
     }
 
     /// How the shard of each of `bundles` changed, each bundle's changes in the order they
@@ -602,61 +565,6 @@ mod tests {
         ]);
         assert!(changes["app"].is_empty());
         assert_eq!(writes_off_shard(&writes, &changes, same_name).len(), 1);
-    }
-
-    #[test]
-    fn bundle_lists_are_read_with_their_selector_in_the_order_they_completed() {
-        let list = |completed: &str, uri: &str, agent: &str, code: u64| {
-            serde_json::json!({
-                "kind": "Event", "stage": "ResponseComplete", "verb": "list",
-                "requestURI": uri,
-                "userAgent": agent,
-                "objectRef": { "resource": "bundles", "apiGroup": "gantry.dev" },
-                "responseStatus": { "code": code },
-                "requestReceivedTimestamp": "2026-01-01T00:00:00.000000Z",
-                "stageTimestamp": completed,
-            })
-            .to_string()
-        };
-        let log = AuditLog::parse(
-            &[
-                list(
-                    "2026-01-01T00:00:03.000000Z",
-                    "/apis/gantry.dev/v1alpha1/bundles?labelSelector=gantry.dev%2Fslot+in+%283%2C7%29&limit=500",
-                    R2,
-                    200,
-                ),
-                list(
-                    "2026-01-01T00:00:02.000000Z",
-                    "/apis/gantry.dev/v1alpha1/bundles?labelSelector=gantry.dev%2Fslot%20in%20(1)",
-                    R1,
-                    200,
-                ),
-                list("2026-01-01T00:00:04.000000Z", "/apis/gantry.dev/v1alpha1/bundles", R1, 500),
-                list("2026-01-01T00:00:05.000000Z", "/apis/gantry.dev/v1alpha1/bundles", "kubectl", 200),
-            ]
-            .join("\n"),
-        );
-        assert_eq!(
-            log.bundle_lists(),
-            vec![
-                BundleList {
-                    completed: "2026-01-01T00:00:02.000000Z".into(),
-                    user_agent: R1.into(),
-                    selector: "gantry.dev/slot in (1)".into(),
-                },
-                BundleList {
-                    completed: "2026-01-01T00:00:03.000000Z".into(),
-                    user_agent: R2.into(),
-                    selector: "gantry.dev/slot in (3,7)".into(),
-                },
-                BundleList {
-                    completed: "2026-01-01T00:00:05.000000Z".into(),
-                    user_agent: "kubectl".into(),
-                    selector: String::new(),
-                },
-            ]
-        );
     }
 
     #[test]

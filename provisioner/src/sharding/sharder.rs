@@ -375,20 +375,17 @@ async fn load_table(
     api: &Api<Lease>,
     reports: &BTreeMap<String, ServedSlots>,
 ) -> Result<(SlotTable, Option<String>), kube::Error> {
+    let fresh = || SlotTable {
+        epoch: reports.values().map(|r| r.epoch).max().unwrap_or(0) + 1,
+        ..SlotTable::new()
+    };
     match api.get(SLOT_TABLE_LEASE).await {
         Ok(lease) => {
             let version = lease.resource_version();
-            let table = table_of(&lease).unwrap_or_else(|| SlotTable {
-                epoch: reports.values().map(|r| r.epoch).max().unwrap_or(0) + 1,
-                ..SlotTable::new()
-            });
-            Ok((table, version))
+            Ok((table_of(&lease).unwrap_or_else(fresh), version))
         }
         Err(e) if is_not_found(&e) => {
-            let table = SlotTable {
-                epoch: reports.values().map(|r| r.epoch).max().unwrap_or(0) + 1,
-                ..SlotTable::new()
-            };
+            let table = fresh();
             let lease: Lease = serde_json::from_value(serde_json::json!({
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",

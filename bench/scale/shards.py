@@ -91,7 +91,8 @@ def read_log(path, since):
 
 def listed(lists, shard, slot, after):
     """When `shard`'s first list of Bundles with `slot` in its selector that completed at or
-    after `after` ended: the last page of that listing. By completion, not receipt: the shard
+    after `after` ended: the last page of that listing (a shard may list other slots meanwhile,
+    with watches of their own). By completion, not receipt: the shard
     may see the table (its watch) before the API server has logged the table write's response."""
     chain = None
     for _, done, who, slots, continues in lists:
@@ -102,8 +103,9 @@ def listed(lists, shard, slot, after):
                 chain = (slots, done)
         elif slots == chain[0] and continues:
             chain = (slots, done)
-        elif slots == chain[0] or not continues:
-            break
+        elif slots == chain[0]:
+            break  # the same selector listed again from its start
+        # A list of other slots is another watch of the same shard: its own chain.
     return chain[1] if chain else None
 
 

@@ -14,6 +14,7 @@ use gantry_provisioner::{NodePullSettings, ServiceAccountDefaults, Settings, Tok
 
 /// jemalloc, configured in `.cargo/config.toml` to hand freed memory back to the system: with
 /// glibc's allocator the RSS stayed near its peak long after a large bundle was applied.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -2,7 +2,6 @@
 //! [`super`]) and ProvisionerClasses ([`super::class`]), the watches that wake them, and what
 //! they share.
 
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +15,9 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::cluster::shard::{Fence, ReplicaLayer, Slots, slot_selector};
+use crate::cluster::shard::{Fence, ReplicaLayer, Slots};
 use crate::error::Error;
+use crate::reconcile::slot_watch::slot_watch;
 use crate::reconcile::{class, dependents_of};
 use crate::source::storage::StorageClient;
 use crate::state::metrics::{Metrics, ShardLabels};
@@ -196,49 +196,6 @@ pub async fn run(
         }
     };
     tokio::join!(signal, classes, bundles);
-}
-
-/// The events of a watch of the Bundles of the slots `slots` holds, started again with the new
-/// selector whenever the slots change. Each start lists the bundles of the new slots: the
-/// reflector's store then holds exactly those (bundles of slots let go leave it), and the
-/// [`Triggers`] pass on only the bundles that are new to this replica or changed. Without a
-/// slot, the store is emptied and nothing is watched.
-fn slot_watch(
-    api: Api<Bundle>,
-    slots: tokio::sync::watch::Receiver<BTreeSet<u16>>,
-) -> impl futures::Stream<Item = Result<watcher::Event<Bundle>, watcher::Error>> + Send {
-    type Events =
-        futures::stream::BoxStream<'static, Result<watcher::Event<Bundle>, watcher::Error>>;
-    let start = move |slots: &BTreeSet<u16>| -> Events {
-        match slot_selector(slots) {
-            Some(selector) => {
-                watcher::watcher(api.clone(), watcher::Config::default().labels(&selector)).boxed()
-            }
-            None => futures::stream::iter([Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)])
-                .chain(futures::stream::pending())
-                .boxed(),
-        }
-    };
-    futures::stream::unfold((slots, None::<Events>), move |(mut slots, mut current)| {
-        let start = start.clone();
-        async move {
-            loop {
-                let events = match &mut current {
-                    Some(events) => events,
-                    None => current.insert(start(&slots.borrow_and_update())),
-                };
-                tokio::select! {
-                    changed = slots.changed() => {
-                        if changed.is_err() {
-                            return None;
-                        }
-                        current = None;
-                    }
-                    event = events.next() => return event.map(|event| (event, (slots, current))),
-                }
-            }
-        }
-    })
 }
 
 /// What, when it changes, makes a bundle reconcile: all of it but the status the provisioner

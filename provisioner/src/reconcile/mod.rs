@@ -8,6 +8,7 @@
 
 pub mod class;
 pub mod controllers;
+mod slot_watch;
 mod steps;
 mod timing;
 

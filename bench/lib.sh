@@ -130,4 +130,9 @@ peak_rss_mib() {
   awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"
 }
 
+# RSS now, split: anonymous memory (the heap) and file pages (the binary's code that ran).
+rss_split_mib() {
+  awk '/RssAnon/ { a = $2 } /RssFile/ { f = $2 } END { printf "%.1f MiB heap and stacks, %.1f MiB file pages", a / 1024, f / 1024 }' "/proc/$1/status"
+}
+
 ratio() { python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print(f'{a / b:.2f}')" "$1" "$2"; }

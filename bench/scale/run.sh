@@ -190,10 +190,10 @@ printf '%-48s %.1f s (target for 2,000 x 20: 120 s)\n' "time to all Ready" "$all
 [[ -n "$floor" ]] && printf '%-48s %.1f s (Gantry %sx the floor)\n' "floor: apply-floor, the same ConfigMaps" "$floor" "$(ratio "$all_ready" "$floor")"
 printf '%-48s %s MiB (at all Ready %s MiB; target 100 MiB)\n' "provisioner peak RSS (largest replica)" "$(peak_rss_replicas)" "$peak_install"
 if ((REPLICAS > 1)); then
-  for p in "${pids[@]}"; do printf '%-48s %s MiB\n' "  replica PID $p peak RSS" "$(peak_rss_mib "$p")"; done
+  for p in "${pids[@]}"; do printf '%-48s %s MiB (now %s)\n' "  replica PID $p peak RSS" "$(peak_rss_mib "$p")" "$(rss_split_mib "$p")"; done
   shard_counts
 fi
-printf '%-48s %s MiB\n' "provisioner RSS at the end" "$(awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")"
+printf '%-48s %s MiB (%s)\n' "provisioner RSS at the end" "$(awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")" "$(rss_split_mib "$pid")"
 printf '%-48s %s\n' "write requests while installing (for scale)" "$(( before - initial ))"
 printf '%-48s %s (target 0)\n' "write requests in ${STEADY_SECONDS}s of steady state" "$steady_writes"
 printf '%-48s %s%% of one core (target 2%%)\n' "provisioner CPU in ${STEADY_SECONDS}s of steady state" "$cpu_percent"

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use gantry_api::slots::{SlotTable, slot_of};
-use gantry_api::{SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE};
+use gantry_api::{SLOT_LABEL, SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE};
 use serde_json::Value;
 
 use crate::error::{HarnessError, IoContext};
@@ -64,6 +64,31 @@ pub struct BundleWrite {
     pub version: u64,
     pub labels: BTreeMap<String, String>,
     pub finalizers: Vec<String>,
+}
+
+/// A list of Bundles by slots (label selector `gantry.dev/slot in (...)`): one page of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BundleList {
+    /// When the API server received it (RFC 3339, UTC: sorts as text).
+    pub received: String,
+    pub user_agent: String,
+    pub slots: BTreeSet<u16>,
+    /// A page after the first (a `continue` token).
+    pub continues: bool,
+}
+
+/// The slots a label selector `gantry.dev/slot in (a,b,...)` names (empty for another selector).
+fn selected_slots(selector: &str) -> BTreeSet<u16> {
+    selector
+        .strip_prefix(&format!("{SLOT_LABEL} in ("))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .map(|values| {
+            values
+                .split(',')
+                .filter_map(|v| v.trim().parse::<u16>().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The replica a `User-Agent` names (`gantry-provisioner/VERSION (IDENTITY)`), or the whole
@@ -223,6 +248,35 @@ impl AuditLog {
         writes
     }
 
+    /// The successful lists of Bundles by slots, in the order the API server received them
+    /// (watches are not lists: a watch's start lists, then watches).
+    pub fn bundle_lists(&self) -> Vec<BundleList> {
+        let mut lists: Vec<BundleList> = self
+            .events
+            .iter()
+            .filter(|event| {
+                event["objectRef"]["resource"] == "bundles"
+                    && event["verb"] == "list"
+                    && event["responseStatus"]["code"].as_u64() == Some(200)
+            })
+            .filter_map(|event| {
+                let uri = event["requestURI"].as_str().unwrap_or_default();
+                let slots = selected_slots(&label_selector(uri));
+                let query = uri.split_once('?').map(|(_, q)| q).unwrap_or_default();
+                let continues = url::form_urlencoded::parse(query.as_bytes())
+                    .any(|(key, value)| key == "continue" && !value.is_empty());
+                (!slots.is_empty()).then(|| BundleList {
+                    received: text(&event["requestReceivedTimestamp"]),
+                    user_agent: text(&event["userAgent"]),
+                    slots,
+                    continues,
+                })
+            })
+            .collect();
+        lists.sort_by(|a, b| a.received.cmp(&b.received));
+        lists
+    }
+
     /// How the shard of each of `bundles` changed, each bundle's changes in the order they
     /// took effect: read from the slot table as each of its writes left it (the policy logs
     /// Lease writes with their response), in the order they were committed (the
@@ -352,6 +406,59 @@ pub fn writes_off_shard(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bundle_lists_by_slots_are_read_with_their_slots_and_pages() {
+        let line = |received: &str, query: &str, agent: &str| {
+            serde_json::json!({
+                "kind": "Event", "stage": "ResponseComplete", "verb": "list",
+                "requestURI": format!("/apis/gantry.dev/v1alpha1/bundles?{query}"),
+                "userAgent": agent,
+                "objectRef": { "resource": "bundles", "apiGroup": "gantry.dev", "apiVersion": "v1alpha1" },
+                "responseStatus": { "code": 200 },
+                "requestReceivedTimestamp": received,
+            })
+            .to_string()
+        };
+        let text = [
+            line(
+                "2026-01-01T00:00:02.000000Z",
+                "labelSelector=gantry.dev%2Fslot+in+%283%2C4%29&limit=500&continue=abc",
+                R1,
+            ),
+            line(
+                "2026-01-01T00:00:01.000000Z",
+                "labelSelector=gantry.dev%2Fslot+in+%283%2C4%29&limit=500",
+                R1,
+            ),
+            // The sharder's list of unlabelled Bundles, and a metadata list of all: not by slots.
+            line(
+                "2026-01-01T00:00:03.000000Z",
+                "labelSelector=%21gantry.dev%2Fslot&limit=100",
+                R2,
+            ),
+            line("2026-01-01T00:00:04.000000Z", "limit=500", R2),
+        ]
+        .join("\n");
+        let lists = AuditLog::parse(&text).bundle_lists();
+        assert_eq!(
+            lists,
+            [
+                BundleList {
+                    received: "2026-01-01T00:00:01.000000Z".into(),
+                    user_agent: R1.into(),
+                    slots: [3, 4].into(),
+                    continues: false,
+                },
+                BundleList {
+                    received: "2026-01-01T00:00:02.000000Z".into(),
+                    user_agent: R1.into(),
+                    slots: [3, 4].into(),
+                    continues: true,
+                },
+            ]
+        );
+    }
 
     const R1: &str = "gantry-provisioner/0.1.0 (r1)";
     const R2: &str = "gantry-provisioner/0.1.0 (r2)";

@@ -7,8 +7,9 @@
 //! dropped. Each served slot is delivered by exactly one watch (its owner here); past
 //! [`MAX_WATCHES`] the watches are merged into one, which lists every served slot once.
 //!
-//! Every watch's listing, its first one and any after a gap, comes out as `Apply` for what it
-//! lists and `Delete` for what it no longer has: the store is one, and a listing of some slots
+//! The stream starts with an empty listing (`Init`, `InitDone`). After that, every watch's
+//! listing, its first one and any after a gap, comes out as `Apply` for what it lists and
+//! `Delete` for what it no longer has: the store is one, and a listing of some slots
 //! must not replace the bundles of the others. (It also never holds two copies of the store at
 //! once, as a relist into the reflector does.)
 
@@ -248,6 +249,9 @@ pub fn slot_watch(
     futures::stream::unfold(state, |mut state| async move {
         if !state.started {
             state.started = true;
+            // An empty listing first: kube-runtime's controller reconciles nothing until its
+            // store has seen a listing end, and the listings here come out as `Apply`.
+            state.out.extend([Ok(Event::Init), Ok(Event::InitDone)]);
             state.serve();
         }
         loop {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use gantry_api::slots::{SLOTS, SlotTable, parse_slot};
 use gantry_api::{Bundle, SHARD_LABEL, SLOT_LABEL, SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE};
-use gantry_tests::audit::{AuditLog, writes_off_shard};
+use gantry_tests::audit::{AuditLog, replica_of, writes_off_shard};
 use gantry_tests::e2e::*;
 use gantry_tests::{
     CuttableProxy, Provisioner, ProvisionerOptions, StorageOptions, StorageServer, registry,
@@ -105,7 +105,7 @@ async fn assignments(client: &Client, names: &[String]) -> BTreeMap<String, Opti
 }
 
 /// Waits until every slot belongs to one of `shards`, each of them holds some and none more
-/// than ceil(1.25 x an even share) of the slots, as the sharder's ring places them, and every
+/// than an even share of the slots (rounded up), as the sharder's ring places them, and every
 /// bundle of `names` has its slot label and is Ready; returns how many bundles each shard holds.
 async fn wait_settled(
     client: &Client,
@@ -118,7 +118,7 @@ async fn wait_settled(
     let wanted: BTreeSet<&String> = names.iter().collect();
     let deadline = std::time::Instant::now() + SETTLE;
     let mut last = String::new();
-    let slot_bound = (1.25 * f64::from(SLOTS) / shards.len() as f64).ceil() as usize;
+    let slot_bound = usize::from(SLOTS).div_ceil(shards.len());
     while std::time::Instant::now() < deadline {
         if let (Ok(all), Some(table)) = (
             bundles.list(&ListParams::default()).await,
@@ -285,7 +285,7 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     push(&format!("{ns}/app:v1"), &files).await;
     let image = format!("{}/{ns}/app:v1", registry().host());
 
-    // Spread: every replica gets slots, none more than 1.25 times its share (checked by
+    // Spread: every replica gets slots, none more than its share rounded up (checked by
     // `wait_settled`); the bundles follow their slots.
     let mut all = create_bundles(&client, &image, "shard-a", 24).await;
     let load = wait_settled(
@@ -302,6 +302,10 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     let batch = create_bundles(&client, &image, "shard-b", 12).await;
     all.extend(batch.iter().cloned());
     wait_installing_on(&client, &batch, "r1").await;
+    let served_before = slot_table(&client).await.expect("the slot table");
+    let killed_at = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
     r1.kill();
     wait_settled(
         &client,
@@ -310,6 +314,37 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         "r1's bundles on r2 and r3",
         &[&r2, &r3],
     )
+    .await;
+    // Each new owner listed only the slots it received (a watch of their own), not its own
+    // again: the audit log's lists of Bundles by slots since the kill.
+    wait_until("r2 and r3 to list the slots they received", WAIT, || async {
+        let log = AuditLog::read(&cluster.audit_log()).ok()?;
+        let lists: Vec<_> = log
+            .bundle_lists()
+            .into_iter()
+            .filter(|list| list.received > killed_at && !list.continues)
+            .collect();
+        for shard in ["r2", "r3"] {
+            let own: BTreeSet<u16> = (0..SLOTS)
+                .filter(|slot| served_before.owner(*slot) == Some(shard))
+                .collect();
+            let mine: Vec<_> = lists
+                .iter()
+                .filter(|list| replica_of(&list.user_agent) == shard)
+                .collect();
+            for list in &mine {
+                let again: Vec<&u16> = list.slots.intersection(&own).collect();
+                assert!(
+                    again.is_empty(),
+                    "{shard} listed slots it already served ({again:?}) after the kill: {list:?}"
+                );
+            }
+            if mine.is_empty() {
+                return None;
+            }
+        }
+        Some(())
+    })
     .await;
 
     // A replica is paused past its Lease in the middle of a pass: its slots move, and once

@@ -225,7 +225,13 @@ pub fn slot_watch(
                         let Some(selector) = slot_selector(&slots) else {
                             continue;
                         };
-                        let config = watcher::Config::default().labels(&selector);
+                        // Listed from the API server's watch cache (resourceVersion 0), as
+                        // client-go's informers list: a list by label from etcd reads and
+                        // decodes every Bundle to filter them, seconds for a few thousand on
+                        // two cores. The copy may be a moment old; the watch that follows
+                        // brings every change since, and a bundle new to this shard gets a
+                        // full pass anyway.
+                        let config = watcher::Config::default().labels(&selector).any_semantic();
                         let (events, abort) = futures::stream::abortable(
                             watcher::watcher(self.api.clone(), config)
                                 .map(move |event| (watch, event)),

@@ -145,12 +145,17 @@ impl Merge {
                 self.known.insert(name, slot);
                 vec![Event::Apply(bundle)]
             }
+            // By the slot it was delivered with: a bundle whose label was changed leaves a
+            // watch with its new label.
             Event::Delete(bundle) => {
-                if self.delivered_by(watch, &bundle).is_none() {
-                    return Vec::new();
+                let name = bundle.name_any();
+                match self.known.get(&name) {
+                    Some(slot) if self.owners.get(slot) == Some(&watch) => {
+                        self.known.remove(&name);
+                        vec![Event::Delete(bundle)]
+                    }
+                    _ => Vec::new(),
                 }
-                self.known.remove(&bundle.name_any());
-                vec![Event::Delete(bundle)]
             }
             Event::InitDone => {
                 let Some(listed) = self.listing.remove(&watch) else {
@@ -352,6 +357,16 @@ mod tests {
         assert_eq!(list(&mut merge, 0, &[bundle("a", 1)]), ["+a", "-b"]);
         assert_eq!(said(&merge.event(1, Event::Apply(bundle("d", 3)))), ["+d"]);
         assert_eq!(said(&merge.event(1, Event::Delete(bundle("d", 3)))), ["-d"]);
+        // Its slot label changed by hand: it leaves watch 1 carrying the new label.
+        assert_eq!(said(&merge.event(1, Event::Apply(bundle("e", 3)))), ["+e"]);
+        assert_eq!(
+            said(&merge.event(1, Event::Delete(bundle("e", 200)))),
+            ["-e"]
+        );
+        assert!(
+            merge.event(0, Event::Delete(bundle("c", 3))).is_empty(),
+            "c is watch 1's"
+        );
     }
 
     #[test]

@@ -104,13 +104,18 @@ fn text(value: &Value) -> String {
     value.as_str().unwrap_or_default().to_string()
 }
 
-/// The `labelSelector` of a request URI, decoded (empty without one).
-fn label_selector(uri: &str) -> String {
+/// The query parameter `name` of a request URI, decoded (empty without one).
+fn query_parameter(uri: &str, name: &str) -> String {
     let query = uri.split_once('?').map(|(_, q)| q).unwrap_or_default();
     url::form_urlencoded::parse(query.as_bytes())
-        .find(|(key, _)| key == "labelSelector")
+        .find(|(key, _)| key == name)
         .map(|(_, value)| value.into_owned())
         .unwrap_or_default()
+}
+
+/// The `labelSelector` of a request URI, decoded (empty without one).
+fn label_selector(uri: &str) -> String {
+    query_parameter(uri, "labelSelector")
 }
 
 /// A write that took effect: create, update or patch, answered 2xx, not a dry run.
@@ -262,9 +267,7 @@ impl AuditLog {
             .filter_map(|event| {
                 let uri = event["requestURI"].as_str().unwrap_or_default();
                 let slots = selected_slots(&label_selector(uri));
-                let query = uri.split_once('?').map(|(_, q)| q).unwrap_or_default();
-                let continues = url::form_urlencoded::parse(query.as_bytes())
-                    .any(|(key, value)| key == "continue" && !value.is_empty());
+                let continues = !query_parameter(uri, "continue").is_empty();
                 (!slots.is_empty()).then(|| BundleList {
                     received: text(&event["requestReceivedTimestamp"]),
                     user_agent: text(&event["userAgent"]),

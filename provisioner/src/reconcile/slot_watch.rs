@@ -36,14 +36,13 @@ enum WatchChange {
     Stop { watch: u64 },
 }
 
-/// The bookkeeping of the merge, without I/O: which watch delivers each slot, which bundles
-/// the stream has delivered (and not deleted since), and the listings under way.
+/// The bookkeeping of the merge, without I/O: which watch delivers each slot (the watches
+/// running are those delivering one), which bundles the stream has delivered (and not deleted
+/// since), and the listings under way.
 #[derive(Default)]
 struct Merge {
     /// The served slots, each with the watch that delivers it.
     owners: BTreeMap<u16, u64>,
-    /// The watches running.
-    watches: BTreeSet<u64>,
     next_watch: u64,
     /// Bundles delivered and not deleted, with their slot.
     known: HashMap<String, u16>,
@@ -52,60 +51,38 @@ struct Merge {
 }
 
 impl Merge {
+    /// The watches running: those delivering a slot.
+    fn watches(&self) -> BTreeSet<u64> {
+        self.owners.values().copied().collect()
+    }
+
     /// The served slots become `slots`: the events for the bundles of slots let go, and the
     /// watches to start and stop.
     fn serve(&mut self, slots: &BTreeSet<u16>) -> (Vec<Event<Bundle>>, Vec<WatchChange>) {
-        let lost: BTreeSet<u16> = self
-            .owners
-            .keys()
-            .filter(|slot| !slots.contains(slot))
-            .copied()
-            .collect();
+        let running = self.watches();
         let gained: BTreeSet<u16> = slots
             .iter()
             .filter(|slot| !self.owners.contains_key(slot))
             .copied()
             .collect();
-        for slot in &lost {
-            self.owners.remove(slot);
+        self.owners.retain(|slot, _| slots.contains(slot));
+        let events = self.forget_where(|_, _, slot| !slots.contains(&slot));
+        // Past the most watches, one new watch delivers every slot.
+        let merged = !gained.is_empty() && self.watches().len() >= MAX_WATCHES;
+        if merged {
+            self.owners.clear();
         }
-        let mut gone: Vec<(String, u16)> = self
-            .known
-            .iter()
-            .filter(|(_, slot)| lost.contains(slot))
-            .map(|(name, slot)| (name.clone(), *slot))
-            .collect();
-        gone.sort();
-        let events = gone
-            .into_iter()
-            .map(|(name, slot)| {
-                self.known.remove(&name);
-                Event::Delete(placeholder(&name, slot))
+        let mut changes: Vec<WatchChange> = running
+            .difference(&self.watches())
+            .map(|&watch| {
+                self.listing.remove(&watch);
+                WatchChange::Stop { watch }
             })
             .collect();
-
-        let mut changes = Vec::new();
-        // Watches that no longer deliver any slot.
-        let delivering: BTreeSet<u64> = self.owners.values().copied().collect();
-        for watch in self.watches.clone() {
-            if !delivering.contains(&watch) {
-                self.stop(watch, &mut changes);
-            }
-        }
         if !gained.is_empty() {
-            let (watched, merged) = if self.watches.len() < MAX_WATCHES {
-                (gained, false)
-            } else {
-                (slots.clone(), true)
-            };
-            if merged {
-                for watch in self.watches.clone() {
-                    self.stop(watch, &mut changes);
-                }
-            }
+            let watched = if merged { slots.clone() } else { gained };
             let watch = self.next_watch;
             self.next_watch += 1;
-            self.watches.insert(watch);
             for slot in &watched {
                 self.owners.insert(*slot, watch);
             }
@@ -117,16 +94,31 @@ impl Merge {
         (events, changes)
     }
 
-    fn stop(&mut self, watch: u64, changes: &mut Vec<WatchChange>) {
-        self.watches.remove(&watch);
-        self.listing.remove(&watch);
-        changes.push(WatchChange::Stop { watch });
+    /// Deletes the known bundles for which `gone(owners, name, slot)` holds, in name order.
+    fn forget_where(
+        &mut self,
+        gone: impl Fn(&BTreeMap<u16, u64>, &str, u16) -> bool,
+    ) -> Vec<Event<Bundle>> {
+        let mut names: Vec<(String, u16)> = self
+            .known
+            .iter()
+            .filter(|(name, slot)| gone(&self.owners, name, **slot))
+            .map(|(name, slot)| (name.clone(), *slot))
+            .collect();
+        names.sort();
+        names
+            .into_iter()
+            .map(|(name, slot)| {
+                self.known.remove(&name);
+                Event::Delete(placeholder(&name, slot))
+            })
+            .collect()
     }
 
     /// One event of `watch`, as the stream passes it on (nothing, one event, or the deletions
     /// a listing's end finds).
     fn event(&mut self, watch: u64, event: Event<Bundle>) -> Vec<Event<Bundle>> {
-        if !self.watches.contains(&watch) {
+        if !self.owners.values().any(|w| *w == watch) {
             return Vec::new();
         }
         match event {
@@ -157,26 +149,12 @@ impl Merge {
                     _ => Vec::new(),
                 }
             }
-            Event::InitDone => {
-                let Some(listed) = self.listing.remove(&watch) else {
-                    return Vec::new();
-                };
-                let mut gone: Vec<(String, u16)> = self
-                    .known
-                    .iter()
-                    .filter(|(name, slot)| {
-                        self.owners.get(slot) == Some(&watch) && !listed.contains(*name)
-                    })
-                    .map(|(name, slot)| (name.clone(), *slot))
-                    .collect();
-                gone.sort();
-                gone.into_iter()
-                    .map(|(name, slot)| {
-                        self.known.remove(&name);
-                        Event::Delete(placeholder(&name, slot))
-                    })
-                    .collect()
-            }
+            Event::InitDone => match self.listing.remove(&watch) {
+                Some(listed) => self.forget_where(|owners, name, slot| {
+                    owners.get(&slot) == Some(&watch) && !listed.contains(name)
+                }),
+                None => Vec::new(),
+            },
         }
     }
 
@@ -411,7 +389,7 @@ mod tests {
                 WatchChange::Stop { watch: 2 }
             ]
         );
-        assert!(merge.known.is_empty() && merge.watches.is_empty());
+        assert!(merge.known.is_empty() && merge.watches().is_empty());
     }
 
     #[test]
@@ -426,7 +404,7 @@ mod tests {
                 &[bundle(&format!("b{slot}"), slot)],
             );
         }
-        assert_eq!(merge.watches.len(), MAX_WATCHES);
+        assert_eq!(merge.watches().len(), MAX_WATCHES);
         let all: BTreeSet<u16> = (0..=MAX_WATCHES as u16).collect();
         let (events, changes) = merge.serve(&all);
         assert!(events.is_empty());

@@ -22,6 +22,7 @@ mod pki;
 mod process;
 mod proxy;
 mod registry;
+pub mod sockets;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod apply;
+pub mod connection;
 pub mod crds;
 pub mod discovery;
 pub mod drift;

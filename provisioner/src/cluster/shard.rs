@@ -184,9 +184,11 @@ impl ReplicaLayer {
         let executor = FencedExecutor {
             fence: self.fence.clone(),
         };
-        Ok(kube::client::ClientBuilder::try_from((config, executor))?
-            .with_layer(self)
-            .build())
+        Ok(
+            crate::cluster::connection::client_builder(config, executor)?
+                .with_layer(self)
+                .build(),
+        )
     }
 }
 

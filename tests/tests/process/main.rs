@@ -10,6 +10,7 @@
 //! comment): install, leader, manifests, ordering, restart, sharding, smoke, tenancy, timing, ui (its page of 2,000 bundles), unpack_pods.
 
 mod approval_race;
+mod connections;
 mod crd_upgrade;
 mod crd_versions;
 mod deletion_policy;

@@ -71,6 +71,43 @@ pub async fn apply_class(client: &Client, name: &str, spec: ProvisionerClassSpec
         .expect("applying a ProvisionerClass");
 }
 
+/// Another Gantry installation on the shared control plane: its own storage server, a
+/// provisioner with `--provisioner-id=ID` (and more `args`) in a namespace of its own, and a
+/// class of automatic approval naming it.
+pub struct Installation {
+    pub storage: StorageServer,
+    pub provisioner: Provisioner,
+    /// The class whose bundles this installation serves.
+    pub class: String,
+}
+
+/// Starts an [`Installation`] whose provisioner identifies as `id`.
+pub async fn start_installation(client: &Client, id: &str, args: &[&str]) -> Installation {
+    let namespace = crate::unique_name("installation");
+    ensure_namespace(client, &namespace).await;
+    let storage = StorageServer::start(StorageOptions::default());
+    let mut flags = vec![format!("--provisioner-id={id}")];
+    flags.extend(args.iter().map(|a| a.to_string()));
+    let provisioner = Provisioner::start(ProvisionerOptions {
+        kubeconfig: control_plane().kubeconfig().to_path_buf(),
+        storage_url: storage.url().to_string(),
+        storage_token: None,
+        namespace,
+        args: flags,
+    });
+    let class = crate::unique_name("installation-class");
+    let spec = ProvisionerClassSpec {
+        provisioner: id.into(),
+        ..class_spec(ApprovalPolicy::Automatic)
+    };
+    apply_class(client, &class, spec, false).await;
+    Installation {
+        storage,
+        provisioner,
+        class,
+    }
+}
+
 /// Creates namespace `name` unless it exists.
 pub async fn ensure_namespace(client: &Client, name: &str) {
     let namespaces: Api<Namespace> = Api::all(client.clone());

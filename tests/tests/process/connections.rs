@@ -5,12 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use gantry_api::{ApprovalPolicy, ProvisionerClassSpec};
 use gantry_tests::e2e::*;
 use gantry_tests::sockets::established_to;
-use gantry_tests::{
-    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, unique_name,
-};
+use gantry_tests::{control_plane, unique_name};
 
 /// Bundles installed at once, and ConfigMaps in each: with 8 passes of 8 applies at once, a
 /// client with a connection per request in flight holds dozens.
@@ -27,31 +24,13 @@ async fn requests_in_flight_share_a_few_connections_to_the_api_server() {
     const ID: &str = "gantry.dev/plain-connections";
     gantry();
     let client = control_plane().client().await;
-    let namespace = unique_name("connections-gantry");
-    ensure_namespace(&client, &namespace).await;
-    let storage = StorageServer::start(StorageOptions::default());
-    let provisioner = Provisioner::start(ProvisionerOptions {
-        kubeconfig: control_plane().kubeconfig().to_path_buf(),
-        storage_url: storage.url().to_string(),
-        storage_token: None,
-        namespace,
-        args: vec![
-            format!("--provisioner-id={ID}"),
-            "--reconcile-concurrency=8".into(),
-            "--apply-concurrency=8".into(),
-        ],
-    });
-    let class = unique_name("connections");
-    apply_class(
+    let installation = start_installation(
         &client,
-        &class,
-        ProvisionerClassSpec {
-            provisioner: ID.into(),
-            ..class_spec(ApprovalPolicy::Automatic)
-        },
-        false,
+        ID,
+        &["--reconcile-concurrency=8", "--apply-concurrency=8"],
     )
     .await;
+    let (provisioner, class) = (&installation.provisioner, installation.class.clone());
     let prefix = unique_name("connections");
     let objects: Vec<String> = (0..OBJECTS)
         .map(|i| config_map(&format!("c{i:02}"), None, "x"))

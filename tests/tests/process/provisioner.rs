@@ -12,10 +12,7 @@ use gantry_api::{
 use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
 use gantry_tests::audit::AuditLog;
 use gantry_tests::e2e::*;
-use gantry_tests::{
-    Provisioner, ProvisionerOptions, StorageOptions, StorageServer, control_plane, registry,
-    unique_name, wait_until,
-};
+use gantry_tests::{control_plane, registry, unique_name, wait_until};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -429,31 +426,9 @@ async fn a_second_installation_serves_only_the_classes_naming_its_id() {
     const SECOND_ID: &str = "gantry.dev/plain-second";
     let shared = gantry();
     let client = control_plane().client().await;
-    let second_namespace = unique_name("second-gantry");
-    ensure_namespace(&client, &second_namespace).await;
-    let second_storage = StorageServer::start(StorageOptions::default());
-    let _second = Provisioner::start(ProvisionerOptions {
-        kubeconfig: control_plane().kubeconfig().to_path_buf(),
-        storage_url: second_storage.url().to_string(),
-        storage_token: None,
-        namespace: second_namespace.clone(),
-        args: vec![
-            format!("--provisioner-id={SECOND_ID}"),
-            "--sharding".into(),
-            "--backoff-base=200ms".into(),
-        ],
-    });
-    let second_class = unique_name("second-class");
-    apply_class(
-        &client,
-        &second_class,
-        ProvisionerClassSpec {
-            provisioner: SECOND_ID.into(),
-            ..class_spec(ApprovalPolicy::Automatic)
-        },
-        false,
-    )
-    .await;
+    let second =
+        start_installation(&client, SECOND_ID, &["--sharding", "--backoff-base=200ms"]).await;
+    let (second_storage, second_class) = (&second.storage, second.class.clone());
     let ns = unique_name("installations");
     ensure_namespace(&client, &ns).await;
     let image = push(

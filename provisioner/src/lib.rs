@@ -23,5 +23,6 @@ mod status;
 pub use error::Error;
 pub use policy::identity::ServiceAccountDefaults;
 pub use source::node_pull::NodePullSettings;
+pub use source::pulled::PulledContents;
 pub use source::storage::{StorageClient, Token};
 pub use state::Settings;

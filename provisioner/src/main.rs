@@ -77,6 +77,11 @@ struct Flags {
     /// Where pulls unpack (default: the system's temporary directory).
     #[arg(long)]
     scratch_dir: Option<PathBuf>,
+    /// Bytes of canonical tarballs kept in memory for 5 minutes after a pull, so that other
+    /// bundles of the same image digest, platform and limits, pulled with the same
+    /// credentials, store it without pulling it again (0 turns this off).
+    #[arg(long, default_value_t = gantry_provisioner::PulledContents::DEFAULT_BYTES)]
+    pull_cache_bytes: u64,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_address: SocketAddr,
@@ -183,6 +188,7 @@ fn options(flags: Flags) -> anyhow::Result<Options> {
         backoff_base: flags.backoff_base,
         backoff_cap: flags.backoff_cap,
         scratch_dir: flags.scratch_dir,
+        pull_cache_bytes: flags.pull_cache_bytes,
         node_pull: NodePullSettings {
             unpack_image: flags.unpack_image,
             own_pod: flags.identity.clone(),

@@ -111,6 +111,23 @@ impl StorageClient {
         }
     }
 
+    /// Stores a tarball held in memory as `bundle`'s content `hex`.
+    pub async fn upload_bytes(&self, bundle: &str, hex: &str, tarball: Vec<u8>) -> Result<()> {
+        let url = self.tarball_url(bundle, hex)?;
+        let response = self
+            .request(reqwest::Method::PUT, &url)?
+            .body(tarball)
+            .send()
+            .await
+            .map_err(|e| ClientError(format!("PUT {url}: {e}")))?;
+        if !response.status().is_success() {
+            let status = response.status();
+            let text = response.text().await.unwrap_or_default();
+            return Err(ClientError(format!("PUT {url}: {status} {}", text.trim())));
+        }
+        Ok(())
+    }
+
     /// Uploads the tarball at `path` (streamed from disk).
     pub async fn upload(&self, bundle: &str, hex: &str, path: &Path) -> Result<()> {
         let url = self.tarball_url(bundle, hex)?;

@@ -2,5 +2,6 @@
 //! unpack Pods on a node (`pullMode: Node`).
 
 pub mod node_pull;
+pub mod pulled;
 pub mod registry;
 pub mod storage;

@@ -2,6 +2,7 @@
 //! (pull secrets, insecure registries, extra CA), resolving and pulling.
 
 use std::collections::HashMap;
+use std::ops::Deref;
 use std::sync::Mutex;
 
 use gantry_api::{Bundle, ProvisionerClass};
@@ -9,11 +10,31 @@ use gantry_image::{DockerConfig, RegistryClient, RegistryOptions};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;
+use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 
 const DOCKER_CONFIG_JSON: &str = ".dockerconfigjson";
 const CA_KEY: &str = "ca.crt";
+
+/// What a registry client was made from (pull secrets' contents, CA certificates, insecure
+/// registries), as a digest: content one client pulled is reused only by bundles whose client
+/// is made from the same, so no bundle gets an image its own credentials could not pull.
+pub type CredentialsId = [u8; 32];
+
+/// A shared registry client and what it was made from.
+#[derive(Clone)]
+pub struct SharedClient {
+    client: RegistryClient,
+    pub credentials: CredentialsId,
+}
+
+impl Deref for SharedClient {
+    type Target = RegistryClient;
+    fn deref(&self) -> &RegistryClient {
+        &self.client
+    }
+}
 
 /// A registry client with the credentials of the class and the bundle: pull secrets and the
 /// CA secret are read from `namespace` (the provisioner's).
@@ -23,7 +44,7 @@ pub async fn registry_client(
     registries: &RegistryClients,
     class: &ProvisionerClass,
     bundle: &Bundle,
-) -> Result<RegistryClient> {
+) -> Result<SharedClient> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mut credentials = DockerConfig::default();
     // What the client is made from, in full: the key of the shared client.
@@ -59,6 +80,7 @@ pub async fn registry_client(
         add_to_key(b"insecure");
         add_to_key(registry.as_bytes());
     }
+    let id: CredentialsId = Sha256::digest(&key).into();
     registries
         .get_or_make(key, || {
             RegistryClient::new(RegistryOptions {
@@ -66,6 +88,10 @@ pub async fn registry_client(
                 insecure_registries: class.spec.insecure_registries.clone(),
                 ca_pem,
             })
+        })
+        .map(|client| SharedClient {
+            client,
+            credentials: id,
         })
         .map_err(|e| Error::from_image(&bundle.spec.image, e))
 }

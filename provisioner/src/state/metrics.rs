@@ -39,6 +39,8 @@ pub struct Metrics {
     pub objects_unchanged: Counter,
     pub objects_deleted: Counter,
     pub bytes_pulled: Counter,
+    /// Pulls answered from the tarballs kept of an earlier pull of the same image.
+    pub pulls_reused: Counter,
     pub status_writes: Counter,
     pub leader: Gauge,
     /// Tasks alive in the async runtime: flat under steady load, or something leaks.
@@ -102,6 +104,12 @@ impl Default for Metrics {
             "Compressed layer bytes pulled from registries",
             bytes_pulled.clone(),
         );
+        let pulls_reused = Counter::default();
+        registry.register(
+            "pulls_reused",
+            "Pulls answered from the canonical tarball of an earlier pull of the same image digest, platform, limits and credentials",
+            pulls_reused.clone(),
+        );
         let status_writes = Counter::default();
         registry.register(
             "status_writes",
@@ -161,6 +169,7 @@ impl Default for Metrics {
             objects_unchanged,
             objects_deleted,
             bytes_pulled,
+            pulls_reused,
             status_writes,
             leader,
             runtime_tasks,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gantry_api::{Bundle, ProvisionerClass};
-use gantry_image::{Platform, RegistryClient};
+use gantry_image::Platform;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -29,7 +29,8 @@ use crate::cluster::shard::{Fence, ReplicaLayer, Slots};
 use crate::error::Result;
 use crate::policy::identity::ServiceAccountDefaults;
 use crate::source::node_pull::NodePullSettings;
-use crate::source::registry::{RegistryClients, registry_client};
+use crate::source::pulled::PulledContents;
+use crate::source::registry::{RegistryClients, SharedClient, registry_client};
 use crate::source::storage::StorageClient;
 use crate::state::claims::Claims;
 
@@ -62,6 +63,8 @@ pub struct Settings {
     pub node_pull: NodePullSettings,
     /// Whose identity bundles are applied with when their class names no ServiceAccount.
     pub service_accounts: ServiceAccountDefaults,
+    /// Bytes of canonical tarballs kept for reuse by bundles of the same image (0: none).
+    pub pull_cache_bytes: u64,
 }
 
 impl Default for Settings {
@@ -80,6 +83,7 @@ impl Default for Settings {
             scratch_dir: None,
             node_pull: NodePullSettings::default(),
             service_accounts: ServiceAccountDefaults::default(),
+            pull_cache_bytes: PulledContents::DEFAULT_BYTES,
         }
     }
 }
@@ -109,6 +113,8 @@ pub struct Context {
     pub appliers: Appliers,
     /// Registry clients, one per set of credentials and TLS settings.
     pub registries: RegistryClients,
+    /// Canonical tarballs pulled lately, for bundles of the same image and credentials.
+    pub pulled: PulledContents,
     /// Which bundles' inventories list each object, kept by the Bundle watch.
     pub claims: Arc<Claims>,
     /// With `--sharding`: this replica's shard, whose bundles it reconciles.
@@ -132,6 +138,7 @@ impl Context {
         reporter: Reporter,
     ) -> (Self, UnboundedReceiver<ObjectRef<Bundle>>) {
         let (drift, drift_events) = DriftWatches::new();
+        let pull_cache_bytes = settings.pull_cache_bytes;
         let context = Context {
             backoff: Backoff::new(settings.backoff_base, settings.backoff_cap),
             recorder: EventRecorder::new(client.clone(), reporter),
@@ -149,6 +156,7 @@ impl Context {
             access: Default::default(),
             verified: Default::default(),
             registries: Default::default(),
+            pulled: PulledContents::new(pull_cache_bytes),
             claims: Default::default(),
             shard: None,
             fence: Fence::open(),
@@ -188,7 +196,7 @@ impl Context {
         &self,
         class: &ProvisionerClass,
         bundle: &Bundle,
-    ) -> Result<RegistryClient> {
+    ) -> Result<SharedClient> {
         registry_client(
             &self.client,
             &self.settings.namespace,

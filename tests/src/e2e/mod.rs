@@ -79,6 +79,8 @@ pub struct Installation {
     pub provisioner: Provisioner,
     /// The class whose bundles this installation serves.
     pub class: String,
+    /// The provisioner's namespace, where its pull secrets are read.
+    pub namespace: String,
 }
 
 /// Starts an [`Installation`] whose provisioner identifies as `id`.
@@ -92,7 +94,7 @@ pub async fn start_installation(client: &Client, id: &str, args: &[&str]) -> Ins
         kubeconfig: control_plane().kubeconfig().to_path_buf(),
         storage_url: storage.url().to_string(),
         storage_token: None,
-        namespace,
+        namespace: namespace.clone(),
         args: flags,
     });
     let class = crate::unique_name("installation-class");
@@ -105,6 +107,7 @@ pub async fn start_installation(client: &Client, id: &str, args: &[&str]) -> Ins
         storage,
         provisioner,
         class,
+        namespace,
     }
 }
 

@@ -31,6 +31,7 @@ mod plugin;
 mod plugin_approver;
 mod plugin_day_one;
 mod provisioner;
+mod pull_reuse;
 mod registry;
 mod relocate;
 mod restart;

@@ -1,7 +1,6 @@
 //! Step 2: the image reference to a digest, and the shortcut for bundles that nothing changed.
 
 use gantry_api::{BundleStatus, ProvisionerClass, PullMode};
-use gantry_image::RegistryClient;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
@@ -9,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::reconcile::{
     Flow, Outcome, Pass, installed_fingerprint, next_visit, reconcile_pending, timing,
 };
-use crate::source::registry::{digest_of, is_digest_reference};
+use crate::source::registry::{SharedClient, digest_of, is_digest_reference};
 use crate::status::condition;
 use crate::status::record_history;
 use gantry_api::conditions::types;
@@ -19,7 +18,7 @@ pub(crate) struct Resolved {
     /// `repo@sha256:…` of the top-level manifest.
     pub image: String,
     /// The registry client, when resolving needed one: the pull reuses it.
-    pub registry: Option<RegistryClient>,
+    pub registry: Option<SharedClient>,
 }
 
 /// What resolving found.

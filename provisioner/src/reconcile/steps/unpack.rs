@@ -5,16 +5,16 @@ use std::time::Duration;
 
 use gantry_api::conditions::{ReasonKind, reasons, types};
 use gantry_api::{ProvisionerClass, PullMode};
-use gantry_image::{
-    BundleObject, EffectiveLimits, Platform, PullRequest, RegistryClient, read_canonical,
-};
+use gantry_image::{BundleObject, EffectiveLimits, Platform, PullRequest, read_canonical};
 use kube::ResourceExt;
 
 use super::resolve::Resolved;
 use crate::error::{Error, Result};
 use crate::reconcile::{Flow, Pass};
 use crate::source::node_pull::driver::{NodeUnpacked, unpack_on_node};
-use crate::source::registry::{digest_of, is_digest_reference};
+use crate::source::pulled::{PullKey, PulledContent};
+use crate::source::registry::{SharedClient, digest_of, is_digest_reference};
+use crate::state::Context;
 use crate::status::condition;
 
 /// The content to install.
@@ -121,7 +121,7 @@ async fn pull_and_store(
     pass: &mut Pass<'_>,
     class: &ProvisionerClass,
     resolved_image: &str,
-    registry: Option<RegistryClient>,
+    registry: Option<SharedClient>,
     limits: EffectiveLimits,
 ) -> Result<Vec<BundleObject>> {
     let (bundle, ctx) = (pass.bundle, pass.ctx);
@@ -157,6 +157,16 @@ async fn pull_and_store(
             Some(client) => client,
             None => ctx.registry_client(class, bundle).await?,
         };
+        let platform = request.platform.as_ref().map(|p| p.to_string());
+        let key = PullKey::new(
+            registry.credentials,
+            resolved_image,
+            platform.as_deref().unwrap_or_default(),
+            &limits,
+        );
+        if let Some(kept) = ctx.pulled.get(&key) {
+            return store_kept(ctx, &name, &kept, limits).await;
+        }
         let pulled = registry
             .pull(&request)
             .await
@@ -170,7 +180,14 @@ async fn pull_and_store(
         ctx.storage
             .upload(&name, canonical.digest.hex(), &canonical.path)
             .await?;
-        Ok::<_, Error>((pulled, canonical))
+        let stored = Stored {
+            manifest_digest: pulled.image.manifest_digest.clone(),
+            platform: pulled.image.platform.to_string(),
+            content_digest: canonical.digest.digest.clone(),
+            objects: canonical.objects,
+        };
+        keep(ctx, key, &canonical.path, &stored).await;
+        Ok::<_, Error>(stored)
     };
     tokio::pin!(unpacking);
     // `Unpacking` is shown only for a pull that takes a while: most take a fraction of a
@@ -180,7 +197,7 @@ async fn pull_and_store(
         result = &mut unpacking => Some(result),
         () = tokio::time::sleep(PROGRESS_DELAY) => None,
     };
-    let (pulled, canonical) = match finished {
+    let stored = match finished {
         Some(result) => result?,
         None => {
             if !retrying {
@@ -189,12 +206,79 @@ async fn pull_and_store(
             unpacking.await?
         }
     };
+    let hex = stored.content_digest.trim_start_matches("sha256:");
     let status = &mut pass.status;
-    status.manifest_digest = Some(pulled.image.manifest_digest.clone());
-    status.platform = Some(pulled.image.platform.to_string());
-    status.content_url = Some(ctx.storage.content_url(&pass.name, canonical.digest.hex()));
-    status.content_digest = Some(canonical.digest.digest.clone());
-    Ok(canonical.objects)
+    status.manifest_digest = Some(stored.manifest_digest);
+    status.platform = Some(stored.platform);
+    status.content_url = Some(ctx.storage.content_url(&pass.name, hex));
+    status.content_digest = Some(stored.content_digest.clone());
+    Ok(stored.objects)
+}
+
+/// Content stored for a bundle, and what status records of its pull.
+struct Stored {
+    manifest_digest: String,
+    platform: String,
+    /// `sha256:…` of the canonical tarball.
+    content_digest: String,
+    objects: Vec<BundleObject>,
+}
+
+/// Stores for bundle `name` a canonical tarball kept from an earlier pull of the same image
+/// with the same credentials, reading its objects back (digest and limits checked again).
+async fn store_kept(
+    ctx: &Context,
+    name: &str,
+    kept: &PulledContent,
+    limits: EffectiveLimits,
+) -> Result<Stored> {
+    let hex = kept.content_digest.trim_start_matches("sha256:");
+    let tarball = kept.tarball.clone();
+    let digest = kept.content_digest.clone();
+    let objects = tokio::task::spawn_blocking(move || {
+        read_canonical(&tarball[..], Some(&digest), &limits).map(|objects| (objects, tarball))
+    })
+    .await
+    .map_err(|e| Error::Storage(format!("reading kept content: {e}")))?
+    .map_err(|e| {
+        Error::Storage(format!(
+            "content {} kept of an earlier pull: {e}",
+            kept.content_digest
+        ))
+    })?;
+    let (objects, tarball) = objects;
+    ctx.storage.upload_bytes(name, hex, tarball).await?;
+    ctx.metrics.pulls_reused.inc();
+    Ok(Stored {
+        manifest_digest: kept.manifest_digest.clone(),
+        platform: kept.platform.clone(),
+        content_digest: kept.content_digest.clone(),
+        objects,
+    })
+}
+
+/// Keeps a pulled canonical tarball in memory for other bundles of the same image, when it is
+/// small enough for the bound (`--pull-cache-bytes`).
+async fn keep(ctx: &Context, key: PullKey, path: &std::path::Path, stored: &Stored) {
+    let bound = ctx.settings.pull_cache_bytes / 4;
+    let small = tokio::fs::metadata(path)
+        .await
+        .is_ok_and(|m| m.len() > 0 && m.len() <= bound);
+    if !small {
+        return;
+    }
+    let Ok(tarball) = tokio::fs::read(path).await else {
+        return;
+    };
+    ctx.pulled.insert(
+        key,
+        PulledContent {
+            tarball,
+            content_digest: stored.content_digest.clone(),
+            manifest_digest: stored.manifest_digest.clone(),
+            platform: stored.platform.clone(),
+        },
+    );
 }
 
 /// How a failure names the image: the reference with the digest it resolved to

@@ -114,18 +114,11 @@ impl StorageClient {
     /// Stores a tarball held in memory as `bundle`'s content `hex`.
     pub async fn upload_bytes(&self, bundle: &str, hex: &str, tarball: Vec<u8>) -> Result<()> {
         let url = self.tarball_url(bundle, hex)?;
-        let response = self
-            .request(reqwest::Method::PUT, &url)?
-            .body(tarball)
-            .send()
-            .await
-            .map_err(|e| ClientError(format!("PUT {url}: {e}")))?;
-        if !response.status().is_success() {
-            let status = response.status();
-            let text = response.text().await.unwrap_or_default();
-            return Err(ClientError(format!("PUT {url}: {status} {}", text.trim())));
-        }
-        Ok(())
+        self.put(
+            &url,
+            self.request(reqwest::Method::PUT, &url)?.body(tarball),
+        )
+        .await
     }
 
     /// Uploads the tarball at `path` (streamed from disk).
@@ -140,10 +133,16 @@ impl StorageClient {
             .map_err(|e| ClientError(format!("reading {}: {e}", path.display())))?
             .len();
         let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(file));
-        let response = self
+        let request = self
             .request(reqwest::Method::PUT, &url)?
             .header(reqwest::header::CONTENT_LENGTH, length)
-            .body(body)
+            .body(body);
+        self.put(&url, request).await
+    }
+
+    /// Sends a PUT of a tarball to `url`; a refusal carries the server's answer.
+    async fn put(&self, url: &str, request: reqwest::RequestBuilder) -> Result<()> {
+        let response = request
             .send()
             .await
             .map_err(|e| ClientError(format!("PUT {url}: {e}")))?;

@@ -54,6 +54,7 @@ struct Flags {
     #[arg(long, default_value_t = 16)]
     apply_concurrency: usize,
     /// Bundles reconciled at once (a pass mostly waits on the API server and the registry).
+    /// With --sharding, across all shards: each runs its share, by the slots it serves.
     #[arg(long, default_value_t = 16)]
     reconcile_concurrency: u16,
     /// How often tags are resolved again (e.g. 30s, 5m; a bundle's spec.interval overrides it).

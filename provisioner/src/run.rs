@@ -31,7 +31,7 @@ pub struct Options {
     pub storage_url: String,
     pub storage_token: Token,
     pub storage_ca_file: Option<PathBuf>,
-    /// Bundles reconciled at once.
+    /// Bundles reconciled at once; with `sharding`, across all shards (each runs its share).
     pub reconcile_concurrency: u16,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     pub metrics_address: SocketAddr,
@@ -244,7 +244,7 @@ impl Shards<'_> {
                 let _ = rx.wait_for(|stopping| *stopping).await;
             }
         };
-        let slots = Slots::new();
+        let slots = Slots::new(usize::from(self.options.reconcile_concurrency));
         let (announce_stop, announce_stopped) = tokio::sync::oneshot::channel::<()>();
         let announce = tokio::spawn(membership::announce(
             self.client.clone(),

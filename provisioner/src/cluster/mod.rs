@@ -14,4 +14,5 @@ pub mod identity;
 pub mod inventory;
 pub mod live;
 pub mod preflight;
+pub mod reconcile_share;
 pub mod shard;

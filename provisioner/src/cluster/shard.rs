@@ -28,6 +28,8 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 use tower::{Layer, Service};
 
+use super::reconcile_share::{ReconcileShare, Turn};
+
 /// How much earlier than the Lease's expiry the fence closes: covers the time a renewal takes
 /// and clocks that differ a little between replicas.
 pub const SAFETY_MARGIN: Duration = Duration::from_secs(5);
@@ -289,6 +291,8 @@ struct SlotsInner {
     report: watch::Sender<ServedSlots>,
     /// One change of the served slots at a time.
     changing: tokio::sync::Mutex<()>,
+    /// Passes at once: this shard's share of the reconcile concurrency, by the slots it serves.
+    share: ReconcileShare,
 }
 
 #[derive(Default)]
@@ -318,15 +322,9 @@ impl Drop for Pass {
     }
 }
 
-impl Default for Slots {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Slots {
-    /// No slot served yet.
-    pub fn new() -> Self {
+    /// No slot served yet; `reconcile_concurrency` passes at once across all shards.
+    pub fn new(reconcile_concurrency: usize) -> Self {
         Self {
             inner: Arc::new(SlotsInner {
                 state: Mutex::default(),
@@ -334,6 +332,7 @@ impl Slots {
                 selector: watch::Sender::new(BTreeSet::new()),
                 report: watch::Sender::new(ServedSlots::default()),
                 changing: tokio::sync::Mutex::new(()),
+                share: ReconcileShare::new(reconcile_concurrency),
             }),
         }
     }
@@ -374,6 +373,7 @@ impl Slots {
             lost
         };
         self.inner.selector.send_replace(slots.clone());
+        self.inner.share.serve(slots.len());
         loop {
             let ended = self.inner.passes_ended.notified();
             tokio::pin!(ended);
@@ -391,6 +391,17 @@ impl Slots {
         }
         self.inner.report.send_replace(ServedSlots { epoch, slots });
         lost.len()
+    }
+
+    /// Waits for a turn among this shard's share of the reconcile concurrency: taken before
+    /// [`Slots::enter`], so that a pass waiting for its turn holds no slot back from a handover.
+    pub async fn turn(&self) -> Turn {
+        self.inner.share.turn().await
+    }
+
+    /// Passes this shard runs at once now.
+    pub fn share(&self) -> usize {
+        self.inner.share.limit()
     }
 
     /// The served slots, as they change: what the Bundle watch selects.
@@ -531,7 +542,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pass_starts_only_in_a_served_slot() {
-        let slots = Slots::new();
+        let slots = Slots::new(16);
         assert!(slots.enter(&in_slot("a", 1)).is_none());
         assert_eq!(slots.serve([1, 2].into(), 1).await, 0);
         assert!(slots.enter(&in_slot("a", 1)).is_some());
@@ -543,6 +554,7 @@ mod tests {
         );
         assert_eq!(*slots.selector().borrow(), BTreeSet::from([1, 2]));
         assert_eq!(slots.report().borrow().to_string(), "1;1-2");
+        assert_eq!(slots.share(), 1, "2 of 256 slots: one pass at once");
         // An older table changes nothing.
         assert_eq!(slots.serve([3].into(), 0).await, 0);
         assert_eq!(slots.report().borrow().to_string(), "1;1-2");
@@ -555,7 +567,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_slot_is_reported_let_go_only_once_its_passes_have_ended() {
-        let slots = Slots::new();
+        let slots = Slots::new(16);
         slots.serve([1, 2].into(), 1).await;
         let pass = slots.enter(&in_slot("a", 1)).unwrap();
         let other = slots.enter(&in_slot("b", 2)).unwrap();

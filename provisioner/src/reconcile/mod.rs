@@ -148,13 +148,17 @@ pub async fn reconcile(bundle: Arc<Bundle>, ctx: Arc<Context>) -> Result<Action>
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
     }
-    // With sharding, only a bundle of a slot this replica serves; the pass holds its slot,
-    // which is not reported let go until the pass has ended.
+    // With sharding, only a bundle of a slot this replica serves, in a turn of the shard's
+    // share of the reconcile concurrency; the pass holds its slot, which is not reported let go
+    // until the pass has ended.
     let _pass = match &ctx.slots {
-        Some(slots) => match slots.enter(&bundle) {
-            Some(pass) => Some(pass),
-            None => return Ok(Action::await_change()),
-        },
+        Some(slots) => {
+            let turn = slots.turn().await;
+            match slots.enter(&bundle) {
+                Some(pass) => Some((turn, pass)),
+                None => return Ok(Action::await_change()),
+            }
+        }
         None => None,
     };
     let started = Instant::now();

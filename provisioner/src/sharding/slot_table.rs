@@ -85,6 +85,9 @@ async fn serve(
     let mine = table.slots_of(identity);
     let count = mine.len();
     let released = slots.serve(mine, table.epoch).await;
+    metrics
+        .shard_reconcile_share
+        .set(i64::try_from(slots.share()).unwrap_or(i64::MAX));
     if released > 0 {
         metrics
             .shard_releases
@@ -94,6 +97,7 @@ async fn serve(
         epoch = table.epoch,
         slots = count,
         released,
+        share = slots.share(),
         "serving the slot table"
     );
 }

@@ -57,6 +57,8 @@ pub struct Metrics {
     pub shard_unowned_seconds: Histogram,
     /// Slots this replica let go when the sharder took them.
     pub shard_releases: Counter,
+    /// Passes this shard runs at once: its share of `--reconcile-concurrency`.
+    pub shard_reconcile_share: Gauge,
 }
 
 impl Default for Metrics {
@@ -160,6 +162,12 @@ impl Default for Metrics {
             "Slots this replica let go when the sharder took them",
             shard_releases.clone(),
         );
+        let shard_reconcile_share = Gauge::default();
+        registry.register(
+            "shard_reconcile_share",
+            "Bundles this shard reconciles at once: its share of --reconcile-concurrency, by the slots it serves",
+            shard_reconcile_share.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -179,6 +187,7 @@ impl Default for Metrics {
             shard_handovers,
             shard_unowned_seconds,
             shard_releases,
+            shard_reconcile_share,
         }
     }
 }

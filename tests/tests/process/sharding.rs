@@ -251,6 +251,38 @@ async fn wait_installing_on(client: &Client, names: &[String], shard: &str) {
     .await;
 }
 
+/// Waits until each replica runs its share of the reconcile concurrency (16 by default): 16
+/// times the part of the slots the current table gives it, rounded up. Three shards run about
+/// 16 passes at once between them, not 48.
+async fn wait_shares(client: &Client, replicas: &[(&str, &Provisioner)]) {
+    let names: Vec<&str> = replicas.iter().map(|(name, _)| *name).collect();
+    wait_until(
+        &format!("{names:?} to run their shares of the reconcile concurrency"),
+        WAIT,
+        || async {
+            let table = slot_table(client).await?;
+            let mut total = 0.0;
+            for (name, replica) in replicas {
+                let served = (0..SLOTS)
+                    .filter(|s| table.owner(*s) == Some(*name))
+                    .count();
+                let expected = (16 * served).div_ceil(usize::from(SLOTS)).max(1) as f64;
+                let share = metric(replica, "gantry_provisioner_shard_reconcile_share").await?;
+                if share != expected {
+                    return None;
+                }
+                total += share;
+            }
+            assert!(
+                (16.0..16.0 + replicas.len() as f64).contains(&total),
+                "the shares add up to the whole concurrency, rounded up: {total}"
+            );
+            Some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_writers() {
     let cluster = CLUSTER.get();
@@ -297,6 +329,7 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
     )
     .await;
     assert_eq!(load.values().sum::<usize>(), 24, "{load:?}");
+    wait_shares(&client, &[("r1", &r1), ("r2", &r2), ("r3", &r3)]).await;
 
     // A replica is killed while bundles install: its bundles go to the others.
     let batch = create_bundles(&client, &image, "shard-b", 12).await;
@@ -315,6 +348,8 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         &[&r2, &r3],
     )
     .await;
+    // The two left run the whole concurrency between them.
+    wait_shares(&client, &[("r2", &r2), ("r3", &r3)]).await;
     // Each new owner listed only the slots it received (a watch of their own), not its own
     // again: the audit log's lists of Bundles by slots since the kill.
     wait_until("r2 and r3 to list the slots they received", WAIT, || async {

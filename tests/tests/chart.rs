@@ -116,9 +116,19 @@ fn the_chart_values_change_only_what_they_name() {
         "storage.persistence.size=50Gi,storage.persistence.storageClassName=fast",
         "--set",
         "classes.default=false",
+        "--set-json",
+        r#"provisioner.extraArgs=["--reconcile-concurrency=32","--provisioner-id=tenants"]"#,
     ]);
     let mut expected = manifests_objects();
     let provisioner = CONTAINER;
+    let args = expected
+        .get_mut(PROVISIONER)
+        .unwrap()
+        .pointer_mut(&format!("{provisioner}/args"))
+        .and_then(Value::as_array_mut)
+        .unwrap();
+    args.push(json!("--reconcile-concurrency=32"));
+    args.push(json!("--provisioner-id=tenants"));
     set(
         &mut expected,
         PROVISIONER,

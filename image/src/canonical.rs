@@ -8,8 +8,9 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use super::error::ImageError;
+use super::error::LimitKind;
 use super::layer::BundleFiles;
-use super::limits::{EffectiveLimits, LimitKind, LimitedReader};
+use super::limits::{EffectiveLimits, LimitedReader};
 use super::objects::{BundleObject, parse_file};
 use super::paths::{PathClass, classify};
 

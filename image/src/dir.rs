@@ -6,8 +6,9 @@ use std::path::Path;
 
 use super::canonical::{CanonicalDigest, write_canonical_file_objects};
 use super::error::ImageError;
+use super::error::LimitKind;
 use super::layer::BundleFiles;
-use super::limits::{EffectiveLimits, LimitKind};
+use super::limits::EffectiveLimits;
 use super::objects::{BundleObject, validate_files};
 
 /// Reads `root/manifests`, validates its files as a pull validates the files of the final

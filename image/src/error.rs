@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use super::limits::LimitKind;
-
 /// Everything that can go wrong while pulling, unpacking, validating or pushing a bundle image.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -264,3 +262,25 @@ impl ImageError {
 }
 
 pub type Result<T, E = ImageError> = std::result::Result<T, E>;
+
+/// Which limit of `spec.limits` was hit; displayed with the field's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    CompressedBytes,
+    UncompressedBytes,
+    Files,
+    FileBytes,
+    Objects,
+}
+
+impl fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LimitKind::CompressedBytes => "maxCompressedBytes",
+            LimitKind::UncompressedBytes => "maxUncompressedBytes",
+            LimitKind::Files => "maxFiles",
+            LimitKind::FileBytes => "maxFileBytes",
+            LimitKind::Objects => "maxObjects",
+        })
+    }
+}

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use tar::EntryType;
 
 use super::error::ImageError;
-use super::limits::{EffectiveLimits, LimitKind, LimitedReader};
+use super::error::LimitKind;
+use super::limits::{EffectiveLimits, LimitedReader};
 use super::paths::{PathClass, classify, has_manifest_extension};
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];

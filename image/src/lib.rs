@@ -29,9 +29,9 @@ pub use canonical::{
 pub use client::{RegistryClient, RegistryOptions, ResolvedReference, parse_reference, pinned};
 pub use copy::{CopiedImage, CopyStats, RawManifest};
 pub use dir::canonical_from_root;
-pub use error::{BlobSize, ImageError, RegistryProtocol};
+pub use error::{BlobSize, ImageError, LimitKind, RegistryProtocol};
 pub use layer::{BundleFiles, StoredFile};
-pub use limits::{EffectiveLimits, LimitKind};
+pub use limits::EffectiveLimits;
 pub use objects::{BundleObject, ObjectSummary, parse_file, validate_files};
 pub use oci_client::Reference;
 pub use platform::Platform;

@@ -1,33 +1,10 @@
 //! Limits on untrusted bundle content, enforced while streaming.
 
-use std::fmt;
 use std::io::{self, Read};
 
 use gantry_api::Limits;
 
-use super::error::ImageError;
-
-/// Which limit of `spec.limits` was hit; displayed with the field's name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitKind {
-    CompressedBytes,
-    UncompressedBytes,
-    Files,
-    FileBytes,
-    Objects,
-}
-
-impl fmt::Display for LimitKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LimitKind::CompressedBytes => "maxCompressedBytes",
-            LimitKind::UncompressedBytes => "maxUncompressedBytes",
-            LimitKind::Files => "maxFiles",
-            LimitKind::FileBytes => "maxFileBytes",
-            LimitKind::Objects => "maxObjects",
-        })
-    }
-}
+use super::error::{ImageError, LimitKind};
 
 /// The limits in force for one pull: `spec.limits` with defaults for absent (or non-positive)
 /// fields.

@@ -21,8 +21,9 @@ use super::canonical::{
 };
 use super::client::{RegistryClient, SizeCheck, map_stream_error, parse_reference, pinned};
 use super::error::ImageError;
+use super::error::LimitKind;
 use super::layer::{BundleFiles, LayerTree};
-use super::limits::{EffectiveLimits, LimitKind};
+use super::limits::EffectiveLimits;
 use super::objects::{BundleObject, ObjectSummary, check_objects, summarize_stored};
 use super::platform::{Platform, select};
 

@@ -8,8 +8,9 @@ use std::io::Read;
 use super::rules::{self, Identity, Place, group_of};
 use super::walk::DocSummary;
 use crate::error::ImageError;
+use crate::error::LimitKind;
 use crate::layer::BundleFiles;
-use crate::limits::{EffectiveLimits, LimitKind};
+use crate::limits::EffectiveLimits;
 
 /// What identifies one object of a bundle, and where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use gantry_api::Bundle;
+use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -201,6 +203,15 @@ pub fn name_the_server(error: anyhow::Error) -> anyhow::Error {
         )),
         _ => error,
     }
+}
+
+/// The Bundle `name`; an error that names it when it is not there.
+pub(super) async fn get_bundle(bundles: &Api<Bundle>, name: &str) -> anyhow::Result<Bundle> {
+    bundles
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading bundle {name}"))?
+        .with_context(|| format!("bundle {name} not found"))
 }
 
 #[cfg(test)]

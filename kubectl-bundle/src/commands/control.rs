@@ -16,8 +16,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::cluster::GlobalArgs;
+use super::cluster::get_bundle;
 use super::output::causes;
-use super::review::get_bundle;
 
 /// The bundles a command acts on: names, or `--all`.
 #[derive(Args, Debug)]

@@ -24,8 +24,8 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::cluster::GlobalArgs;
+use super::cluster::get_bundle;
 use super::image::{RegistryArgs, client_for, explain};
-use super::review::get_bundle;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  kubectl bundle diff my-app\n  \

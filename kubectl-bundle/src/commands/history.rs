@@ -14,8 +14,8 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::cluster::GlobalArgs;
+use super::cluster::get_bundle;
 use super::output::{OutputFormat, age, parse_output, print_structured, print_table};
-use super::review::get_bundle;
 
 #[derive(Args, Debug)]
 #[command(

@@ -13,10 +13,10 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::cluster::GlobalArgs;
+use super::cluster::get_bundle;
 use super::output::{
     OutputFormat, age, colours, list_of, parse_output, print_structured, styled_table, table,
 };
-use super::review::get_bundle;
 
 #[derive(Args, Debug)]
 #[command(

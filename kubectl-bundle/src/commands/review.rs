@@ -22,7 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::cluster::GlobalArgs;
+use super::cluster::{GlobalArgs, get_bundle};
 use super::inspect::{bundle_events, events_table};
 use super::output::{
     OutputFormat, clean, custom_columns_text, list_of, parse_output, print_structured, print_table,
@@ -398,14 +398,6 @@ fn permissions_table(permissions: &RequestedPermissions) -> String {
         None => out.push_str("\n  Applied as the provisioner's own identity\n"),
     }
     out
-}
-
-pub(super) async fn get_bundle(bundles: &Api<Bundle>, name: &str) -> anyhow::Result<Bundle> {
-    bundles
-        .get_opt(name)
-        .await
-        .with_context(|| format!("reading bundle {name}"))?
-        .with_context(|| format!("bundle {name} not found"))
 }
 
 pub async fn status(global: &GlobalArgs, args: StatusArgs) -> anyhow::Result<()> {

@@ -23,10 +23,9 @@ use serde::Deserialize;
 use super::Ui;
 use super::auth::{Flash, Session};
 use super::changes::{Change, ObjectChange};
+use crate::commands::cluster::get_bundle;
 use crate::commands::output::age;
-use crate::commands::review::{
-    approval_state, class_name, decision_text, get_bundle, resolved_digest, short,
-};
+use crate::commands::review::{approval_state, class_name, decision_text, resolved_digest, short};
 use crate::commands::{causes, health, history, inspect};
 
 /// What the page's `<body>` tells the script.

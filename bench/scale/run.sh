@@ -144,6 +144,7 @@ ready_count() {
 
 echo "==> creating $BUNDLES bundles of $OBJECTS objects"
 initial="$(writes)"
+registry_initial="$(registry_requests)"
 api_requests_snapshot "$work/requests-before"
 start="$(now)"
 create_fast "$work/bundles"
@@ -195,6 +196,7 @@ if ((REPLICAS > 1)); then
 fi
 printf '%-48s %s MiB (%s)\n' "provisioner RSS at the end" "$(awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")" "$(rss_split_mib "$pid")"
 printf '%-48s %s\n' "write requests while installing (for scale)" "$(( before - initial ))"
+printf '%-48s %s\n' "registry requests while installing" "$(( registry_before - registry_initial ))"
 printf '%-48s %s (target 0)\n' "write requests in ${STEADY_SECONDS}s of steady state" "$steady_writes"
 printf '%-48s %s%% of one core (target 2%%)\n' "provisioner CPU in ${STEADY_SECONDS}s of steady state" "$cpu_percent"
 printf '%-48s %s\n' "registry requests in ${STEADY_SECONDS}s of steady state" "$(( registry_after - registry_before ))"

@@ -1,7 +1,9 @@
 //! The registry client: TLS (with extra CAs), plain HTTP for listed registries, credentials
 //! from docker configs, token exchange (by `oci-client`), and errors mapped to [`ImageError`].
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use futures::StreamExt;
@@ -41,6 +43,29 @@ pub struct RegistryClient {
     /// For manifests, whose size `oci-client` does not bound: same TLS settings.
     pub(crate) http: reqwest::Client,
     insecure: Vec<String>,
+    /// `Authorization` headers by registry and repository, for [`AUTHORIZATION_TTL`]: without
+    /// them every resolve would first probe `/v2/` (and, where the registry asks for one,
+    /// fetch a token), two or three requests where one would do.
+    authorizations: Arc<Mutex<HashMap<(String, String), Kept>>>,
+}
+
+/// How long an `Authorization` header is used again. Registries' tokens live at least 60 s
+/// (the distribution token specification's floor); a header refused meanwhile is forgotten.
+pub(crate) const AUTHORIZATION_TTL: Duration = Duration::from_secs(45);
+
+/// A header kept, and when it was obtained.
+#[derive(Clone)]
+struct Kept {
+    header: Option<String>,
+    at: Instant,
+}
+
+/// What a header is kept by: the token's scope (`repository:NAME:pull`).
+fn authorization_key(reference: &Reference) -> (String, String) {
+    (
+        reference.resolve_registry().to_string(),
+        reference.repository().to_string(),
+    )
 }
 
 /// Splits a PEM bundle into its certificates (reqwest reads one certificate per call).
@@ -111,6 +136,7 @@ impl RegistryClient {
             credentials: options.credentials,
             http,
             insecure,
+            authorizations: Arc::default(),
         })
     }
 
@@ -134,7 +160,48 @@ impl RegistryClient {
 
     /// Authenticates for pulling and returns the `Authorization` header for requests made
     /// outside `oci-client` (a bearer token, else basic credentials when there are some).
+    /// The header obtained for the same repository within [`AUTHORIZATION_TTL`] is used
+    /// again.
     pub(crate) async fn authorization(
+        &self,
+        reference: &Reference,
+    ) -> Result<Option<String>, ImageError> {
+        let key = authorization_key(reference);
+        if let Some(kept) = self.kept_authorization(&key) {
+            return Ok(kept);
+        }
+        let header = self.fresh_authorization(reference).await?;
+        if let Ok(mut kept) = self.authorizations.lock() {
+            let now = Instant::now();
+            // Expired headers of other repositories go with each new one: the map stays as
+            // small as the repositories pulled within the TTL.
+            kept.retain(|_, k| now.duration_since(k.at) < AUTHORIZATION_TTL);
+            kept.insert(
+                key,
+                Kept {
+                    header: header.clone(),
+                    at: now,
+                },
+            );
+        }
+        Ok(header)
+    }
+
+    fn kept_authorization(&self, key: &(String, String)) -> Option<Option<String>> {
+        let kept = self.authorizations.lock().ok()?;
+        kept.get(key)
+            .filter(|k| k.at.elapsed() < AUTHORIZATION_TTL)
+            .map(|k| k.header.clone())
+    }
+
+    /// Forgets the header kept for `reference`'s repository: the registry refused it.
+    pub(crate) fn forget_authorization(&self, reference: &Reference) {
+        if let Ok(mut kept) = self.authorizations.lock() {
+            kept.remove(&authorization_key(reference));
+        }
+    }
+
+    async fn fresh_authorization(
         &self,
         reference: &Reference,
     ) -> Result<Option<String>, ImageError> {
@@ -254,11 +321,15 @@ impl RegistryClient {
             }
         }
         Err(match status.as_u16() {
-            401 | 403 => ImageError::AuthRefused {
-                reference: reference.whole(),
-                registry: reference.registry().to_string(),
-                detail,
-            },
+            401 | 403 => {
+                // The next attempt authenticates again.
+                self.forget_authorization(reference);
+                ImageError::AuthRefused {
+                    reference: reference.whole(),
+                    registry: reference.registry().to_string(),
+                    detail,
+                }
+            }
             404 => ImageError::NotFound {
                 reference: reference.whole(),
                 detail,
@@ -400,8 +471,14 @@ impl RegistryClient {
             .client
             .pull_blob_stream_partial(reference, &registry_only(descriptor), 0, None)
             .await
-            .map_err(|e| map_error(reference, e))?
-        {
+            .map_err(|e| map_error(reference, e))
+            .inspect_err(|e| {
+                // `oci-client`'s token may have expired before the header kept for the
+                // manifests: the next attempt authenticates again.
+                if matches!(e, ImageError::AuthRefused { .. }) {
+                    self.forget_authorization(reference);
+                }
+            })? {
             BlobResponse::Full(stream) | BlobResponse::Partial(stream) => stream,
         };
         size.announced(stream.content_length)?;

@@ -28,6 +28,20 @@ struct Fake {
     served: Arc<AtomicUsize>,
     blobs: Vec<(String, Vec<u8>)>,
     token_requests: AtomicUsize,
+    /// Requests of `/v2/`, the probe for the challenge.
+    probes: AtomicUsize,
+    /// Bumped to revoke every token handed out so far.
+    generation: AtomicUsize,
+}
+
+impl Fake {
+    /// The token the registry accepts now, and its token endpoint hands out.
+    fn token(&self) -> String {
+        match self.generation.load(Ordering::SeqCst) {
+            0 => TOKEN.to_string(),
+            n => format!("{TOKEN}-{n}"),
+        }
+    }
 }
 
 fn challenge(fake: &Fake) -> Response {
@@ -46,15 +60,16 @@ fn challenge(fake: &Fake) -> Response {
         .unwrap()
 }
 
-fn has_token(headers: &HeaderMap) -> bool {
+fn has_token(fake: &Fake, headers: &HeaderMap) -> bool {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        == Some(&format!("Bearer {TOKEN}"))
+        == Some(&format!("Bearer {}", fake.token()))
 }
 
 async fn base(State(fake): State<Arc<Fake>>, headers: HeaderMap) -> Response {
-    if has_token(&headers) {
+    fake.probes.fetch_add(1, Ordering::SeqCst);
+    if has_token(&fake, &headers) {
         return Response::new(Body::from("{}"));
     }
     challenge(&fake)
@@ -82,7 +97,7 @@ async fn token(
             .body(Body::from("bad credentials"))
             .unwrap();
     }
-    Response::new(Body::from(format!(r#"{{"token":"{TOKEN}"}}"#)))
+    Response::new(Body::from(format!(r#"{{"token":"{}"}}"#, fake.token())))
 }
 
 async fn serve_manifest(
@@ -90,7 +105,7 @@ async fn serve_manifest(
     Path(_reference): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if !has_token(&headers) {
+    if !has_token(&fake, &headers) {
         return challenge(&fake);
     }
     if fake.endless {
@@ -116,7 +131,7 @@ async fn serve_blob(
     Path(digest): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if !has_token(&headers) {
+    if !has_token(&fake, &headers) {
         return challenge(&fake);
     }
     match fake.blobs.iter().find(|(d, _)| *d == digest) {
@@ -167,6 +182,8 @@ async fn serve_with(foreign: Option<&str>, endless: bool) -> Arc<Fake> {
         served: Arc::new(AtomicUsize::new(0)),
         blobs: vec![(sha256(&config), config), (sha256(&layer), layer)],
         token_requests: AtomicUsize::new(0),
+        probes: AtomicUsize::new(0),
+        generation: AtomicUsize::new(0),
     });
     let app = Router::new()
         .route("/v2/", get(base))
@@ -239,6 +256,36 @@ async fn credentials_are_exchanged_for_a_bearer_token() {
     assert_eq!(bundle.objects.len(), 1);
     assert_eq!(bundle.image.digest, sha256(&fake.manifest));
     assert!(fake.token_requests.load(Ordering::SeqCst) >= 1);
+}
+
+#[tokio::test]
+async fn a_token_serves_every_request_of_its_repository_until_refused() {
+    let fake = serve().await;
+    let host = fake.host.clone();
+    let client = client_with(robot(&host), None, &[&host]);
+    let reference = format!("{host}/app:v1");
+    for _ in 0..5 {
+        let resolved = client.resolve(&reference).await.unwrap();
+        assert_eq!(resolved.digest, sha256(&fake.manifest));
+    }
+    let bundle = client.pull(&request(&reference, None)).await.unwrap();
+    assert_eq!(bundle.objects.len(), 1);
+    // One probe and one token for five resolves and a pull, not one of each per request.
+    assert_eq!(fake.probes.load(Ordering::SeqCst), 1);
+    assert_eq!(fake.token_requests.load(Ordering::SeqCst), 1);
+
+    // The registry revokes the token: the request it refuses fails, and the next one
+    // authenticates again.
+    fake.generation.fetch_add(1, Ordering::SeqCst);
+    match client.resolve(&reference).await {
+        Err(ImageError::AuthRefused { registry, .. }) => assert_eq!(registry, host),
+        other => panic!("{other:?}"),
+    }
+    let resolved = client.resolve(&reference).await.unwrap();
+    assert_eq!(resolved.digest, sha256(&fake.manifest));
+    assert_eq!(fake.token_requests.load(Ordering::SeqCst), 2);
+    client.pull(&request(&reference, None)).await.unwrap();
+    assert_eq!(fake.token_requests.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

@@ -8,12 +8,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::writes::own_patch;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as KubeEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PostParams};
 use kube::runtime::events::{Event, EventType, Reporter};
 use serde_json::json;
 
@@ -88,7 +89,7 @@ impl EventRecorder {
             };
             let patch = json!({ "series": series });
             match events
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&name, &own_patch(), &Patch::Merge(&patch))
                 .await
             {
                 Ok(_) => return Ok(()),

@@ -1,6 +1,7 @@
 //! Talking to the cluster about a bundle's objects: applying them in waves, waiting for their
 //! CRDs, reviewing access, reading live views, discovery, the inventory, drift watches, the
-//! identities objects are applied as, and the API server's errors.
+//! identities objects are applied as, the API server's errors, and how Gantry writes its own
+//! objects.
 
 pub mod access;
 pub mod apply;
@@ -16,3 +17,4 @@ pub mod live;
 pub mod preflight;
 pub mod reconcile_share;
 pub mod shard;
+pub mod writes;

@@ -8,12 +8,13 @@
 
 use std::time::{Duration, Instant};
 
+use crate::cluster::writes::own_apply;
 use gantry_api::slots::ServedSlots;
 use gantry_api::{SERVED_SLOTS_ANNOTATION, SHARD_LABEL};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch};
 
 use crate::cluster::errors::is_not_found;
 use crate::cluster::shard::Fence;
@@ -100,11 +101,7 @@ async fn renew(
         }
     });
     leases
-        .patch(
-            name,
-            &PatchParams::apply("gantry-shard").force(),
-            &Patch::Apply(&lease),
-        )
+        .patch(name, &own_apply("gantry-shard"), &Patch::Apply(&lease))
         .await
         .map(|_| ())
 }

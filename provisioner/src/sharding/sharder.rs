@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::cluster::writes::own_patch;
 use futures::{StreamExt, stream};
 use gantry_api::slots::{SLOTS, ServedSlots, SlotTable, slot_of};
 use gantry_api::{
@@ -34,7 +35,7 @@ use gantry_api::{
     SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE, UNINSTALL_FINALIZER,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -415,13 +416,9 @@ async fn write_table(
             "annotations": { SLOT_TABLE_ANNOTATION: table.to_text() },
         }
     });
-    api.patch(
-        SLOT_TABLE_LEASE,
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map(|lease| lease.resource_version())
+    api.patch(SLOT_TABLE_LEASE, &own_patch(), &Patch::Merge(&patch))
+        .await
+        .map(|lease| lease.resource_version())
 }
 
 /// One look at the shards, the slots and the bundles, and the writes that follow; `true` when
@@ -591,9 +588,7 @@ async fn label_slots(
         .collect();
     let results: Vec<_> = stream::iter(to_label)
         .map(|(name, version, patch)| async move {
-            let result = api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await;
+            let result = api.patch(&name, &own_patch(), &Patch::Merge(&patch)).await;
             (name, version, result)
         })
         .buffer_unordered(WRITES_AT_ONCE)

@@ -1,13 +1,14 @@
 //! Writing statuses: a bundle's (with the Event a change of `Ready` deserves, and the progress
 //! shown before a long step) and a class's, by server-side apply as field manager `gantry`.
 
+use crate::cluster::writes::own_apply;
 use gantry_api::{
     Bundle, BundleStatus, FIELD_MANAGER, ProvisionerClass, ProvisionerClassStatus,
     UNINSTALL_FINALIZER,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -165,11 +166,7 @@ where
         "status": status,
     });
     Api::<K>::all(ctx.client.clone())
-        .patch_status(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
+        .patch_status(name, &own_apply(FIELD_MANAGER), &Patch::Apply(&patch))
         .await
 }
 

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
+use crate::cluster::writes::own_patch;
 use gantry_api::{Bundle, ProvisionerClass, UNINSTALL_FINALIZER};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use serde_json::json;
 
 use gantry_api::EffectiveHealth;
@@ -55,7 +56,7 @@ async fn ensure_finalizer(pass: &Pass<'_>) -> Result<()> {
     let patch = json!({ "metadata": { "finalizers": finalizers, "resourceVersion": bundle.resource_version() } });
     let bundles: Api<Bundle> = Api::all(pass.ctx.client.clone());
     let patched = bundles
-        .patch(&pass.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(&pass.name, &own_patch(), &Patch::Merge(&patch))
         .await?;
     pass.ctx
         .written

@@ -8,10 +8,11 @@
 
 use std::time::Duration;
 
+use crate::cluster::writes::own_patch;
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{Bundle, DeletionPolicy, InventoryEntry, UNINSTALL_FINALIZER};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::json;
@@ -200,7 +201,7 @@ pub(crate) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
     let patch = json!({ "metadata": { "finalizers": finalizers, "resourceVersion": bundle.resource_version() } });
     let bundles: Api<Bundle> = Api::all(ctx.client.clone());
     match bundles
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(name, &own_patch(), &Patch::Merge(&patch))
         .await
     {
         Ok(_) => {}

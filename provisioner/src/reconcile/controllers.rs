@@ -17,8 +17,8 @@ use kube::{Client, ResourceExt};
 
 use crate::cluster::shard::{Fence, ReplicaLayer, Slots};
 use crate::error::Error;
+use crate::reconcile::class;
 use crate::reconcile::slot_watch::slot_watch;
-use crate::reconcile::{class, dependents_of};
 use crate::source::storage::StorageClient;
 use crate::state::metrics::{Metrics, ShardLabels};
 use crate::state::{Context, Settings};
@@ -99,6 +99,7 @@ pub async fn run(
     let ctx = Arc::new(ctx);
     let (bundle_store, bundle_writer) = reflector::store::<Bundle>();
     let claims = ctx.claims.clone();
+    let dependents = ctx.dependents.clone();
     let forget = ctx.clone();
     let bundle_events = watched_bundles
         .default_backoff()
@@ -106,6 +107,7 @@ pub async fn run(
         .reflect(bundle_writer)
         // Every bundle's inventory, so that no bundle takes an object another one lists.
         .inspect_ok(move |event| claims.observe(event))
+        .inspect_ok(move |event| dependents.observe(event))
         .scan(Triggers::default(), move |triggers, event| {
             let passed = triggers.filter(event);
             // A bundle that left the watch (deleted, or its slot went to another replica)
@@ -166,7 +168,7 @@ pub async fn run(
                 _ = &mut shutdown => return,
             }
             let store = bundle_store.clone();
-            let dependents = bundle_store.clone();
+            let dependents = ctx.dependents.clone();
             bundle_controller
                 .watches(classes_api, watcher::Config::default(), move |class| {
                     bundles_of_class(&store.state(), &class)
@@ -181,7 +183,7 @@ pub async fn run(
                     )
                     .default_backoff()
                     .touched_objects(),
-                    move |b| dependents_of(&dependents.state(), &b.name_any()),
+                    move |b| dependents.of(&b.name_any()),
                 )
                 .reconcile_on(drift_stream)
                 .with_config(

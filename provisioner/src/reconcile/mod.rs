@@ -12,7 +12,6 @@ mod slot_watch;
 mod steps;
 mod timing;
 
-pub(crate) use steps::dependencies::dependents_of;
 use steps::{
     apply, approve, dependencies, health, plan, resolve, select, suspend, uninstall, unpack, verify,
 };

@@ -4,6 +4,7 @@
 pub mod backoff;
 pub mod caches;
 pub mod claims;
+pub mod dependents;
 pub mod metrics;
 
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ use crate::source::pulled::PulledContents;
 use crate::source::registry::{RegistryClients, SharedClient, registry_client};
 use crate::source::storage::StorageClient;
 use crate::state::claims::Claims;
+use crate::state::dependents::Dependents;
 
 /// Settings of the controller (from flags).
 #[derive(Clone, Debug)]
@@ -117,6 +119,8 @@ pub struct Context {
     pub pulled: PulledContents,
     /// Which bundles' inventories list each object, kept by the Bundle watch.
     pub claims: Arc<Claims>,
+    /// Which bundles name each bundle in `spec.dependsOn`, kept by the Bundle watch.
+    pub dependents: Arc<Dependents>,
     /// With `--sharding`: this replica's shard, whose bundles it reconciles.
     pub shard: Option<String>,
     /// Whether this replica may write (always, without sharding).
@@ -158,6 +162,7 @@ impl Context {
             registries: Default::default(),
             pulled: PulledContents::new(pull_cache_bytes),
             claims: Default::default(),
+            dependents: Default::default(),
             shard: None,
             fence: Fence::open(),
             slots: None,

@@ -1,17 +1,15 @@
 //! `spec.dependsOn`: a bundle is installed or updated only when the bundles it names are Ready.
 //! Waiting is not a failure: the bundle stops its pass, says which bundles it waits for, and is
-//! woken by a change of one of them ([`dependents_of`] maps it). A missing bundle or a cycle is
+//! woken by a change of one of them (`state::dependents` maps it). A missing bundle or a cycle is
 //! reported once and waits for a change too, never retried on a timer.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{Bundle, BundlePhase};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 
 use crate::error::Result;
 use crate::reconcile::{Flow, Outcome, Pass};
@@ -196,15 +194,6 @@ fn not_ready(bundle: &Bundle) -> Option<String> {
     }
 }
 
-/// Bundles whose `spec.dependsOn` names `changed`: a change of it may let them go on.
-pub(crate) fn dependents_of(bundles: &[Arc<Bundle>], changed: &str) -> Vec<ObjectRef<Bundle>> {
-    bundles
-        .iter()
-        .filter(|b| b.spec.depends_on.iter().any(|name| name == changed))
-        .map(|b| ObjectRef::from_obj(b.as_ref()))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -288,16 +277,5 @@ mod tests {
             Verdict::Waiting(w) => assert_eq!(w[0].0, "x"),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn a_change_wakes_the_bundles_that_depend_on_it() {
-        let bundles = vec![
-            Arc::new(bundle("b", &["a"], false)),
-            Arc::new(bundle("c", &["b"], false)),
-        ];
-        let woken = dependents_of(&bundles, "a");
-        assert_eq!(woken.len(), 1);
-        assert_eq!(woken[0].name, "b");
     }
 }

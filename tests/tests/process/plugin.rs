@@ -1252,7 +1252,8 @@ async fn push_draws_its_progress_on_a_terminal() {
     let big = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n{data}");
     let dir = bundle_dir(&[("a.yaml", &big)]);
     let image = registry().reference(&format!("{}/app:v1", unique_name("tty")));
-    // util-linux's script runs the command on a pseudo-terminal.
+    // util-linux's script runs the command on a pseudo-terminal, of a kind named as a
+    // terminal emulator names it (without TERM, the progress bar draws nothing).
     let command = format!(
         "kubectl bundle push {} {image} --plain-http",
         dir.path().display()
@@ -1260,6 +1261,7 @@ async fn push_draws_its_progress_on_a_terminal() {
     let out = std::process::Command::new("script")
         .args(["-qec", &command, "/dev/null"])
         .env("PATH", plugin_path())
+        .env("TERM", "xterm-256color")
         .output()
         .expect("running script");
     let shown = String::from_utf8_lossy(&out.stdout);

@@ -2,6 +2,10 @@
 # go.mod and caches them under the user's cache directory. Source it after setting `here` (the
 # directory of the script's go.mod).
 
+# A short digest of the module's go.sum: binaries built from a module shared by several tools
+# are cached under it, since another tool's change of a shared dependency changes them too.
+module_key() { sha256sum "$here/go.sum" | cut -c1-12; }
+
 # The version go.mod pins for module $1.
 version_of() { awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$here/go.mod"; }
 

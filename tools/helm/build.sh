@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds the helm CLI from its official Go module pinned in go.mod, caches it under the user's
+# Builds the helm CLI from its official Go module pinned in tools/shared/go.mod, caches it under the user's
 # cache directory keyed by version, and prints the directory holding the `helm` binary. CI lints
 # and renders charts/gantry with it; the node tier installs Gantry with `helm install`.
 #
 #   GANTRY_HELM_DIR=/path/with/binary  skips the build and uses that binary.
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The module pinning the version: tools/shared, which several tools share.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../shared" && pwd)"
 
 if [[ -n "${GANTRY_HELM_DIR:-}" ]]; then
   [[ -x "$GANTRY_HELM_DIR/helm" ]] || { echo "GANTRY_HELM_DIR=$GANTRY_HELM_DIR has no executable helm" >&2; exit 1; }
@@ -23,7 +24,7 @@ version="$(version_of helm.sh/helm/v3)"
 client_go="$(version_of k8s.io/client-go)"
 IFS=. read -r kube_major kube_minor _ <<<"${client_go#v}"
 kube_major=$((kube_major + 1))
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/gantry/helm/helm-${version}"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/gantry/helm/helm-${version}-$(module_key)"
 mkdir -p "$cache"
 go_build "$cache" helm helm.sh/helm/v3/cmd/helm \
   "-X helm.sh/helm/v3/internal/version.version=${version} -X helm.sh/helm/v3/internal/version.gitTreeState=clean \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds metrics-server from its official Go module pinned in go.mod, caches it under the user's
+# Builds metrics-server from its official Go module pinned in tools/shared/go.mod, caches it under the user's
 # cache directory keyed by version, and prints the directory holding the static `metrics-server`
 # binary (CGO off) beside `components.yaml`: the release manifest (RBAC, Service, Deployment,
 # APIService v1beta1.metrics.k8s.io) rendered from the module's own manifests/overlays/release
@@ -11,7 +11,8 @@
 #   GANTRY_METRICS_SERVER_DIR=/path  skips the build and uses that directory.
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The module pinning the version: tools/shared, which several tools share.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../shared" && pwd)"
 
 check() { [[ -x "$1/metrics-server" && -s "$1/components.yaml" ]]; }
 
@@ -29,7 +30,7 @@ source "$here/../lib.sh"
 module=sigs.k8s.io/metrics-server
 version="$(version_of "$module")"
 [[ -n "$version" ]] || { echo "cannot read the metrics-server version from $here/go.mod" >&2; exit 1; }
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/gantry/metrics-server/metrics-server-${version}"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/gantry/metrics-server/metrics-server-${version}-$(module_key)"
 mkdir -p "$cache"
 
 # Stamped as upstream's Makefile does, so `--version` and the logs name the release.

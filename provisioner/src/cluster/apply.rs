@@ -5,22 +5,22 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
-use gantry_api::{BUNDLE_LABEL, FIELD_MANAGER};
+use gantry_api::{BUNDLE_LABEL, FIELD_MANAGER, PRUNE_ANNOTATION};
 use kube::Client;
 use kube::api::{
-    Api, DeleteParams, DynamicObject, ListParams, PatchParams, Preconditions, PropagationPolicy,
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
+    PropagationPolicy,
 };
 use kube::core::{GroupVersionKind, TypeMeta};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::cluster::access::AccessReviews;
 use crate::cluster::crds::{served_kinds, wait_served};
 use crate::cluster::discovery::KindCache;
 use crate::cluster::errors::{api_message, is_forbidden, is_not_found};
 use crate::cluster::live::{
-    apply_for_health, drifted_fields, drifted_fields_leaving_others, health_view, live_matches,
-    live_matches_leaving_others, spec_needed,
+    apply_for_health, drifted_fields, drifted_fields_leaving_others, health_view, spec_needed,
 };
 use crate::cluster::preflight::{
     GroupKey, allowed_by_kind, forbidden, group_key, is_rbac, preflight,
@@ -113,21 +113,17 @@ impl Seen {
 
     fn of(live: &Value, desired: &Value, policy: ObjectPolicy) -> Self {
         let label = format!("/metadata/labels/{}", BUNDLE_LABEL.replace('/', "~1"));
-        let matches = match policy.ssa {
-            Ssa::Merge => live_matches_leaving_others(live, desired),
-            _ => live_matches(live, desired),
-        };
-        let drifted = match (matches, policy.ssa) {
-            (true, _) => Vec::new(),
-            (false, Ssa::Merge) => drifted_fields_leaving_others(live, desired),
-            (false, _) => drifted_fields(live, desired),
+        // One comparison says both whether to send it and, under `drift: Report`, what drifted.
+        let drifted = match policy.ssa {
+            Ssa::Merge => drifted_fields_leaving_others(live, desired),
+            _ => drifted_fields(live, desired),
         };
         Self {
             owner: live
                 .pointer(&label)
                 .and_then(Value::as_str)
                 .map(str::to_string),
-            matches,
+            matches: drifted.is_empty(),
             drifted,
             observed: Observed {
                 being_deleted: live.pointer("/metadata/deletionTimestamp").is_some(),
@@ -199,6 +195,14 @@ fn will_write(settings: &ApplySettings, policy: ObjectPolicy, live: Option<&Seen
     settings.write_all || !live.is_some_and(|l| l.matches)
 }
 
+/// Whether an object is only labelled as the bundle's: an `IfNotPresent` object that was there
+/// before the bundle (made by hand, or kept by an uninstall). Its content stays as it is; the
+/// label makes it the bundle's like any other object: watched, recreated when deleted, pruned
+/// and uninstalled.
+fn will_label(policy: ObjectPolicy, live: Option<&Seen>) -> bool {
+    policy.ssa == Ssa::IfNotPresent && live.is_some_and(|l| l.owner.is_none())
+}
+
 /// Everything an apply verifies before its first write: no object belongs to another bundle,
 /// and `identity` may write every object that will be written. `policies` has each object's
 /// policy (`Ignore` objects are not in the plan).
@@ -229,7 +233,10 @@ pub async fn check(
             .iter()
             .zip(live)
             .enumerate()
-            .filter(|(i, (_, live))| will_write(settings, policy(*i), live.as_ref()))
+            .filter(|(i, (_, live))| {
+                will_write(settings, policy(*i), live.as_ref())
+                    || will_label(policy(*i), live.as_ref())
+            })
             .map(|(_, (object, _))| object)
             .collect()
     };
@@ -396,7 +403,8 @@ pub async fn write(
                     .as_ref()
                     .filter(|l| !will_write(&settings, *policy, Some(l)))
                     .map(Seen::observed);
-                apply_one(client, kinds, object, *policy, unchanged, identity)
+                let label = will_label(*policy, live.as_ref());
+                apply_one(client, kinds, object, *policy, unchanged, label, identity)
             })
             .collect();
         let results: Vec<Applied> = stream::iter(writes)
@@ -598,19 +606,24 @@ struct Applied {
 }
 
 /// Applies one object unless it is live as desired (`unchanged`: what the read that found it
-/// so showed), as its policy says: `Merge` leaves the fields of a conflict to the managers
-/// that own them; `force` recreates an object whose immutable fields changed.
+/// so showed; then only labelled as the bundle's when `label`, see [`will_label`]), as its
+/// policy says: `Merge` leaves the fields of a conflict to the managers that own them; `force`
+/// recreates an object whose immutable fields changed.
 async fn apply_one(
     client: &Client,
     kinds: &KindCache,
     object: &PlannedObject,
     policy: ObjectPolicy,
     unchanged: Option<Observed>,
+    label: bool,
     identity: &str,
 ) -> Result<Applied> {
     if let Some(observed) = unchanged {
+        if label {
+            label_as_managed(&object.api(client), object, identity).await?;
+        }
         return Ok(Applied {
-            written: false,
+            written: label,
             observed,
         });
     }
@@ -671,6 +684,43 @@ async fn apply_one(
                 message: api_message(&error),
             })
         }
+    }
+}
+
+/// Sets the bundle's label (the one the plan gives `object`) on the live object, and the
+/// object's `gantry.dev/prune` annotation when it has one (a prune or an uninstall reads it
+/// from the live object), and nothing else. A merge patch, not an apply: an apply of the label
+/// alone would remove every field an earlier apply of Gantry's set (the object created by the
+/// bundle, its label taken off since).
+async fn label_as_managed(
+    api: &Api<DynamicObject>,
+    object: &PlannedObject,
+    identity: &str,
+) -> Result<()> {
+    let value = object.value();
+    let metadata = |map: &str, key: &str| {
+        let pointer = format!("/metadata/{map}/{}", key.replace('/', "~1"));
+        value.pointer(&pointer).cloned()
+    };
+    let mut patch =
+        json!({ "metadata": { "labels": { BUNDLE_LABEL: metadata("labels", BUNDLE_LABEL) } } });
+    if let Some(prune) = metadata("annotations", PRUNE_ANNOTATION) {
+        patch["metadata"]["annotations"] = json!({ PRUNE_ANNOTATION: prune });
+    }
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    match api
+        .patch_metadata(&object.name, &params, &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_forbidden(&e) => Err(forbidden(object, identity, &e)),
+        Err(e) => Err(Error::Apply {
+            object: object.to_string(),
+            message: format!("labelling it as the bundle's: {}", api_message(&e)),
+        }),
     }
 }
 
@@ -812,6 +862,36 @@ mod tests {
             ]
         );
         assert!(waves(&[]).is_empty());
+    }
+
+    #[test]
+    fn an_if_not_present_object_found_unlabelled_is_only_labelled() {
+        let desired = json!({ "metadata": { "labels": { BUNDLE_LABEL: "mine" } },
+                              "data": { "value": "bundle" } });
+        let seen = |labels: Value| {
+            let live = json!({ "metadata": { "labels": labels }, "data": { "value": "user" } });
+            Seen::of(&live, &desired, ObjectPolicy::default())
+        };
+        let if_not_present = ObjectPolicy {
+            ssa: Ssa::IfNotPresent,
+            force: false,
+        };
+        let settings = ApplySettings {
+            concurrency: 1,
+            crd_timeout: Duration::ZERO,
+            write_all: true,
+        };
+        let unlabelled = seen(json!({}));
+        assert!(!will_write(&settings, if_not_present, Some(&unlabelled)));
+        assert!(will_label(if_not_present, Some(&unlabelled)));
+        // Labelled already, absent (created whole), or under another policy: nothing to label.
+        assert!(!will_label(
+            if_not_present,
+            Some(&seen(json!({ BUNDLE_LABEL: "mine" })))
+        ));
+        assert!(!will_label(if_not_present, None));
+        assert!(will_write(&settings, if_not_present, None));
+        assert!(!will_label(ObjectPolicy::default(), Some(&unlabelled)));
     }
 
     #[test]

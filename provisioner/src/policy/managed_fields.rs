@@ -1,6 +1,7 @@
 //! Field ownership as the API server reports it: the fields a refused apply names (a 409
 //! Conflict's causes, a 422 Invalid's immutable fields), removing such a field from an object,
-//! and the fields other managers own in an object's `managedFields`.
+//! the fields other managers own in an object's `managedFields`, and what one manager's apply
+//! owns.
 
 use kube::core::Status;
 use serde_json::{Map, Value};
@@ -198,6 +199,61 @@ pub fn without_fields_of_others(desired: &Value, managed_fields: &Value, manager
         }
     }
     desired
+}
+
+/// What one manager's server-side apply owns of a value: a node of its `fieldsV1`, or nothing.
+/// A field it owns is one its last apply set and nobody has changed or removed since: a write
+/// by anyone else that changes or removes the field takes it out of the manager's set.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Owned<'a>(Option<&'a Map<String, Value>>);
+
+impl<'a> Owned<'a> {
+    /// What `manager`'s apply owns of the object whose `managedFields` these are.
+    pub fn by_apply_of(managed_fields: &'a Value, manager: &str) -> Self {
+        let entry = managed_fields
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|entry| {
+                let text = |key: &str| entry.get(key).and_then(Value::as_str).unwrap_or_default();
+                text("manager") == manager
+                    && text("operation") == "Apply"
+                    && text("subresource").is_empty()
+            });
+        Self(
+            entry
+                .and_then(|e| e.get("fieldsV1"))
+                .and_then(Value::as_object),
+        )
+    }
+
+    /// Whether the manager owns this value (as a whole, or fields of it).
+    pub fn is_owned(self) -> bool {
+        self.0.is_some()
+    }
+
+    /// What it owns of field `name` of this map.
+    pub fn field(self, name: &str) -> Self {
+        let node = self.0.and_then(|node| node.get(&format!("f:{name}")));
+        Self(node.and_then(Value::as_object))
+    }
+
+    /// What it owns of `item`, the element at `index` of this list (a keyed element is found
+    /// by its key fields, which the live element always holds).
+    pub fn element(self, item: &Value, index: usize) -> Self {
+        let Some(node) = self.0 else {
+            return self;
+        };
+        let found = node.iter().find(|(key, _)| {
+            if let Some(keys) = key.strip_prefix("k:") {
+                serde_json::from_str::<Map<String, Value>>(keys)
+                    .is_ok_and(|keys| Selector::Key(keys.into_iter().collect()).matches(item))
+            } else {
+                key.strip_prefix("i:").and_then(|i| i.parse().ok()) == Some(index)
+            }
+        });
+        Self(found.and_then(|(_, node)| node.as_object()))
+    }
 }
 
 /// Removes from `value` the fields `owned` (a `fieldsV1` node) holds as leaves.

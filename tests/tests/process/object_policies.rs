@@ -146,6 +146,83 @@ async fn if_not_present_objects_are_created_once_and_never_updated() {
 }
 
 #[tokio::test]
+async fn if_not_present_objects_already_there_are_kept_as_they_are_and_managed() {
+    gantry();
+    let client = control_plane().client().await;
+    let ns = unique_name("ifnp-there");
+    ensure_namespace(&client, &ns).await;
+    // Made by hand before the bundle.
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let by_hand: ConfigMap = serde_json::from_value(json!({
+        "metadata": { "name": "settings" }, "data": { "value": "by hand" }
+    }))
+    .unwrap();
+    configs
+        .create(&PostParams::default(), &by_hand)
+        .await
+        .unwrap();
+    let image = push(
+        &format!("{ns}/app:v1"),
+        &[(
+            "settings.yaml",
+            config_map_with(
+                "settings",
+                &[("gantry.dev/ssa", "IfNotPresent")],
+                &[("value", "default")],
+            ),
+        )],
+    )
+    .await;
+    let name = unique_name("ifnp-there");
+    create_bundle(&client, &name, spec(&image, Some(&ns))).await;
+    wait_bundle(&client, &name, "Ready", is_ready).await;
+    let label = |cm: &ConfigMap| {
+        cm.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(BUNDLE_LABEL).cloned())
+    };
+    let live = configs.get("settings").await.unwrap();
+    assert_eq!(
+        json!(live.data),
+        json!({ "value": "by hand" }),
+        "left as it was"
+    );
+    assert_eq!(
+        label(&live).as_deref(),
+        Some(name.as_str()),
+        "labelled as the bundle's"
+    );
+
+    // Deleted, it comes back as the bundle has it: woken by the deletion, well before the
+    // resync (30s) would find it missing.
+    configs
+        .delete("settings", &DeleteParams::default())
+        .await
+        .unwrap();
+    let soon = std::time::Duration::from_secs(20);
+    gantry_tests::wait_until("the object recreated", soon, || async {
+        configs.get_opt("settings").await.unwrap().filter(|cm| {
+            json!(cm.data) == json!({ "value": "default" })
+                && label(cm).as_deref() == Some(name.as_str())
+        })
+    })
+    .await;
+
+    // Uninstalled with the bundle.
+    Api::<Bundle>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_bundle_gone(&client, &name).await;
+    assert_eq!(
+        data(&client, &ns, "settings").await,
+        None,
+        "removed on uninstall"
+    );
+}
+
+#[tokio::test]
 async fn merge_objects_leave_fields_other_managers_own_to_them() {
     gantry();
     let client = control_plane().client().await;

@@ -51,6 +51,13 @@ pub fn requested_permissions(objects: &[PlannedObject], scope: &Scope<'_>) -> Re
             ))
         })
         .collect();
+    // ClusterRoles of the bundle that read Secrets: a ClusterRoleBinding to one reads every
+    // Secret of the cluster, the provisioner's and kube-system's among them.
+    let secret_readers: Vec<&str> = objects
+        .iter()
+        .filter(|o| is_rbac(o, &["ClusterRole"]) && !secret_read_verbs(&o.value()).is_empty())
+        .map(|o| o.name.as_str())
+        .collect();
     for object in objects {
         let key = (object.gvk.group.clone(), object.gvk.kind.clone());
         match &object.namespace {
@@ -63,7 +70,7 @@ pub fn requested_permissions(objects: &[PlannedObject], scope: &Scope<'_>) -> Re
             }
             None => *cluster.entry(key).or_default() += 1,
         }
-        if let Some(reason) = attention(object, scope, &broad_roles) {
+        if let Some(reason) = attention(object, scope, &broad_roles, &secret_readers) {
             highlights.push(PermissionHighlight {
                 group: object.gvk.group.clone(),
                 kind: object.gvk.kind.clone(),
@@ -104,6 +111,7 @@ fn attention(
     object: &PlannedObject,
     scope: &Scope<'_>,
     broad_roles: &BTreeMap<RoleKey, &'static str>,
+    secret_readers: &[&str],
 ) -> Option<String> {
     let group = object.gvk.group.as_str();
     let kind = object.gvk.kind.as_str();
@@ -129,6 +137,13 @@ fn attention(
             if !powers.is_empty() {
                 reasons.push(format!("grants {}", powers.join("; ")));
             }
+            let reads = secret_read_verbs(body);
+            if kind == "ClusterRole" && !reads.is_empty() {
+                reasons.push(format!(
+                    "reads Secrets cluster-wide where a ClusterRoleBinding binds it ({} on secrets)",
+                    reads.join(",")
+                ));
+            }
             const AGGREGATE: &str = "rbac.authorization.k8s.io/aggregate-to-";
             let aggregated: Vec<&str> = labels(body)
                 .filter(|(key, value)| key.starts_with(AGGREGATE) && *value == "true")
@@ -153,6 +168,13 @@ fn attention(
                 broad_roles.get(&(role_kind.to_string(), role_namespace, role.to_string()))
             {
                 reasons.push(format!("binds {role_kind} {role}, which grants {grants}"));
+            } else if kind == "ClusterRoleBinding"
+                && role_kind == "ClusterRole"
+                && secret_readers.contains(&role)
+            {
+                reasons.push(format!(
+                    "binds ClusterRole {role}, which reads Secrets, cluster-wide"
+                ));
             }
             let everyone: Vec<&str> = body
                 .get("subjects")
@@ -281,6 +303,34 @@ fn wildcard_rules(role: &Value) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The verbs of a role's rules that read Secrets (`get`, `list`, `watch` or `*`) on `secrets`
+/// or `*` of the core group (or `*`), not narrowed to Secrets named in `resourceNames`.
+fn secret_read_verbs(role: &Value) -> Vec<&str> {
+    let mut verbs = Vec::new();
+    for rule in role
+        .get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let core = strings(rule, "apiGroups")
+            .iter()
+            .any(|g| g.is_empty() || *g == "*");
+        let secrets = strings(rule, "resources")
+            .iter()
+            .any(|r| *r == "secrets" || *r == "*");
+        if !core || !secrets || !strings(rule, "resourceNames").is_empty() {
+            continue;
+        }
+        for verb in strings(rule, "verbs") {
+            if matches!(verb, "get" | "list" | "watch" | "*") && !verbs.contains(&verb) {
+                verbs.push(verb);
+            }
+        }
+    }
+    verbs
 }
 
 /// Rules granting the verbs that get around RBAC: `escalate`, `bind`, `impersonate` (a `*`
@@ -640,6 +690,84 @@ mod tests {
                 .contains("group(s) system:authenticated")
         );
         assert_eq!(reason_of(&objects, &scope, "to-view"), None);
+    }
+
+    #[test]
+    fn cluster_wide_read_access_to_secrets() {
+        let role =
+            |name: &str, rule: Value| rbac("ClusterRole", None, name, json!({ "rules": [rule] }));
+        let cluster_binding = |name: &str, role: &str| {
+            rbac(
+                "ClusterRoleBinding",
+                None,
+                name,
+                json!({ "roleRef": { "kind": "ClusterRole", "name": role },
+                    "subjects": [{ "kind": "ServiceAccount", "name": "app", "namespace": "app" }] }),
+            )
+        };
+        let objects = [
+            role(
+                "secret-watcher",
+                json!({ "apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["list", "watch"] }),
+            ),
+            role(
+                "core-reader",
+                json!({ "apiGroups": [""], "resources": ["*"], "verbs": ["get"] }),
+            ),
+            role(
+                "secret-writer",
+                json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"] }),
+            ),
+            role(
+                "one-secret",
+                json!({ "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["tls"], "verbs": ["get"] }),
+            ),
+            role(
+                "other-group",
+                json!({ "apiGroups": ["example.com"], "resources": ["secrets"], "verbs": ["list"] }),
+            ),
+            // Reading Secrets in its own namespace only is what a Role is for.
+            rbac(
+                "Role",
+                Some("app"),
+                "local-secrets",
+                json!({ "rules": [{ "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"] }] }),
+            ),
+            cluster_binding("to-secret-watcher", "secret-watcher"),
+            cluster_binding("to-secret-writer", "secret-writer"),
+            rbac(
+                "RoleBinding",
+                Some("app"),
+                "in-app-to-secret-watcher",
+                json!({ "roleRef": { "kind": "ClusterRole", "name": "secret-watcher" } }),
+            ),
+        ];
+        let scope = Scope {
+            install_namespace: Some("app"),
+            ..SCOPE
+        };
+        assert_eq!(
+            reason_of(&objects, &scope, "secret-watcher").as_deref(),
+            Some(
+                "reads Secrets cluster-wide where a ClusterRoleBinding binds it (list,watch on secrets)"
+            )
+        );
+        let wildcard = reason_of(&objects, &scope, "core-reader").unwrap();
+        assert!(wildcard.contains("(get on secrets)"), "{wildcard}");
+        assert_eq!(
+            reason_of(&objects, &scope, "to-secret-watcher").as_deref(),
+            Some("binds ClusterRole secret-watcher, which reads Secrets, cluster-wide")
+        );
+        for name in [
+            "secret-writer",
+            "one-secret",
+            "other-group",
+            "local-secrets",
+            "to-secret-writer",
+            "in-app-to-secret-watcher",
+        ] {
+            assert_eq!(reason_of(&objects, &scope, name), None, "{name}");
+        }
     }
 
     #[test]

@@ -296,6 +296,25 @@ impl Browser {
         .await;
     }
 
+    /// The page laid out in a window of `width` by `height` pixels (a desktop's, not a phone's).
+    async fn window(&self, width: u32, height: u32) {
+        self.cdp(
+            "Emulation.setDeviceMetricsOverride",
+            json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false }),
+        )
+        .await;
+    }
+
+    /// Runs `script` (a function body that returns a value) on the page.
+    async fn eval(&self, script: &str) -> Value {
+        self.driver()
+            .execute(script, vec![])
+            .await
+            .unwrap_or_else(|e| panic!("{script}: {e}"))
+            .json()
+            .clone()
+    }
+
     /// How wide the page's content is: more than the viewport means a horizontal scroll.
     async fn scroll_width(&self) -> u64 {
         self.driver()
@@ -437,13 +456,13 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
         .find(&format!("ConfigMap {ns}/settings"))
         .unwrap_or_else(|| panic!("the ConfigMap in the changes: {changes}"));
     assert!(role_at < config_at, "flagged objects first: {changes}");
-    assert!(changes.contains("+  value: v1"), "{changes}");
-    let added = browser
-        .driver()
-        .find_all(By::Css("#changes pre span.add"))
-        .await
-        .unwrap();
-    assert!(!added.is_empty(), "added lines are marked for colour");
+    // New objects are folded; opened, one reads as it will be created.
+    assert!(!changes.contains("value: v1"), "{changes}");
+    browser
+        .click("#changes details.diff:nth-of-type(2) > summary")
+        .await;
+    let changes = browser.text("#changes").await;
+    assert!(changes.contains("  value: v1"), "{changes}");
     assert!(browser.text("#decide").await.contains(&digest));
     browser.screenshots("review").await;
     fits_a_phone(&browser, "the review page").await;
@@ -519,6 +538,12 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
         changes.contains("-  value: v1") && changes.contains("+  value: v2"),
         "{changes}"
     );
+    let added = browser
+        .driver()
+        .find_all(By::Css("#changes pre span.add"))
+        .await
+        .unwrap();
+    assert!(!added.is_empty(), "added lines are marked for colour");
     browser.screenshots("review-update").await;
 
     // Approved, the second digest installs; the history then offers to roll back to the first,
@@ -932,6 +957,291 @@ async fn requests_without_the_token_or_from_another_origin_are_refused() {
             .contains(&format!("bundle {name} approved for {digest}")),
         "the approve command ran"
     );
+}
+
+// --- a first install with CRDs -------------------------------------------------------------
+
+/// prometheus-operator's CRDs: kind and plural.
+const OPERATOR_KINDS: [(&str, &str); 10] = [
+    ("AlertmanagerConfig", "alertmanagerconfigs"),
+    ("Alertmanager", "alertmanagers"),
+    ("PodMonitor", "podmonitors"),
+    ("Probe", "probes"),
+    ("PrometheusAgent", "prometheusagents"),
+    ("Prometheus", "prometheuses"),
+    ("PrometheusRule", "prometheusrules"),
+    ("ScrapeConfig", "scrapeconfigs"),
+    ("ServiceMonitor", "servicemonitors"),
+    ("ThanosRuler", "thanosrulers"),
+];
+
+/// A CRD shaped like prometheus-operator's: one served storage version whose schema has
+/// hundreds of documented fields (some 3,000 lines of YAML), and an unserved old version.
+fn big_crd(group: &str, kind: &str, plural: &str) -> Value {
+    let description = "Defines the behaviour of the component, as the operator documents every field of its CRDs at length; ".repeat(3);
+    let fields: serde_json::Map<String, Value> = (0..300)
+        .map(|i| {
+            (
+                format!("field{i}"),
+                json!({ "type": "object", "description": description,
+                    "properties": { "name": { "type": "string", "description": description },
+                                    "replicas": { "type": "integer", "format": "int32" } } }),
+            )
+        })
+        .collect();
+    let schema = |served: bool, storage: bool, name: &str| {
+        json!({ "name": name, "served": served, "storage": storage,
+            "schema": { "openAPIV3Schema": { "type": "object", "properties": {
+                "spec": { "type": "object", "properties": fields.clone() } } } } })
+    };
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": { "name": format!("{plural}.{group}") },
+        "spec": { "group": group, "scope": "Namespaced",
+            "names": { "kind": kind, "plural": plural, "listKind": format!("{kind}List"),
+                       "singular": kind.to_lowercase() },
+            "versions": [schema(true, true, "v1"), schema(false, false, "v1alpha1")] }
+    })
+}
+
+/// A bundle shaped like prometheus-operator's first install: its ten CRDs with big schemas,
+/// a ClusterRole granting `*` on a long list of resources and reading Secrets, one that
+/// lists and watches Secrets, their bindings, and objects with long unbroken names and values.
+fn prometheus_like(ns: &str) -> Vec<(&'static str, String)> {
+    let group = format!("{ns}.monitoring.example.com");
+    let crds: Vec<String> = OPERATOR_KINDS
+        .iter()
+        .map(|(kind, plural)| big_crd(&group, kind, plural).to_string())
+        .collect();
+    let resources: Vec<String> = OPERATOR_KINDS
+        .iter()
+        .flat_map(|(_, plural)| {
+            [
+                plural.to_string(),
+                format!("{plural}/finalizers"),
+                format!("{plural}/status"),
+            ]
+        })
+        .collect();
+    let operator = format!("{ns}-prometheus-operator");
+    let reader = format!("{ns}-secret-reader");
+    let role = |name: &str, rules: Value| {
+        json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": { "name": name }, "rules": rules })
+        .to_string()
+    };
+    let binding = |name: &str| {
+        json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": { "name": name },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
+            "subjects": [{ "kind": "ServiceAccount", "name": "prometheus-operator", "namespace": ns }] })
+        .to_string()
+    };
+    // Dotted labels: no break opportunity in them for a browser.
+    let long_name = ["a", "b", "c"].map(|l| l.repeat(60)).join(".");
+    let unbroken = "x".repeat(2000);
+    vec![
+        ("00-crds.yaml", crds.join("\n---\n")),
+        (
+            "10-rbac.yaml",
+            [
+                role(
+                    &operator,
+                    json!([{ "apiGroups": [group], "resources": resources, "verbs": ["*"] },
+                           { "apiGroups": [""], "resources": ["namespaces", "secrets"], "verbs": ["get", "list", "watch"] }]),
+                ),
+                binding(&operator),
+                role(&reader, json!([{ "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"] }])),
+                binding(&reader),
+            ]
+            .join("\n---\n"),
+        ),
+        (
+            "20-operator.yaml",
+            [
+                json!({ "apiVersion": "v1", "kind": "ServiceAccount",
+                        "metadata": { "name": "prometheus-operator", "namespace": ns } }),
+                json!({ "apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": { "name": "prometheus-operator", "namespace": ns },
+                    "spec": { "selector": { "matchLabels": { "app": "prometheus-operator" } },
+                        "template": { "metadata": { "labels": { "app": "prometheus-operator" } },
+                            "spec": { "serviceAccountName": "prometheus-operator", "containers": [{
+                                "name": "operator", "image": "quay.io/prometheus-operator/prometheus-operator:v0.80.0",
+                                "args": [format!("--config-reloader-image={unbroken}")] }] } } } }),
+                json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": { "name": long_name, "namespace": ns }, "data": { "value": unbroken } }),
+            ]
+            .map(|o| o.to_string())
+            .join("\n---\n"),
+        ),
+    ]
+}
+
+/// The review page's layout: its width, the viewport's, where Approve is, how tall it is.
+async fn review_layout(browser: &Browser) -> Value {
+    browser
+        .eval(
+            "return { scrollWidth: document.documentElement.scrollWidth, \
+                      innerWidth: window.innerWidth, innerHeight: window.innerHeight, \
+                      height: document.documentElement.scrollHeight, \
+                      approveTop: document.getElementById('approve').getBoundingClientRect().top, \
+                      open: document.querySelectorAll('#changes details[open]').length };",
+        )
+        .await
+}
+
+#[tokio::test]
+async fn a_first_install_with_crds_is_reviewed_on_one_screen() {
+    gantry();
+    let client = control_plane().client().await;
+    let review = under_review(&client, "ui-crds", prometheus_like).await;
+    let (name, ns) = (review.name.clone(), review.namespace.clone());
+    let server = UiServer::start(&kubeconfig());
+    let browser = Browser::start().await;
+    browser
+        .goto(&server.url_for(&format!("/bundles/{name}/review")))
+        .await;
+    browser
+        .expect_path(&format!("/bundles/{name}/review"))
+        .await;
+
+    // Cluster-wide read access to Secrets is among the highlights, with the binding granting it.
+    let attention = browser.text("#attention").await;
+    for flagged in [
+        format!(
+            "{ns}-secret-reader: reads Secrets cluster-wide where a ClusterRoleBinding binds it (list,watch on secrets)"
+        ),
+        format!(
+            "{ns}-secret-reader: binds ClusterRole {ns}-secret-reader, which reads Secrets, cluster-wide"
+        ),
+        format!(
+            "{ns}-prometheus-operator: grants verbs [*] on resources [alertmanagerconfigs, alertmanagerconfigs/finalizers"
+        ),
+        // The CRDs, all flagged for defining an API, on one line.
+        format!(
+            "alertmanagerconfigs.{ns}.monitoring.example.com, alertmanagers.{ns}.monitoring.example.com, podmonitors."
+        ),
+    ] {
+        assert!(attention.contains(&flagged), "{flagged:?} in {attention}");
+    }
+    // Each object is one line, folded; a CRD's line names the API it defines, not its schema.
+    let changes = browser.text("#changes").await;
+    let group = format!("{ns}.monitoring.example.com");
+    assert!(
+        changes.contains(&format!("{group} · Prometheus/prometheuses · Namespaced")),
+        "{changes}"
+    );
+    assert!(!changes.contains("openAPIV3Schema"), "{changes}");
+    let summary = browser.text("#summary").await;
+    assert!(
+        summary.contains("17 objects: 17 new; 10 CustomResourceDefinitions"),
+        "{summary}"
+    );
+
+    for (width, height) in [(390, 844), (1400, 900)] {
+        browser.window(width, height).await;
+        let layout = review_layout(&browser).await;
+        eprintln!("the review at {width} px: {layout}");
+        assert_eq!(layout["innerWidth"], width, "{layout}");
+        assert!(
+            layout["scrollWidth"].as_u64() <= layout["innerWidth"].as_u64(),
+            "a horizontal scroll at {width} px: {layout}"
+        );
+        let top = layout["approveTop"].as_f64().unwrap();
+        assert!(
+            top >= 0.0 && top < layout["innerHeight"].as_f64().unwrap(),
+            "Approve on the first screen at {width} px: {layout}"
+        );
+        assert_eq!(layout["open"], 0, "every new object folded: {layout}");
+        assert!(
+            layout["height"].as_u64().unwrap() < 10_000,
+            "the page's height at {width} px: {layout}"
+        );
+    }
+
+    // Opened, a CRD tells its group, kinds, versions and scope; its schema opens on demand,
+    // and wraps at a phone's width.
+    browser.window(390, 844).await;
+    browser
+        .click("#changes details.diff:first-of-type > summary")
+        .await;
+    let first = browser.text("#changes details.diff:first-of-type").await;
+    for fact in [
+        group.as_str(),
+        "AlertmanagerConfig / alertmanagerconfigs",
+        "v1 (served, storage), v1alpha1 (not served)",
+        "Namespaced",
+    ] {
+        assert!(first.contains(fact), "{fact:?} in {first}");
+    }
+    assert!(!first.contains("openAPIV3Schema"), "{first}");
+    browser
+        .click("#changes details.diff:first-of-type details.schema > summary")
+        .await;
+    let schema = browser
+        .text("#changes details.diff:first-of-type pre")
+        .await;
+    assert!(schema.contains("openAPIV3Schema"), "the schema opened");
+    let layout = review_layout(&browser).await;
+    assert!(
+        layout["scrollWidth"].as_u64() <= layout["innerWidth"].as_u64(),
+        "a horizontal scroll with the schema open: {layout}"
+    );
+    browser.window(1280, 900).await;
+    browser
+        .click("#changes details.diff:first-of-type > summary")
+        .await;
+    browser.screenshots("review-crds").await;
+    browser.quit().await;
+}
+
+/// The review of 2,000 new objects, 5 MB of content: measured, for docs/ui.md.
+#[tokio::test]
+async fn the_review_of_2000_objects_is_measured() {
+    gantry();
+    let client = control_plane().client().await;
+    let value = "v".repeat(2400);
+    let review = under_review(&client, "ui-many", |ns| {
+        ["a.yaml", "b.yaml", "c.yaml", "d.yaml"]
+            .into_iter()
+            .enumerate()
+            .map(|(file, name)| {
+                let objects: Vec<String> = (0..500)
+                    .map(|i| config_map(&format!("config-{file}-{i:03}"), Some(ns), &value))
+                    .collect();
+                (name, objects.join("---\n"))
+            })
+            .collect()
+    })
+    .await;
+    let name = review.name.clone();
+    let server = UiServer::start(&kubeconfig());
+    let browser = Browser::start().await;
+    let started = Instant::now();
+    browser
+        .goto(&server.url_for(&format!("/bundles/{name}/review")))
+        .await;
+    let in_browser = started.elapsed();
+    let timing = browser
+        .eval(
+            "const n = performance.getEntriesByType('navigation')[0]; \
+             return { response: n.responseEnd - n.requestStart, \
+                      parsedAndLaidOut: n.loadEventEnd - n.responseEnd, \
+                      bytes: n.transferSize, \
+                      objects: document.querySelectorAll('#changes details.diff').length, \
+                      open: document.querySelectorAll('#changes details[open]').length, \
+                      approveTop: document.getElementById('approve').getBoundingClientRect().top, \
+                      innerHeight: window.innerHeight };",
+        )
+        .await;
+    eprintln!("the review of 2,000 objects in Chromium: {in_browser:?} in all; {timing}");
+    assert_eq!(timing["objects"], 2000, "{timing}");
+    assert_eq!(timing["open"], 0, "{timing}");
+    assert!(
+        timing["approveTop"].as_f64().unwrap() < timing["innerHeight"].as_f64().unwrap(),
+        "{timing}"
+    );
+    browser.quit().await;
 }
 
 // --- the page of 2,000 bundles --------------------------------------------------------------

@@ -41,6 +41,59 @@ pub struct ObjectChange {
     pub text: String,
     /// Why the requested permissions flag this object, if they do.
     pub attention: Vec<String>,
+    /// The object's size in the bundle (compact JSON), or its diff's for a pruned object.
+    pub size: usize,
+    /// What a CustomResourceDefinition defines, read from the bundle's object.
+    pub crd: Option<CrdSummary>,
+}
+
+/// A CRD as an approver reads it: the API it defines, not its schema.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CrdSummary {
+    pub group: String,
+    pub kind: String,
+    pub plural: String,
+    pub scope: String,
+    /// Each version with whether it is served and whether it is the storage version.
+    pub versions: Vec<(String, bool, bool)>,
+}
+
+impl CrdSummary {
+    /// The summary of `object` if it is a CustomResourceDefinition.
+    pub fn of(object: &serde_json::Value) -> Option<Self> {
+        let crd = object
+            .get("apiVersion")?
+            .as_str()?
+            .starts_with("apiextensions.k8s.io/")
+            && object.get("kind")? == "CustomResourceDefinition";
+        if !crd {
+            return None;
+        }
+        let text = |pointer: &str| {
+            object
+                .pointer(pointer)
+                .and_then(|v| v.as_str())
+                .unwrap_or("-")
+                .to_string()
+        };
+        let flag = |v: &serde_json::Value, field: &str| v.get(field) == Some(&true.into());
+        Some(Self {
+            group: text("/spec/group"),
+            kind: text("/spec/names/kind"),
+            plural: text("/spec/names/plural"),
+            scope: text("/spec/scope"),
+            versions: object
+                .pointer("/spec/versions")
+                .and_then(|v| v.as_array())
+                .into_iter()
+                .flatten()
+                .map(|v| {
+                    let name = v.get("name").and_then(|n| n.as_str()).unwrap_or("-");
+                    (name.to_string(), flag(v, "served"), flag(v, "storage"))
+                })
+                .collect(),
+        })
+    }
 }
 
 /// How many objects are compared at once.
@@ -67,6 +120,7 @@ pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChang
             async move {
                 let value = object.value()?;
                 let title = diff::describe_value(&value);
+                let (size, crd) = (object.object.get().len(), CrdSummary::of(&value));
                 let found = diff::diff_object(&client, bundle, value).await;
                 anyhow::Ok(match found {
                     Ok(diff::ObjectDiff { key, text }) => {
@@ -84,6 +138,8 @@ pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChang
                                 change,
                                 text,
                                 attention: Vec::new(),
+                                size,
+                                crd,
                             },
                         )
                     }
@@ -94,6 +150,8 @@ pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChang
                             change: Change::Failed,
                             text: crate::commands::causes(&error),
                             attention: Vec::new(),
+                            size,
+                            crd,
                         },
                     ),
                 })
@@ -122,8 +180,10 @@ pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChang
                 ObjectChange {
                     title,
                     change: Change::Pruned,
+                    size: text.len(),
                     text,
                     attention: Vec::new(),
+                    crd: None,
                 },
             )),
             Ok(None) => {}
@@ -134,6 +194,8 @@ pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChang
                     change: Change::Failed,
                     text: crate::commands::causes(&error),
                     attention: Vec::new(),
+                    size: 0,
+                    crd: None,
                 },
             )),
         }
@@ -190,5 +252,31 @@ mod tests {
         assert!(!created(
             "--- a (live)\n+++ a (after apply)\n@@ -1,3 +1,3 @@\n-x\n+y\n"
         ));
+    }
+
+    #[test]
+    fn a_crd_is_summarised_by_its_api() {
+        let crd = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": { "name": "prometheuses.monitoring.coreos.com" },
+            "spec": { "group": "monitoring.coreos.com", "scope": "Namespaced",
+                "names": { "kind": "Prometheus", "plural": "prometheuses" },
+                "versions": [
+                    { "name": "v1", "served": true, "storage": true, "schema": {} },
+                    { "name": "v1alpha1", "served": false, "storage": false }
+                ] }
+        });
+        assert_eq!(
+            CrdSummary::of(&crd),
+            Some(CrdSummary {
+                group: "monitoring.coreos.com".into(),
+                kind: "Prometheus".into(),
+                plural: "prometheuses".into(),
+                scope: "Namespaced".into(),
+                versions: vec![("v1".into(), true, true), ("v1alpha1".into(), false, false)],
+            })
+        );
+        let config_map = serde_json::json!({ "apiVersion": "v1", "kind": "ConfigMap" });
+        assert_eq!(CrdSummary::of(&config_map), None);
     }
 }

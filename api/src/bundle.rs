@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Healthy","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Healthy\")].status"}"#,
+    printcolumn = r#"{"name":"Healthy","type":"string","jsonPath":".status.conditions[?(@.type==\"Healthy\")].status","description":"whether the objects are healthy: Ready can be True while they are not"}"#,
     printcolumn = r#"{"name":"Since","type":"date","jsonPath":".status.conditions[?(@.type==\"Ready\")].lastTransitionTime","description":"when Ready last changed"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Installed","type":"string","priority":1,"jsonPath":".status.installedImage","description":"the image reference pinned to the digest whose content is installed"}"#,

@@ -12,6 +12,8 @@ use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+use super::output::Reported;
+
 /// kubectl's global flags. They may come before or after the command.
 #[derive(Args, Debug, Clone, Default)]
 pub struct GlobalArgs {
@@ -212,6 +214,30 @@ pub(super) async fn get_bundle(bundles: &Api<Bundle>, name: &str) -> anyhow::Res
         .await
         .with_context(|| format!("reading bundle {name}"))?
         .with_context(|| format!("bundle {name} not found"))
+}
+
+/// The Bundles `names` names, each once, in the order given, as `kubectl get bundle A B`
+/// reads them: one the API server refuses (not found, forbidden) is said on stderr as kubectl
+/// says it, `Error from server (NotFound): bundles.gantry.dev "x" not found`, and the others
+/// are still read; then the end of the command is [`Reported`], once it printed the others.
+pub(super) async fn get_bundles(
+    bundles: &Api<Bundle>,
+    names: &[String],
+) -> anyhow::Result<(Vec<Bundle>, Option<Reported>)> {
+    let mut found = Vec::new();
+    let mut refused = None;
+    let mut seen = std::collections::BTreeSet::new();
+    for name in names.iter().filter(|n| seen.insert(n.as_str())) {
+        match bundles.get(name).await {
+            Ok(bundle) => found.push(bundle),
+            Err(kube::Error::Api(status)) => {
+                eprintln!("Error from server ({}): {}", status.reason, status.message);
+                refused = Some(Reported);
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading bundle {name}")),
+        }
+    }
+    Ok((found, refused))
 }
 
 #[cfg(test)]

@@ -3,12 +3,15 @@
 //! line (`candidate<TAB>description`) followed by cobra's directive line (`:4`, no file
 //! completion). `kubectl_complete-bundle` runs `kubectl-bundle __complete ARGS WORD`.
 //! Where a verb takes a bundle's name, the candidates are the names of the Bundles in the
-//! cluster, read with the kubeconfig flags among ARGS as the verb itself would read them.
+//! cluster, read with the kubeconfig flags among ARGS as the verb itself would read them;
+//! `approve` and `deny` offer only the bundles they can decide on.
 
 use std::time::Duration;
 
 use clap::{Arg, Command};
 use gantry_api::Bundle;
+use gantry_api::conditions::{reasons, types};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use super::cluster::{GlobalArgs, parse_timeout};
@@ -32,9 +35,57 @@ const CLUSTER_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum Completion {
     /// These candidates, with cobra's directive.
     Candidates(Vec<String>, u8),
-    /// The names of the cluster's Bundles that start with `prefix`, but for those in `typed`
-    /// (already on the command line).
-    BundleNames { prefix: String, typed: Vec<String> },
+    /// The names of the cluster's Bundles that start with `prefix` and are `offered`, but for
+    /// those in `typed` (already on the command line).
+    BundleNames {
+        prefix: String,
+        typed: Vec<String>,
+        offered: Offered,
+    },
+}
+
+/// Which of the cluster's Bundles a verb's names complete to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Offered {
+    All,
+    /// `approve`'s: the resolved digest awaits a decision, or was denied (approving it after
+    /// all is a decision too).
+    Approvable,
+    /// `deny`'s: the resolved digest awaits a decision, or was approved (denying it keeps what
+    /// is installed).
+    Deniable,
+}
+
+impl Offered {
+    fn of(verb: &str) -> Self {
+        match verb {
+            "approve" => Offered::Approvable,
+            "deny" => Offered::Deniable,
+            _ => Offered::All,
+        }
+    }
+
+    /// Whether `bundle` is offered, by what its `Approved` condition says of its resolved
+    /// digest (a class that approves automatically leaves nothing to decide).
+    fn offers(self, bundle: &Bundle) -> bool {
+        let approval = bundle
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == types::APPROVED))
+            .map(|c| c.reason.as_str());
+        match self {
+            Offered::All => true,
+            Offered::Approvable => {
+                matches!(approval, Some(reasons::AWAITING_APPROVAL | reasons::DENIED))
+            }
+            Offered::Deniable => {
+                matches!(
+                    approval,
+                    Some(reasons::AWAITING_APPROVAL | reasons::APPROVED)
+                )
+            }
+        }
+    }
 }
 
 /// The `-o` formats a verb takes, as its help says (`jsonpath=` and `custom-columns=` are
@@ -135,6 +186,7 @@ pub fn complete(root: &Command, words: &[String]) -> Completion {
         return Completion::BundleNames {
             prefix: word.to_string(),
             typed: positionals.iter().map(ToString::to_string).collect(),
+            offered: Offered::of(command.get_name()),
         };
     }
     // A value of a fixed set (`completion SHELL`), else anything (files).
@@ -187,19 +239,31 @@ fn cluster_flags(words: &[String]) -> GlobalArgs {
     }
 }
 
-/// The names of the cluster's Bundles, sorted; none when the cluster cannot be read.
-async fn bundle_names(global: &GlobalArgs) -> Vec<String> {
+/// The names of the cluster's Bundles that are `offered`, sorted; none when the cluster cannot
+/// be read.
+async fn bundle_names(global: &GlobalArgs, offered: Offered) -> Vec<String> {
     let list = async {
         let client = global.client().await?;
         let bundles: Api<Bundle> = Api::all(client);
-        let listed = bundles.list_metadata(&ListParams::default()).await?;
-        anyhow::Ok(
+        let params = ListParams::default();
+        // Names alone, unless the status decides.
+        let names: Vec<String> = if offered == Offered::All {
+            let listed = bundles.list_metadata(&params).await?;
             listed
                 .items
                 .into_iter()
                 .filter_map(|b| b.metadata.name)
-                .collect::<Vec<_>>(),
-        )
+                .collect()
+        } else {
+            let listed = bundles.list(&params).await?;
+            listed
+                .items
+                .iter()
+                .filter(|b| offered.offers(b))
+                .map(|b| b.name_any())
+                .collect()
+        };
+        anyhow::Ok(names)
     };
     let wait = global.request_timeout.unwrap_or(CLUSTER_TIMEOUT);
     match tokio::time::timeout(wait, list).await {
@@ -247,8 +311,12 @@ pub async fn print(root: &Command, words: &[String]) {
     let before = words.split_last().map_or(&[][..], |(_, before)| before);
     let (candidates, directive) = match complete(root, words) {
         Completion::Candidates(candidates, directive) => (candidates, directive),
-        Completion::BundleNames { prefix, typed } => {
-            let names = bundle_names(&cluster_flags(before)).await;
+        Completion::BundleNames {
+            prefix,
+            typed,
+            offered,
+        } => {
+            let names = bundle_names(&cluster_flags(before), offered).await;
             let matching = names
                 .into_iter()
                 .filter(|n| n.starts_with(&prefix) && !typed.contains(n))
@@ -306,22 +374,33 @@ mod tests {
             "resume",
             "reconcile",
         ] {
+            let offered = match verb {
+                "approve" => Offered::Approvable,
+                "deny" => Offered::Deniable,
+                _ => Offered::All,
+            };
             assert_eq!(
                 complete(&root(), &words(&format!("{verb} --context c my"))),
                 Completion::BundleNames {
                     prefix: "my".into(),
-                    typed: vec![]
+                    typed: vec![],
+                    offered,
                 },
                 "{verb}"
             );
         }
         // One name taken: nothing more; several taken: the others.
-        assert!(names("status my-app ").is_empty());
+        assert!(names("history my-app ").is_empty());
+        assert!(matches!(
+            complete(&root(), &words("status my-app ")),
+            Completion::BundleNames { typed, .. } if typed == ["my-app"]
+        ));
         assert_eq!(
             complete(&root(), &words("suspend app-a ")),
             Completion::BundleNames {
                 prefix: String::new(),
-                typed: vec!["app-a".into()]
+                typed: vec!["app-a".into()],
+                offered: Offered::All,
             }
         );
         assert!(names("validate ").is_empty(), "a directory: files");
@@ -329,6 +408,53 @@ mod tests {
             complete(&root(), &words("validate ")),
             Completion::Candidates(vec![], FILES)
         );
+    }
+
+    #[test]
+    fn approve_and_deny_offer_the_bundles_they_decide_on() {
+        let with_approved = |reason: Option<&str>| {
+            let mut bundle = Bundle::new("b", Default::default());
+            bundle.status = Some(gantry_api::BundleStatus {
+                conditions: reason
+                    .map(|reason| gantry_api::Condition {
+                        type_: types::APPROVED.into(),
+                        status: if reason == reasons::APPROVED
+                            || reason == reasons::AUTOMATIC_APPROVAL
+                        {
+                            "True"
+                        } else {
+                            "False"
+                        }
+                        .into(),
+                        reason: reason.into(),
+                        message: String::new(),
+                        observed_generation: None,
+                        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                        ),
+                    })
+                    .into_iter()
+                    .collect(),
+                ..Default::default()
+            });
+            bundle
+        };
+        let offered = |reason: Option<&str>| {
+            let bundle = with_approved(reason);
+            [Offered::All, Offered::Approvable, Offered::Deniable].map(|o| o.offers(&bundle))
+        };
+        // [all, approve, deny]
+        assert_eq!(
+            offered(Some(reasons::AWAITING_APPROVAL)),
+            [true, true, true]
+        );
+        assert_eq!(offered(Some(reasons::DENIED)), [true, true, false]);
+        assert_eq!(offered(Some(reasons::APPROVED)), [true, false, true]);
+        assert_eq!(
+            offered(Some(reasons::AUTOMATIC_APPROVAL)),
+            [true, false, false]
+        );
+        assert_eq!(offered(None), [true, false, false], "not unpacked yet");
     }
 
     #[test]

@@ -108,13 +108,32 @@ fn fail(failures: &mut Vec<anyhow::Error>, several: bool, error: anyhow::Error) 
     failures.push(error);
 }
 
-/// Merge-patches each target with `patch` and prints `done(name)` for each.
-async fn patch_each(
+/// The line for a bundle already as `suspend` asks, which is left unwritten, as kubectl says
+/// `unchanged` of an object it had nothing to change in.
+fn unchanged(bundle: &Bundle, suspend: bool) -> Option<String> {
+    (bundle.spec.suspend == suspend).then(|| {
+        format!(
+            "bundle.gantry.dev/{} {} (unchanged)",
+            bundle.name_any(),
+            if suspend {
+                "already suspended"
+            } else {
+                "not suspended"
+            }
+        )
+    })
+}
+
+/// Sets `spec.suspend` of each target to `suspend` and prints `done(name)` for each changed,
+/// [`unchanged`] for the others.
+async fn set_suspend(
     global: &GlobalArgs,
     targets: &Targets,
-    patch: Value,
+    suspend: bool,
     done: impl Fn(&str) -> String,
 ) -> anyhow::Result<()> {
+    // `null` removes the field: a resumed bundle looks as one never suspended.
+    let patch = json!({ "spec": { "suspend": if suspend { json!(true) } else { Value::Null } } });
     let bundles: Api<Bundle> = Api::all(global.client().await?);
     let found = resolve(&bundles, targets).await?;
     if found.is_empty() {
@@ -125,8 +144,12 @@ async fn patch_each(
     let mut failures = Vec::new();
     let total = found.len();
     for (name, bundle) in found {
-        let patched = match bundle {
-            Ok(_) => bundles
+        let patched = match bundle.map(|b| unchanged(&b, suspend)) {
+            Ok(Some(line)) => {
+                println!("{line}");
+                continue;
+            }
+            Ok(None) => bundles
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .with_context(|| format!("updating bundle {name}")),
@@ -141,26 +164,18 @@ async fn patch_each(
 }
 
 pub async fn suspend(global: &GlobalArgs, args: SuspendArgs) -> anyhow::Result<()> {
-    patch_each(
-        global,
-        &args.targets,
-        json!({ "spec": { "suspend": true } }),
-        |name| {
-            format!(
-                "bundle {name} suspended: nothing is applied, pruned or repaired until `kubectl bundle resume {name}`"
-            )
-        },
-    )
+    set_suspend(global, &args.targets, true, |name| {
+        format!(
+            "bundle {name} suspended: nothing is applied, pruned or repaired until `kubectl bundle resume {name}`"
+        )
+    })
     .await
 }
 
 pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<()> {
-    patch_each(
-        global,
-        &args.targets,
-        json!({ "spec": { "suspend": null } }),
-        |name| format!("bundle {name} resumed"),
-    )
+    set_suspend(global, &args.targets, false, |name| {
+        format!("bundle {name} resumed")
+    })
     .await
 }
 
@@ -410,6 +425,23 @@ mod tests {
             ..Default::default()
         });
         bundle
+    }
+
+    #[test]
+    fn a_bundle_already_as_asked_is_unchanged() {
+        let mut suspended = Bundle::new("b", BundleSpec::default());
+        suspended.spec.suspend = true;
+        let running = Bundle::new("b", BundleSpec::default());
+        assert_eq!(
+            unchanged(&running, false).as_deref(),
+            Some("bundle.gantry.dev/b not suspended (unchanged)")
+        );
+        assert_eq!(
+            unchanged(&suspended, true).as_deref(),
+            Some("bundle.gantry.dev/b already suspended (unchanged)")
+        );
+        assert_eq!(unchanged(&suspended, false), None, "resumed");
+        assert_eq!(unchanged(&running, true), None, "suspended");
     }
 
     #[test]

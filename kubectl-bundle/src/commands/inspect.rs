@@ -12,8 +12,7 @@ use kube::discovery::{ApiCapabilities, Scope};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::cluster::GlobalArgs;
-use super::cluster::get_bundle;
+use super::cluster::{GlobalArgs, get_bundle, get_bundles};
 use super::output::{
     OutputFormat, age, colours, list_of, parse_output, print_structured, styled_table, table,
 };
@@ -33,13 +32,14 @@ pub struct EventsArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  kubectl bundle tree my-app\n  kubectl bundle tree my-app -o json"
+    after_help = "Examples:\n  kubectl bundle tree my-app\n  kubectl bundle tree app-a app-b\n  kubectl bundle tree my-app -o json"
 )]
 pub struct TreeArgs {
-    /// The bundle.
-    name: String,
+    /// The bundles (one or more).
+    #[arg(required = true, value_name = "NAME")]
+    names: Vec<String>,
     /// Output format: json, yaml, name, jsonpath=TEMPLATE or custom-columns=SPEC (a `v1 List`
-    /// of the objects with `exists` and `summary`).
+    /// of the objects with `bundle`, `exists`, `health` and `summary`).
     #[arg(short = 'o', long = "output", value_parser = parse_output)]
     output: Option<OutputFormat>,
 }
@@ -259,12 +259,34 @@ async fn node(
 
 pub async fn tree(global: &GlobalArgs, args: TreeArgs) -> anyhow::Result<()> {
     let client = global.client().await?;
-    let bundle = get_bundle(&Api::all(client.clone()), &args.name).await?;
-    let status = bundle.status.clone().unwrap_or_default();
+    let (found, refused) = get_bundles(&Api::all(client.clone()), &args.names).await?;
     let mut resources = HashMap::new();
+    let mut trees = Vec::new();
+    for bundle in &found {
+        trees.push(objects(&client, &mut resources, bundle).await?);
+    }
+    let entries: Vec<&Value> = trees.iter().flat_map(|(_, entries)| entries).collect();
+    if !print_structured(&list_of(&entries)?, args.output.as_ref())? {
+        for (i, (bundle, (nodes, entries))) in found.iter().zip(&trees).enumerate() {
+            if i > 0 {
+                println!();
+            }
+            print_tree(bundle, nodes, entries);
+        }
+    }
+    refused.map_or(Ok(()), |r| Err(r.into()))
+}
+
+/// The objects of `bundle`'s inventory as they are now, and each as `-o json` prints it.
+async fn objects(
+    client: &Client,
+    resources: &mut HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>,
+    bundle: &Bundle,
+) -> anyhow::Result<(Vec<Node>, Vec<Value>)> {
+    let status = bundle.status.clone().unwrap_or_default();
     let mut nodes = Vec::new();
     for entry in &status.inventory {
-        nodes.push(node(&client, &mut resources, entry).await?);
+        nodes.push(node(client, resources, entry).await?);
     }
     let entries: Vec<Value> = nodes
         .iter()
@@ -284,6 +306,7 @@ pub async fn tree(global: &GlobalArgs, args: TreeArgs) -> anyhow::Result<()> {
                 "apiVersion": api_version,
                 "kind": e.kind,
                 "metadata": metadata,
+                "bundle": bundle.name_any(),
                 "exists": n.object.is_some(),
                 "health": health,
                 "summary": readiness(n.object.as_ref().and_then(|o| o.data.get("status"))),
@@ -294,9 +317,12 @@ pub async fn tree(global: &GlobalArgs, args: TreeArgs) -> anyhow::Result<()> {
             item
         })
         .collect();
-    if print_structured(&list_of(&entries)?, args.output.as_ref())? {
-        return Ok(());
-    }
+    Ok((nodes, entries))
+}
+
+/// One bundle's tree: the bundle, its objects, and why those that are not healthy are not.
+fn print_tree(bundle: &Bundle, nodes: &[Node], entries: &[Value]) {
+    let status = bundle.status.clone().unwrap_or_default();
     let ready = status
         .conditions
         .iter()
@@ -314,14 +340,14 @@ pub async fn tree(global: &GlobalArgs, args: TreeArgs) -> anyhow::Result<()> {
             .map(String::from)
             .to_vec(),
         vec![
-            format!("Bundle/{}", args.name),
+            format!("Bundle/{}", bundle.name_any()),
             String::new(),
             status.phase.map(|p| p.to_string()).unwrap_or_default(),
             healthy,
             ready,
         ],
     ];
-    for (i, (n, entry)) in nodes.iter().zip(&entries).enumerate() {
+    for (i, (n, entry)) in nodes.iter().zip(entries).enumerate() {
         let branch = if i + 1 == nodes.len() {
             "└─"
         } else {
@@ -358,7 +384,6 @@ pub async fn tree(global: &GlobalArgs, args: TreeArgs) -> anyhow::Result<()> {
     if !reasons.is_empty() {
         println!("\nNot healthy:\n{}", reasons.join("\n"));
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -46,13 +46,13 @@ pub enum Command {
     /// Copy a bundle image pushed with --pin-images, and every image its lock names, to
     /// another registry, and push the bundle naming the copies.
     Relocate(image::RelocateArgs),
-    /// List bundles with their class, phase, readiness, digest and approval.
+    /// List bundles with their class, phase, readiness, health, digest and approval.
     List(review::ListArgs),
-    /// Show a bundle: conditions, digests, requested permissions, inventory, recent Events.
+    /// Show bundles: conditions, digests, requested permissions, inventory, recent Events.
     Status(review::StatusArgs),
     /// Show a bundle's Events, and the Warning Events of the objects it manages.
     Events(inspect::EventsArgs),
-    /// Show the objects a bundle manages, whether they exist and how ready they are.
+    /// Show the objects bundles manage, whether they exist and how ready they are.
     Tree(inspect::TreeArgs),
     /// Show the digests a bundle installed, newest first, with when and how they were approved.
     History(history::HistoryArgs),
@@ -65,7 +65,13 @@ pub enum Command {
     Diff(diff::DiffArgs),
     /// Approve the digest a bundle resolves to, after showing what it will create.
     Approve(review::ApproveArgs),
-    /// Deny the digest a bundle resolves to: nothing of it is installed.
+    /// Deny the digest a bundle resolves to: it is not installed, or, when it is installed
+    /// already, it stays as it is; a denial removes nothing.
+    ///
+    /// The objects installed before stay in place, whether of an earlier digest or of this one
+    /// (an approved digest can be denied too). The bundle is Denied until the digest is
+    /// approved after all or the image resolves to another digest. Deleting the bundle still
+    /// uninstalls it.
     Deny(review::DenyArgs),
     /// Stop reconciling a bundle: nothing is applied, pruned or repaired until it is resumed.
     Suspend(control::SuspendArgs),
@@ -103,7 +109,7 @@ pub enum Command {
     },
 }
 
-pub use output::causes;
+pub use output::{causes, exit_code, quiet_broken_pipe_panics};
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = &cli.global;
@@ -133,13 +139,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Uninstall(args) => install::uninstall(global, args).await,
         Command::Completion { shell } => {
             let mut command = Cli::command();
-            clap_complete::generate(
-                shell,
-                &mut command,
-                "kubectl-bundle",
-                &mut std::io::stdout(),
-            );
-            Ok(())
+            // Written at once, so that a closed standard output is an error, not a panic.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "kubectl-bundle", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script).map_err(Into::into)
         }
         Command::Complete { words } => {
             let mut command = Cli::command();

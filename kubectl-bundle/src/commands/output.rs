@@ -2,6 +2,7 @@
 //! lists as `kind: List`, aligned tables, ages.
 
 use std::io::Write;
+use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use k8s_openapi::jiff::Timestamp;
@@ -163,6 +164,73 @@ pub fn causes(error: &anyhow::Error) -> String {
         line.push_str(&text);
     }
     line
+}
+
+/// The end of a command that printed its errors as they came, as kubectl prints
+/// `Error from server (NotFound): ...` for each name it cannot read: exit status 1, nothing
+/// more said.
+#[derive(Debug)]
+pub struct Reported;
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("errors were printed above")
+    }
+}
+
+impl std::error::Error for Reported {}
+
+/// Whether `error` is a write to a closed pipe (`kubectl bundle list -o json | head -1`).
+fn is_broken_pipe(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::BrokenPipe
+}
+
+/// Whether a panic is the standard library's `println!` failing on a closed standard output:
+/// its message is `failed printing to stdout: ERROR`, and ERROR ends in `(os error N)`.
+fn is_broken_pipe_panic(payload: &(dyn std::any::Any + Send)) -> bool {
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or_default();
+    message.starts_with("failed printing to stdout: ")
+        && message
+            .rsplit_once("(os error ")
+            .and_then(|(_, code)| code.strip_suffix(')')?.parse().ok())
+            .is_some_and(|code| is_broken_pipe(&std::io::Error::from_raw_os_error(code)))
+}
+
+/// Keeps the panic hook quiet about a `println!` to a closed standard output, which
+/// [`exit_code`] turns into success.
+pub fn quiet_broken_pipe_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_broken_pipe_panic(info.payload()) {
+            default(info);
+        }
+    }));
+}
+
+/// The exit status of a command (run under `catch_unwind`), its error printed. A closed
+/// standard output ends the command quietly with success, as it ends kubectl: whoever closed
+/// it has read what they wanted.
+pub fn exit_code(outcome: std::thread::Result<anyhow::Result<ExitCode>>) -> ExitCode {
+    match outcome {
+        Ok(Ok(code)) => code,
+        Ok(Err(e))
+            if e.chain()
+                .any(|c| c.downcast_ref().is_some_and(is_broken_pipe)) =>
+        {
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) if e.chain().any(|c| c.is::<Reported>()) => ExitCode::FAILURE,
+        Ok(Err(e)) => {
+            eprintln!("error: {}", causes(&e));
+            ExitCode::FAILURE
+        }
+        Err(panic) if is_broken_pipe_panic(panic.as_ref()) => ExitCode::SUCCESS,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }
 
 /// An API object as JSON, without `metadata.managedFields` (as kubectl prints it).
@@ -423,6 +491,36 @@ mod tests {
         // Causes that do not repeat are all kept.
         let plain = anyhow::anyhow!("inner").context("middle").context("outer");
         assert_eq!(causes(&plain), "outer: middle: inner");
+    }
+
+    #[test]
+    fn a_closed_standard_output_ends_the_command_with_success() {
+        let closed = || {
+            let (reader, mut writer) = std::io::pipe().unwrap();
+            drop(reader);
+            writer.write_all(b"{}\n").unwrap_err()
+        };
+        assert!(is_broken_pipe(&closed()));
+        // A write that returned its error, under the command's context.
+        let returned = anyhow::Error::new(closed()).context("printing bundles");
+        assert_eq!(exit_code(Ok(Err(returned))), ExitCode::SUCCESS);
+        // `println!`'s panic, with the error of the same write.
+        let printed: Box<dyn std::any::Any + Send> =
+            Box::new(format!("failed printing to stdout: {}", closed()));
+        assert_eq!(exit_code(Err(printed)), ExitCode::SUCCESS);
+        // Other failures still fail.
+        let full = format!(
+            "failed printing to stdout: {}",
+            std::io::Error::from_raw_os_error(28)
+        );
+        assert!(!is_broken_pipe_panic(&full));
+        assert!(!is_broken_pipe_panic(&"index out of bounds"));
+        assert_eq!(
+            exit_code(Ok(Err(anyhow::anyhow!("bundle x not found")))),
+            ExitCode::FAILURE
+        );
+        // Errors printed already are not said again.
+        assert_eq!(exit_code(Ok(Err(Reported.into()))), ExitCode::FAILURE);
     }
 
     #[test]

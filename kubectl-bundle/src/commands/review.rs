@@ -22,7 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::cluster::{GlobalArgs, get_bundle};
+use super::cluster::{GlobalArgs, get_bundle, get_bundles};
 use super::inspect::{bundle_events, events_table};
 use super::output::{
     OutputFormat, clean, custom_columns_text, list_of, parse_output, print_structured, print_table,
@@ -34,9 +34,12 @@ const FIELD_MANAGER: &str = "kubectl-bundle";
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  kubectl bundle list\n  kubectl bundle list -o wide\n  kubectl bundle list -l team=payments\n  kubectl bundle list -o jsonpath='{.items[*].metadata.name}'\n  kubectl bundle list --watch"
+    after_help = "Examples:\n  kubectl bundle list\n  kubectl bundle list app-a app-b\n  kubectl bundle list -o wide\n  kubectl bundle list -l team=payments\n  kubectl bundle list -o jsonpath='{.items[*].metadata.name}'\n  kubectl bundle list --watch"
 )]
 pub struct ListArgs {
+    /// Only these bundles (default: all), as `kubectl get bundles A B` lists them.
+    #[arg(value_name = "NAME", conflicts_with = "selector")]
+    names: Vec<String>,
     /// Output format: json, yaml, name, wide (adds the image, the resolved reference and the
     /// shard, the provisioner replica that reconciles the bundle), jsonpath=TEMPLATE or custom-columns=HEADER:EXPRESSION,...
     #[arg(short = 'o', long = "output", value_parser = parse_output)]
@@ -55,16 +58,17 @@ pub struct ListArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  kubectl bundle status my-app\n  kubectl bundle status my-app -o jsonpath='{.status.phase}'\n  kubectl bundle status my-app --watch"
+    after_help = "Examples:\n  kubectl bundle status my-app\n  kubectl bundle status app-a app-b\n  kubectl bundle status my-app -o jsonpath='{.status.phase}'\n  kubectl bundle status my-app --watch"
 )]
 pub struct StatusArgs {
-    /// The bundle.
-    name: String,
+    /// The bundles (one or more).
+    #[arg(required = true, value_name = "NAME")]
+    names: Vec<String>,
     /// Print the Bundle as json, yaml, name, jsonpath=TEMPLATE or custom-columns=SPEC instead of
-    /// the summary.
+    /// the summary (several: a `v1 List` of them).
     #[arg(short = 'o', long = "output", value_parser = parse_output)]
     output: Option<OutputFormat>,
-    /// Print the status again each time the bundle changes.
+    /// Print the status again each time the bundle changes (one bundle).
     #[arg(short = 'w', long)]
     watch: bool,
 }
@@ -190,6 +194,7 @@ fn list_header(wide: bool) -> Vec<String> {
         "CLASS",
         "PHASE",
         "READY",
+        "HEALTHY",
         "SUSPENDED",
         "DIGEST",
         "APPROVAL",
@@ -228,6 +233,10 @@ fn list_row(bundle: &Bundle, wide: Option<Option<&SlotTable>>) -> Vec<String> {
         condition(&status, types::READY)
             .map(|c| c.status.clone())
             .unwrap_or_default(),
+        // Ready can be True while the objects are not healthy (a class that does not wait).
+        condition(&status, types::HEALTHY)
+            .map(|c| c.status.clone())
+            .unwrap_or_default(),
         // As `flux get` shows it: spec.suspend, True or False.
         if bundle.spec.suspend { "True" } else { "False" }.to_string(),
         resolved_digest(&status).map(short).unwrap_or_default(),
@@ -241,13 +250,19 @@ fn list_row(bundle: &Bundle, wide: Option<Option<&SlotTable>>) -> Vec<String> {
     row
 }
 
-/// Prints bundles in the format asked for: a table, or one document for all of them.
+/// Prints bundles in the format asked for: a table, or one document for all of them (the
+/// object itself when one was asked for by name, as `kubectl get bundle NAME -o json` prints it).
 fn print_bundles(
     items: &[Bundle],
     output: Option<&OutputFormat>,
     table: Option<&SlotTable>,
+    by_name: bool,
 ) -> anyhow::Result<()> {
-    if print_structured(&list_of(items)?, output)? {
+    let document = match items {
+        [one] if by_name => clean(one)?,
+        _ => list_of(items)?,
+    };
+    if print_structured(&document, output)? {
         return Ok(());
     }
     let wide = output == Some(&OutputFormat::Wide);
@@ -292,26 +307,38 @@ pub async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<()> {
         params = params.labels(selector);
         watch_config = watch_config.labels(selector);
     }
-    let mut items = bundles
-        .list(&params)
-        .await
-        .map_err(|e| match e {
-            kube::Error::Api(status) if status.code == 400 && args.selector.is_some() => {
-                anyhow::anyhow!("invalid label selector: {}", status.message)
-            }
-            e => anyhow::Error::new(e),
-        })
-        .context("listing bundles")?
-        .items;
-    items.sort_by_key(|b| b.name_any());
+    let (items, refused) = if args.names.is_empty() {
+        let mut items = bundles
+            .list(&params)
+            .await
+            .map_err(|e| match e {
+                kube::Error::Api(status) if status.code == 400 && args.selector.is_some() => {
+                    anyhow::anyhow!("invalid label selector: {}", status.message)
+                }
+                e => anyhow::Error::new(e),
+            })
+            .context("listing bundles")?
+            .items;
+        items.sort_by_key(|b| b.name_any());
+        (items, None)
+    } else {
+        // In the order given, as `kubectl get bundles A B` prints them.
+        get_bundles(&bundles, &args.names).await?
+    };
+    if let [name] = args.names.as_slice() {
+        watch_config = watch_config.fields(&format!("metadata.name={name}"));
+    }
     let mut slots = if wide {
         slot_table(&client, &args.provisioner_namespace).await
     } else {
         None
     };
-    print_bundles(&items, args.output.as_ref(), slots.as_ref())?;
+    if !items.is_empty() || refused.is_none() {
+        let by_name = args.names.len() == 1;
+        print_bundles(&items, args.output.as_ref(), slots.as_ref(), by_name)?;
+    }
     if !args.watch {
-        return Ok(());
+        return refused.map_or(Ok(()), |r| Err(r.into()));
     }
     std::io::stdout().flush()?;
     // What was printed last of each bundle: a change is printed once, relists print nothing new.
@@ -324,6 +351,9 @@ pub async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<()> {
         .touched_objects()
         .boxed();
     while let Some(bundle) = changes.try_next().await.context("watching bundles")? {
+        if !args.names.is_empty() && !args.names.contains(&bundle.name_any()) {
+            continue;
+        }
         let version = bundle.resource_version();
         if printed.insert(bundle.name_any(), version.clone()) != Some(version) {
             if wide {
@@ -401,22 +431,35 @@ fn permissions_table(permissions: &RequestedPermissions) -> String {
 }
 
 pub async fn status(global: &GlobalArgs, args: StatusArgs) -> anyhow::Result<()> {
+    if args.watch && args.names.len() > 1 {
+        bail!("--watch follows one bundle; `kubectl bundle list NAME... --watch` follows several");
+    }
     let client = global.client().await?;
     let bundles: Api<Bundle> = Api::all(client.clone());
-    let bundle = get_bundle(&bundles, &args.name).await?;
-    print_status(&client, &bundle, args.output.as_ref()).await?;
-    if !args.watch {
-        return Ok(());
+    let (found, refused) = get_bundles(&bundles, &args.names).await?;
+    // Several bundles are one document, as `kubectl get bundle A B -o json` prints them.
+    if args.names.len() > 1 && print_structured(&list_of(&found)?, args.output.as_ref())? {
+        return refused.map_or(Ok(()), |r| Err(r.into()));
     }
+    for (i, bundle) in found.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        print_status(&client, bundle, args.output.as_ref()).await?;
+    }
+    let Some(bundle) = found.first().filter(|_| args.watch) else {
+        return refused.map_or(Ok(()), |r| Err(r.into()));
+    };
+    let name = bundle.name_any();
     let mut last = bundle.resource_version();
-    let mut changes = watcher::watch_object(bundles, &args.name).boxed();
+    let mut changes = watcher::watch_object(bundles, &name).boxed();
     while let Some(bundle) = changes
         .try_next()
         .await
-        .with_context(|| format!("watching bundle {}", args.name))?
+        .with_context(|| format!("watching bundle {name}"))?
     {
         let Some(bundle) = bundle else {
-            bail!("bundle {} was deleted", args.name);
+            bail!("bundle {name} was deleted");
         };
         if bundle.resource_version() != last {
             last = bundle.resource_version();

@@ -14,28 +14,48 @@ pub fn record_history(status: &mut BundleStatus, image: &str, installed_at: Time
     let Some(digest) = digest_of(image) else {
         return;
     };
-    let automatic = condition(&status.conditions, types::APPROVED)
-        .is_some_and(|c| c.reason == reasons::AUTOMATIC_APPROVAL);
-    let decision = status
-        .approval
-        .as_ref()
-        .filter(|a| !automatic && a.digest == digest && a.decision == ApprovalDecision::Approved);
-    let entry = HistoryEntry {
+    let mut entry = HistoryEntry {
         image: image.to_string(),
         digest: digest.to_string(),
         installed_at,
-        approval: if automatic {
-            HistoryApproval::Automatic
-        } else {
-            HistoryApproval::Manual
-        },
-        approved_at: decision.and_then(|a| a.time.clone()),
-        approval_reason: decision.and_then(|a| a.reason.clone()),
-        approved_by: decision.and_then(|a| a.approved_by.clone()),
+        approval: HistoryApproval::Automatic,
+        approved_at: None,
+        approval_reason: None,
+        approved_by: None,
     };
+    approve(&mut entry, status);
     status.history.retain(|e| e.digest != digest);
     status.history.insert(0, entry);
     status.history.truncate(HISTORY_LIMIT);
+}
+
+/// Brings the entry of `image`, installed already and applied again, up to date with how it
+/// is approved now: a digest installed automatically and then approved by hand (its bundle
+/// moved to a class with `approval: Manual`), or approved anew (its patches changed), says
+/// who approved it. When it was installed stays.
+pub fn refresh_history_approval(status: &mut BundleStatus, image: &str) {
+    let mut history = std::mem::take(&mut status.history);
+    if let Some(entry) = history.iter_mut().find(|e| e.image == image) {
+        approve(entry, status);
+    }
+    status.history = history;
+}
+
+/// Sets how `entry` was approved from `Approved` and the approver's decision on its digest.
+fn approve(entry: &mut HistoryEntry, status: &BundleStatus) {
+    let automatic = condition(&status.conditions, types::APPROVED)
+        .is_some_and(|c| c.reason == reasons::AUTOMATIC_APPROVAL);
+    let decision = status.approval.as_ref().filter(|a| {
+        !automatic && a.digest == entry.digest && a.decision == ApprovalDecision::Approved
+    });
+    entry.approval = if automatic {
+        HistoryApproval::Automatic
+    } else {
+        HistoryApproval::Manual
+    };
+    entry.approved_at = decision.and_then(|a| a.time.clone());
+    entry.approval_reason = decision.and_then(|a| a.reason.clone());
+    entry.approved_by = decision.and_then(|a| a.approved_by.clone());
 }
 
 #[cfg(test)]
@@ -89,6 +109,47 @@ mod tests {
                 .filter(|e| e.digest == digest('f'))
                 .count(),
             1
+        );
+    }
+
+    #[test]
+    fn a_digest_approved_by_hand_after_its_install_says_so() {
+        let image = format!("r.test/app@{}", digest('a'));
+        let installed_at = Time(Timestamp::UNIX_EPOCH);
+        let mut status = BundleStatus::default();
+        let approved = |status: &mut BundleStatus, reason| {
+            crate::status::set_condition(
+                &mut status.conditions,
+                types::APPROVED,
+                true,
+                reason,
+                "",
+                Some(1),
+            )
+        };
+        approved(&mut status, reasons::AUTOMATIC_APPROVAL);
+        record_history(&mut status, &image, installed_at.clone());
+        assert_eq!(status.history[0].approval, HistoryApproval::Automatic);
+        // Its bundle moved to a class with `approval: Manual`, and alice approved the digest.
+        approved(&mut status, reasons::APPROVED);
+        status.approval = Some(Approval {
+            decision: ApprovalDecision::Approved,
+            digest: digest('a'),
+            reason: Some("reviewed".into()),
+            time: Some(Time(Timestamp::now())),
+            approved_by: Some("alice".into()),
+            images: Vec::new(),
+            patches: Vec::new(),
+            ignore: Vec::new(),
+        });
+        refresh_history_approval(&mut status, &image);
+        let entry = &status.history[0];
+        assert_eq!(entry.approval, HistoryApproval::Manual);
+        assert_eq!(entry.approved_by.as_deref(), Some("alice"));
+        assert_eq!(entry.approval_reason.as_deref(), Some("reviewed"));
+        assert_eq!(
+            entry.installed_at, installed_at,
+            "when it was installed stays"
         );
     }
 }

@@ -10,7 +10,7 @@ mod writes;
 
 pub use conditions::{condition, is_true, remove_condition, set_condition};
 pub use events::publish;
-pub use history::record_history;
+pub use history::{record_history, refresh_history_approval};
 pub use message::set_short_message;
 pub use summary::{Facts, Hold, summarize};
 pub use writes::{show_progress, write_bundle_status, write_class_status};

@@ -1495,8 +1495,6 @@ async fn kubectl_completes_bundle_names_and_output_formats() {
         "history",
         "rollback",
         "diff",
-        "approve",
-        "deny",
         "suspend",
         "resume",
         "reconcile",
@@ -1509,7 +1507,7 @@ async fn kubectl_completes_bundle_names_and_output_formats() {
         kubectl_complete(&["suspend", "--kubeconfig", &kc, &names[0], &prefix], &[]);
     assert_eq!(candidates, [names[1].clone()]);
     let (candidates, _) =
-        kubectl_complete(&["status", "--kubeconfig", &kc, &names[0], &prefix], &[]);
+        kubectl_complete(&["history", "--kubeconfig", &kc, &names[0], &prefix], &[]);
     assert!(candidates.is_empty(), "{candidates:?}");
     // A cluster that cannot be reached gives no candidates, and no error.
     let dir = tempfile::tempdir().unwrap();
@@ -1563,6 +1561,50 @@ async fn kubectl_completes_bundle_names_and_output_formats() {
     for name in names.iter().chain([&other]) {
         bundles.delete(name, &Default::default()).await.unwrap();
     }
+}
+
+/// `approve` completes only the bundles it can decide on (a digest awaiting a decision, or
+/// denied), `deny` those awaiting one or approved; neither offers a bundle its class approves
+/// automatically.
+#[tokio::test]
+async fn approve_and_deny_complete_the_bundles_they_decide_on() {
+    gantry();
+    let client = control_plane().client().await;
+    let prefix = unique_name("decide");
+    let files = |_: &str| vec![("a.yaml", config_map("cm", None, "v1"))];
+    let awaiting = under_review(&client, &format!("{prefix}-awaiting"), files).await;
+    let approved = under_review(&client, &format!("{prefix}-approved"), files).await;
+    let denied = under_review(&client, &format!("{prefix}-denied"), files).await;
+    ok(&[
+        "approve",
+        &approved.name,
+        "--yes",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    ok(&[
+        "deny",
+        &denied.name,
+        "--reason",
+        "no",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    let automatic = format!("{prefix}-automatic");
+    let ns = unique_name("decide-automatic");
+    ensure_namespace(&client, &ns).await;
+    create_bundle(&client, &automatic, spec(&approved.pinned, Some(&ns))).await;
+    wait_bundle(&client, &automatic, "Ready", is_ready).await;
+
+    let kc = kubeconfig();
+    let (all, _) = kubectl_complete(&["status", "--kubeconfig", &kc, &prefix], &[]);
+    assert_eq!(all.len(), 4, "{all:?}");
+    let (approvable, _) = kubectl_complete(&["approve", "--kubeconfig", &kc, &prefix], &[]);
+    assert_eq!(approvable, [awaiting.name.clone(), denied.name.clone()]);
+    let (deniable, _) = kubectl_complete(&["deny", "--kubeconfig", &kc, &prefix], &[]);
+    assert_eq!(deniable, [approved.name.clone(), awaiting.name.clone()]);
 }
 
 /// A class with `maxObjects: 1`: content of two objects passes push's checks and is refused by
@@ -1741,6 +1783,56 @@ async fn history_and_rollback_through_kubectl() {
     assert!(again.contains("already pinned"), "{again}");
 }
 
+/// A digest installed automatically and then approved by hand (its bundle moved to a class with
+/// `approval: Manual`): `history` says who approved it, not `Automatic`.
+#[tokio::test]
+async fn history_names_the_approver_of_a_digest_approved_after_its_install() {
+    gantry();
+    let client = control_plane().client().await;
+    let (name, _) = installed(&client, "approved-later").await;
+    let shown = ok(&["history", &name]);
+    assert!(
+        shown.lines().nth(1).unwrap().contains("Automatic"),
+        "{shown}"
+    );
+    let class = unique_name("approved-later-class");
+    apply_class(&client, &class, class_spec(ApprovalPolicy::Manual), false).await;
+    Api::<Bundle>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "provisionerClassName": class } })),
+        )
+        .await
+        .unwrap();
+    wait_bundle(
+        &client,
+        &name,
+        "awaiting approval",
+        reason_is(types::APPROVED, reasons::AWAITING_APPROVAL),
+    )
+    .await;
+    ok(&[
+        "approve",
+        &name,
+        "--yes",
+        "--reason",
+        "reviewed",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    let shown = ok(&["history", &name]);
+    let rows: Vec<&str> = shown.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "one digest: {shown}");
+    assert!(
+        rows[0].contains("(installed)")
+            && rows[0].contains("Manual by ")
+            && rows[0].contains(": reviewed"),
+        "{shown}"
+    );
+}
+
 #[tokio::test]
 async fn kubectl_get_shows_the_class_the_message_and_the_last_transition() {
     gantry();
@@ -1754,22 +1846,27 @@ async fn kubectl_get_shows_the_class_the_message_and_the_last_transition() {
     let shown = String::from_utf8_lossy(&out.stdout);
     let mut lines = shown.lines();
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    // HEALTHY without -o wide: Ready can be True while the objects are not healthy.
     assert_eq!(
         header,
         [
-            "NAME", "CLASS", "IMAGE", "PHASE", "READY", "SINCE", "AGE", "MESSAGE"
+            "NAME", "CLASS", "IMAGE", "PHASE", "READY", "HEALTHY", "SINCE", "AGE", "MESSAGE"
         ],
         "{shown}"
     );
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(row[1], DEFAULT_CLASS, "the default class is shown: {shown}");
-    assert_eq!((row[3], row[4]), ("Installed", "True"), "{shown}");
+    assert_eq!(
+        (row[3], row[4], row[5]),
+        ("Installed", "True", "True"),
+        "{shown}"
+    );
     assert!(
-        row[5].ends_with('s') || row[5].ends_with('m'),
+        row[6].ends_with('s') || row[6].ends_with('m'),
         "an age: {shown}"
     );
     assert_eq!(
-        row[7..].join(" ").split(" of ").next(),
+        row[8..].join(" ").split(" of ").next(),
         Some("1 object"),
         "Ready's message: {shown}"
     );

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use gantry_api::conditions::types;
 use gantry_api::{Bundle, BundlePhase};
 use gantry_tests::e2e::kubectl::*;
 use gantry_tests::e2e::*;
@@ -243,6 +244,79 @@ async fn list_selects_by_label_and_shows_suspended() {
     ok(&["resume", &b]);
 }
 
+/// `list`, `status` and `tree` take names as `kubectl get bundles A B` does: those alone, in
+/// the order given, and for an unknown one kubectl's NotFound line with the others still
+/// printed, exit 1. `list` shows HEALTHY; a closed standard output ends it quietly.
+#[tokio::test]
+async fn list_status_and_tree_take_names_as_kubectl_get_does() {
+    gantry();
+    let client = control_plane().client().await;
+    let (a, b) = (
+        installed(&client, "names-a").await,
+        installed(&client, "names-b").await,
+    );
+    wait_bundle(&client, &a, "Healthy", |b| {
+        condition(b, types::HEALTHY).is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let listed = ok(&["list", &b, &a]);
+    let names: Vec<&str> = listed
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(names, [b.as_str(), a.as_str()], "{listed}");
+    assert_eq!(cell(&listed, &a, "HEALTHY"), "True", "{listed}");
+
+    let missing = unique_name("missing");
+    let kc = kubeconfig();
+    for verb in ["list", "status", "tree"] {
+        let out = kubectl_bundle(&[verb, &a, &missing, &b, "--kubeconfig", &kc]);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(1), "{verb}: {stdout}{stderr}");
+        assert_eq!(
+            stderr.trim(),
+            format!("Error from server (NotFound): bundles.gantry.dev \"{missing}\" not found"),
+            "{verb}"
+        );
+        assert!(
+            stdout.contains(&a) && stdout.contains(&b),
+            "{verb}: {stdout}"
+        );
+    }
+    // One name: the object, as `kubectl get bundle NAME -o json` prints it; several: a List.
+    let one: serde_json::Value = serde_json::from_str(&ok(&["list", &a, "-o", "json"])).unwrap();
+    assert_eq!(one["kind"], "Bundle", "{one}");
+    let several = ok(&["status", &a, &b, "-o", "jsonpath={.items[*].metadata.name}"]);
+    assert_eq!(several, format!("{a} {b}"));
+    let objects = ok(&["tree", &a, &b, "-o", "jsonpath={.items[*].bundle}"]);
+    assert_eq!(objects, format!("{a} {b}"), "one ConfigMap each");
+    let with_selector = kubectl_bundle(&["list", &a, "-l", "team=x", "--kubeconfig", &kc]);
+    assert_eq!(
+        with_selector.status.code(),
+        Some(2),
+        "{}",
+        text(&with_selector)
+    );
+
+    // `kubectl bundle list -o json | head -1`: whoever closed the pipe read what they wanted.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = kubectl_bundle_command(&["list", "-o", "json", "--kubeconfig", &kc])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[tokio::test]
 async fn several_names_and_all_on_suspend_resume_and_reconcile() {
     let cluster = CLUSTER.get();
@@ -270,15 +344,32 @@ async fn several_names_and_all_on_suspend_resume_and_reconcile() {
     ok_on(plane, &["resume", &a, &b]);
     assert!(!suspended(&client, &a).await && !suspended(&client, &b).await);
 
-    // --all, and names with it refused by the parser.
-    ok_on(plane, &["suspend", "--all"]);
+    // --all, and names with it refused by the parser. A bundle already as asked is left
+    // unwritten and said to be, as kubectl says "unchanged".
+    ok_on(plane, &["suspend", &a]);
+    let out = ok_on(plane, &["suspend", "--all"]);
     for name in [a.as_str(), b.as_str(), c] {
         assert!(suspended(&client, name).await, "{name}");
     }
-    ok_on(plane, &["resume", "--all"]);
+    assert!(
+        out.contains(&format!(
+            "bundle.gantry.dev/{a} already suspended (unchanged)"
+        )) && !out.contains(&format!("bundle {a} suspended"))
+            && out.contains(&format!("bundle {b} suspended")),
+        "{out}"
+    );
+    ok_on(plane, &["resume", &b]);
+    let out = ok_on(plane, &["resume", "--all"]);
     for name in [a.as_str(), b.as_str(), c] {
         assert!(!suspended(&client, name).await, "{name}");
     }
+    assert!(
+        out.contains(&format!("bundle.gantry.dev/{b} not suspended (unchanged)"))
+            && !out.contains(&format!("bundle {b} resumed"))
+            && out.contains(&format!("bundle {a} resumed"))
+            && out.contains(&format!("bundle {c} resumed")),
+        "{out}"
+    );
     let both = kubectl_bundle(&[
         "suspend",
         &a,

@@ -183,6 +183,8 @@ async fn kubectl_prints_the_printer_columns() {
         "resolvedImage": "127.0.0.1:5000/columns@sha256:abcd",
         "installedImage": "127.0.0.1:5000/columns@sha256:abcd",
         "conditions": [{ "type": "Ready", "status": "True", "reason": "InstallSucceeded", "message": "3 objects applied",
+                         "lastTransitionTime": "2026-01-01T00:00:00Z" },
+                       { "type": "Healthy", "status": "False", "reason": "Progressing", "message": "0/1 Pods ready",
                          "lastTransitionTime": "2026-01-01T00:00:00Z" }] } });
     bundles
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -209,7 +211,7 @@ async fn kubectl_prints_the_printer_columns() {
     assert_eq!(
         header,
         [
-            "NAME", "CLASS", "IMAGE", "PHASE", "READY", "SINCE", "AGE", "MESSAGE"
+            "NAME", "CLASS", "IMAGE", "PHASE", "READY", "HEALTHY", "SINCE", "AGE", "MESSAGE"
         ],
         "{stdout}"
     );
@@ -218,18 +220,20 @@ async fn kubectl_prints_the_printer_columns() {
         .unwrap_or_default()
         .split_whitespace()
         .collect();
+    // Ready True with objects not healthy: both shown without -o wide.
     assert_eq!(
-        &row[..5],
+        &row[..6],
         [
             name.as_str(),
             "plain",
             "127.0.0.1:5000/columns:v1",
             "Installed",
-            "True"
+            "True",
+            "False"
         ],
         "{stdout}"
     );
-    assert_eq!(&row[7..], ["3", "objects", "applied"], "{stdout}");
+    assert_eq!(&row[8..], ["3", "objects", "applied"], "{stdout}");
 
     let output = plane
         .kubectl()
@@ -243,7 +247,7 @@ async fn kubectl_prints_the_printer_columns() {
         .unwrap_or_default()
         .split_whitespace()
         .collect();
-    for column in ["HEALTHY", "INSTALLED", "RESOLVED"] {
+    for column in ["INSTALLED", "RESOLVED"] {
         assert!(wide_header.contains(&column), "{column} missing: {stdout}");
     }
     assert!(

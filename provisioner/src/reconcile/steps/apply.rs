@@ -27,7 +27,9 @@ use crate::reconcile::{
     Flow, Pass, correction_forced, installed_fingerprint, remove_objects, timing,
 };
 use crate::state::Context;
-use crate::status::{condition, objects, publish, record_history, remove_condition};
+use crate::status::{
+    condition, objects, publish, record_history, refresh_history_approval, remove_condition,
+};
 
 /// Applies, prunes, records the inventory and sets `Installed`. Continues with, per object of
 /// the inventory, whether the API server said it is being deleted.
@@ -163,6 +165,8 @@ pub(crate) async fn apply_and_prune(
     );
     if pass.status.installed_image.as_deref() != Some(installed.as_str()) {
         record_history(&mut pass.status, &installed, Time(Timestamp::now()));
+    } else {
+        refresh_history_approval(&mut pass.status, &installed);
     }
     pass.status.installed_image = Some(installed);
     // On every full pass, not only when this pass unpacked new content: content unpacked by an

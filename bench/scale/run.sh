@@ -19,9 +19,14 @@
 # printed are how many bundles moved (about 1/N is the ring's promise) and when the last write
 # of the slot table was.
 #
-# FLOOR=1 (default) first measures what the API server accepts on its own: apply-floor
+# FLOOR=1 (default) first measures what the API server accepts on its own, two floors: apply-floor
 # server-side-applies the same BUNDLES x OBJECTS ConfigMaps into BUNDLES other namespaces
-# (created beforehand, as for Gantry), FLOOR_CONCURRENCY at once, nothing else.
+# (created beforehand, as for Gantry), FLOOR_CONCURRENCY at once, nothing else; then, into BUNDLES
+# more namespaces, the same plus what any provisioner writes per bundle: the Bundle's creation
+# (one as the benchmark's, naming a class of another provisioner, so Gantry leaves it alone)
+# before its objects, and after them one status write of the size Gantry's at Ready has (a merge
+# patch through the status subresource), FLOOR_CONCURRENCY requests at once. The floor's Bundles
+# are deleted before Gantry's are created.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck disable=SC1091
@@ -98,22 +103,79 @@ for i in $(seq 1 "$BUNDLES"); do
 done > "$work/bundles/bundles.yaml"
 create_fast "$work/namespaces"
 
-floor=""
+floor="" floor_bundles=""
 if [[ "${FLOOR:-1}" == 1 ]]; then
-  mkdir -p "$work/floor-ns" "$work/floor"
-  python3 - "$work" "$BUNDLES" "$OBJECTS" "$run_id" <<'PY'
-import sys
-work, bundles, objects, run_id = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-with open(f"{work}/floor-ns/namespaces.yaml", "w") as namespaces, open(f"{work}/floor/objects.yaml", "w") as out:
+  # The second floor's Bundles name a class of another provisioner: Gantry's provisioner, running
+  # meanwhile, sees them and writes nothing to them (created first so that its watch has it).
+  printf 'apiVersion: gantry.dev/v1alpha1\nkind: ProvisionerClass\nmetadata:\n  name: floor\nspec:\n  provisioner: bench.gantry.dev/floor\n' |
+    kubectl apply --server-side -f - >/dev/null
+  mkdir -p "$work/floor-ns" "$work/floor" "$work/floor-bundles"
+  python3 - "$work" "$BUNDLES" "$OBJECTS" "$run_id" "$GANTRY_REGISTRY" "$GANTRY_STORAGE_URL" <<'PY'
+import datetime, hashlib, json, sys
+work, bundles, objects, run_id, registry, storage = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:]
+
+def configmap(j, ns):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"config-{j}", "namespace": ns}, "data": {"key": f"value-{j}"}}
+
+def digest(text):
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+# The status Gantry writes at Ready for a bundle of the benchmark's image: the same fields,
+# inventory and message lengths (read from a Bundle after an install).
+at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+manifest, content = digest(f"manifest-{run_id}"), digest(f"content-{run_id}")
+image = f"{registry}/bench/scale@{manifest}"
+def condition(type_, reason, message):
+    return {"type": type_, "status": "True", "reason": reason, "message": message, "observedGeneration": 1, "lastTransitionTime": at}
+def status(name, ns):
+    installed = f"{objects} objects of {image} installed"
+    return {
+        "observedGeneration": 1, "phase": "Installed", "message": f"{objects} objects of scale@{manifest[:19]} installed",
+        "className": "floor", "resolvedImage": image, "installedImage": image, "manifestDigest": manifest,
+        "platform": "linux/amd64", "contentURL": f"{storage}/bundles/{name}/{content[7:]}.tar.gz",
+        "contentDigest": content, "installedContentDigest": content, "installedSpec": {"installNamespace": ns},
+        "requestedPermissions": {"clusterScoped": [], "namespaced": [{"namespace": ns, "kinds": [{"group": "", "kind": "ConfigMap", "count": objects}]}],
+                                 "serviceAccount": {"namespace": "gantry-system", "name": "gantry-applier"}},
+        "inventory": [{"group": "", "version": "v1", "kind": "ConfigMap", "namespace": ns, "name": f"config-{j}"} for j in range(objects)],
+        "objectHealth": {"healthy": objects, "progressing": 0, "failed": 0},
+        "history": [{"image": image, "digest": manifest, "approval": "Automatic", "installedAt": at}],
+        "conditions": [condition("Unpacked", "UnpackSucceeded", f"{objects} objects from {image}"),
+                       condition("Approved", "AutomaticApproval", "ProvisionerClass floor approves every digest"),
+                       condition("Installed", "InstallSucceeded", installed),
+                       condition("Healthy", "Healthy", f"{objects} objects healthy"),
+                       condition("Ready", "InstallSucceeded", installed)],
+    }
+
+with open(f"{work}/floor-ns/namespaces.yaml", "w") as namespaces, open(f"{work}/floor/objects.json", "w") as out, \
+        open(f"{work}/floor-bundles/bundles.json", "w") as by_bundle:
     for i in range(1, bundles + 1):
-        ns = f"floor-{run_id}-{i}"
+        ns, ns_bundle, name = f"floor-{run_id}-{i}", f"floor-bundles-{run_id}-{i}", f"floor-{run_id}-{i}"
         namespaces.write(f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\n")
+        namespaces.write(f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns_bundle}\n---\n")
         for j in range(objects):
-            out.write(f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config-{j}\n  namespace: {ns}\ndata:\n  key: value-{j}\n---\n")
+            out.write(json.dumps(configmap(j, ns)) + "\n")
+        # A Bundle as the benchmark's (its class aside), its status, then its objects.
+        by_bundle.write(json.dumps({"apiVersion": "gantry.dev/v1alpha1", "kind": "Bundle", "metadata": {"name": name},
+                                    "spec": {"image": f"{registry}/bench/scale:{run_id}", "installNamespace": ns_bundle,
+                                             "provisionerClassName": "floor"},
+                                    "status": status(name, ns_bundle)}) + "\n")
+        for j in range(objects):
+            by_bundle.write(json.dumps(configmap(j, ns_bundle)) + "\n")
 PY
   create_fast "$work/floor-ns"
   echo "==> floor: apply-floor, $BUNDLES x $OBJECTS ConfigMaps, concurrency ${FLOOR_CONCURRENCY:-32}"
   read -r floor _ < <("$APPLY_FLOOR" --concurrency "${FLOOR_CONCURRENCY:-32}" "$work/floor")
+  echo "==> floor with the Bundles: apply-floor --bundles, per bundle its Bundle created, its $OBJECTS ConfigMaps applied, its status written, concurrency ${FLOOR_CONCURRENCY:-32}"
+  read -r floor_bundles _ < <("$APPLY_FLOOR" --bundles --concurrency "${FLOOR_CONCURRENCY:-32}" "$work/floor-bundles")
+  # Had the provisioner written to one (it had not seen the class yet), that floor counts its writes.
+  touched="$(kubectl get bundles --show-managed-fields --no-headers \
+    -o custom-columns='MANAGERS:.metadata.managedFields[*].manager' | grep -c gantry || true)"
+  ((touched == 0)) || echo "  $touched of the floor's Bundles were written by the provisioner too"
+  # Gantry's Bundles do not exist yet: these are the floor's, deleted in one request so that
+  # Gantry's provisioner does not keep them while it is measured.
+  kubectl delete --raw /apis/gantry.dev/v1alpha1/bundles >/dev/null
+  left="$(kubectl get bundles --no-headers 2>/dev/null | wc -l)"
+  ((left == 0)) || { echo "$left of the floor's Bundles still exist after their deletion" >&2; exit 1; }
 fi
 
 writes() {
@@ -189,6 +251,7 @@ printf '\n%-48s %s\n' "bundles x objects" "${BUNDLES} x ${OBJECTS}"
 printf '%-48s %s\n' "provisioner replicas" "$REPLICAS"
 printf '%-48s %.1f s (target for 2,000 x 20: 120 s)\n' "time to all Ready" "$all_ready"
 [[ -n "$floor" ]] && printf '%-48s %.1f s (Gantry %sx the floor)\n' "floor: apply-floor, the same ConfigMaps" "$floor" "$(ratio "$all_ready" "$floor")"
+[[ -n "$floor_bundles" ]] && printf '%-48s %.1f s (Gantry %sx)\n' "floor with each bundle's creation + status write" "$floor_bundles" "$(ratio "$all_ready" "$floor_bundles")"
 printf '%-48s %s MiB (at all Ready %s MiB; target 100 MiB)\n' "provisioner peak RSS (largest replica)" "$(peak_rss_replicas)" "$peak_install"
 if ((REPLICAS > 1)); then
   for p in "${pids[@]}"; do printf '%-48s %s MiB (now %s)\n' "  replica PID $p peak RSS" "$(peak_rss_mib "$p")" "$(rss_split_mib "$p")"; done

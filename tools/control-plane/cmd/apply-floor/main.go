@@ -1,15 +1,23 @@
 // Command apply-floor measures how fast the API server accepts a directory of manifests by
-// server-side apply, to give the apply benchmark a floor: Namespaces and CRDs first (each CRD
-// waited for until Established), then every other object, `concurrency` at once, with no
-// client-side rate limit, no reads and no dry runs. It runs one trial per concurrency, each on
+// server-side apply, to give the apply and scale benchmarks a floor: Namespaces and CRDs first
+// (each CRD waited for until Established), then every other object, `concurrency` at once, with
+// no client-side rate limit, no reads and no dry runs. It runs one trial per concurrency, each on
 // its own copy of the manifests (fresh namespaces and CRD groups, so no trial finds another's
 // objects), prints each trial's time on stderr and the best as "SECONDS CONCURRENCY" on stdout.
 //
+// With --bundles it writes what any provisioner must for each bundle: every Bundle (gantry.dev)
+// starts one, the objects after it up to the next Bundle are its. Each in a provisioner's order:
+// the Bundle applied without its status (its creation), then its objects, then its `status`
+// written by a merge patch through the status subresource; `concurrency` bundles and
+// `concurrency` requests at once.
+//
 //	apply-floor --concurrency 1,8,32,64 DIR1 DIR2 DIR3 DIR4
+//	apply-floor --bundles --concurrency 32 DIR
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +34,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -42,14 +51,15 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the API server")
 	concurrencies := flag.String("concurrency", "1,8,32,64", "comma-separated concurrencies, one per directory")
 	timeout := flag.Duration("timeout", 10*time.Minute, "deadline of each trial")
+	bundles := flag.Bool("bundles", false, "per bundle (a Bundle and the objects after it): create the Bundle, apply its objects, write its status")
 	flag.Parse()
-	if err := run(*kubeconfig, *concurrencies, *timeout, flag.Args()); err != nil {
+	if err := run(*kubeconfig, *concurrencies, *timeout, *bundles, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "apply-floor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, concurrencies string, timeout time.Duration, dirs []string) error {
+func run(kubeconfig, concurrencies string, timeout time.Duration, bundles bool, dirs []string) error {
 	var levels []int
 	for _, field := range strings.Split(concurrencies, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(field))
@@ -83,13 +93,17 @@ func run(kubeconfig, concurrencies string, timeout time.Duration, dirs []string)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		start := time.Now()
-		err = applyAll(ctx, client, mapper, objects, levels[i])
+		statusWrites, err := applyAll(ctx, client, mapper, objects, levels[i], bundles)
 		seconds := time.Since(start).Seconds()
 		cancel()
 		if err != nil {
 			return fmt.Errorf("%s (concurrency %d): %w", dir, levels[i], err)
 		}
-		fmt.Fprintf(os.Stderr, "concurrency %3d: %d objects in %.2f s\n", levels[i], len(objects), seconds)
+		writes := ""
+		if bundles {
+			writes = fmt.Sprintf(" and %d status writes", statusWrites)
+		}
+		fmt.Fprintf(os.Stderr, "concurrency %3d: %d objects%s in %.2f s\n", levels[i], len(objects), writes, seconds)
 		if bestLevel == 0 || seconds < bestSeconds {
 			bestSeconds, bestLevel = seconds, levels[i]
 		}
@@ -199,7 +213,8 @@ func isBarrier(object *unstructured.Unstructured) bool {
 		(gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition")
 }
 
-func applyAll(ctx context.Context, client dynamic.Interface, m *mapper, objects []*unstructured.Unstructured, concurrency int) error {
+// applyAll applies objects (by bundle with `bundles`) and returns how many status writes it made.
+func applyAll(ctx context.Context, client dynamic.Interface, m *mapper, objects []*unstructured.Unstructured, concurrency int, bundles bool) (int, error) {
 	var barriers, rest []*unstructured.Unstructured
 	for _, object := range objects {
 		if isBarrier(object) {
@@ -208,21 +223,107 @@ func applyAll(ctx context.Context, client dynamic.Interface, m *mapper, objects 
 			rest = append(rest, object)
 		}
 	}
-	if err := applyConcurrently(ctx, client, m, barriers, concurrency); err != nil {
-		return err
+	apply := func(ctx context.Context, object *unstructured.Unstructured) error {
+		return applyOne(ctx, client, m, object)
+	}
+	if err := forEach(ctx, barriers, concurrency, apply); err != nil {
+		return 0, err
 	}
 	for _, object := range barriers {
 		if object.GetKind() == "CustomResourceDefinition" {
 			if err := waitEstablished(ctx, client, object.GetName()); err != nil {
-				return err
+				return 0, err
 			}
 		}
 	}
-	return applyConcurrently(ctx, client, m, rest, concurrency)
+	if !bundles {
+		return 0, forEach(ctx, rest, concurrency, apply)
+	}
+	groups, err := groupByBundle(rest)
+	if err != nil {
+		return 0, err
+	}
+	// `concurrency` requests at once, as without --bundles: a bundle's objects are applied side
+	// by side, so that the last bundles do not leave the API server idle.
+	requests := make(chan struct{}, concurrency)
+	limited := func(ctx context.Context, do func() error) error {
+		select {
+		case requests <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-requests }()
+		return do()
+	}
+	applyLimited := func(ctx context.Context, object *unstructured.Unstructured) error {
+		return limited(ctx, func() error { return apply(ctx, object) })
+	}
+	return len(groups), forEach(ctx, groups, concurrency, func(ctx context.Context, b bundle) error {
+		if err := applyLimited(ctx, b.object); err != nil {
+			return err
+		}
+		if err := forEach(ctx, b.objects, max(1, len(b.objects)), applyLimited); err != nil {
+			return err
+		}
+		return limited(ctx, func() error { return writeStatus(ctx, client, m, b) })
+	})
 }
 
-func applyConcurrently(ctx context.Context, client dynamic.Interface, m *mapper, objects []*unstructured.Unstructured, concurrency int) error {
-	work := make(chan *unstructured.Unstructured)
+// bundle is what a provisioner writes for one bundle: the Bundle (without its status), the
+// objects it installs, then its status.
+type bundle struct {
+	object  *unstructured.Unstructured
+	status  map[string]any
+	objects []*unstructured.Unstructured
+}
+
+func isBundle(object *unstructured.Unstructured) bool {
+	gvk := object.GroupVersionKind()
+	return gvk.Group == "gantry.dev" && gvk.Kind == "Bundle"
+}
+
+// groupByBundle splits objects at each Bundle: the objects after a Bundle are its.
+func groupByBundle(objects []*unstructured.Unstructured) ([]bundle, error) {
+	var groups []bundle
+	for _, object := range objects {
+		if !isBundle(object) {
+			if len(groups) == 0 {
+				return nil, fmt.Errorf("%s %s/%s comes before any Bundle: with --bundles each object follows the Bundle it belongs to", object.GetKind(), object.GetNamespace(), object.GetName())
+			}
+			groups[len(groups)-1].objects = append(groups[len(groups)-1].objects, object)
+			continue
+		}
+		status, found, err := unstructured.NestedMap(object.Object, "status")
+		if err != nil || !found {
+			return nil, fmt.Errorf("Bundle %s has no status to write (a map at .status)", object.GetName())
+		}
+		created := object.DeepCopy()
+		unstructured.RemoveNestedField(created.Object, "status")
+		groups = append(groups, bundle{object: created, status: status})
+	}
+	return groups, nil
+}
+
+// writeStatus merge-patches b's status through the status subresource.
+func writeStatus(ctx context.Context, client dynamic.Interface, m *mapper, b bundle) error {
+	found, err := m.resolve(b.object)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"status": b.status})
+	if err != nil {
+		return err
+	}
+	_, err = client.Resource(found.resource).Patch(ctx, b.object.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}, "status")
+	if err != nil {
+		return fmt.Errorf("writing the status of Bundle %s: %w", b.object.GetName(), err)
+	}
+	return nil
+}
+
+// forEach calls do for every item, `concurrency` at once; the first error stops the others.
+func forEach[T any](ctx context.Context, items []T, concurrency int, do func(context.Context, T) error) error {
+	work := make(chan T)
 	errs := make(chan error, concurrency)
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(ctx)
@@ -231,8 +332,8 @@ func applyConcurrently(ctx context.Context, client dynamic.Interface, m *mapper,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for object := range work {
-				if err := applyOne(ctx, client, m, object); err != nil {
+			for item := range work {
+				if err := do(ctx, item); err != nil {
 					errs <- err
 					cancel()
 					return
@@ -241,9 +342,9 @@ func applyConcurrently(ctx context.Context, client dynamic.Interface, m *mapper,
 		}()
 	}
 feed:
-	for _, object := range objects {
+	for _, item := range items {
 		select {
-		case work <- object:
+		case work <- item:
 		case <-ctx.Done():
 			break feed
 		}

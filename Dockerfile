@@ -8,8 +8,8 @@
 #   gantry-storage         --target x86_64-unknown-linux-gnu, or a musl target)
 #   gantry-unpack         (static too; shipped in the provisioner's image)
 #
-#   buildah bud --build-arg BINARY=gantry-provisioner -t gantry/provisioner:0.1.0    target/static/context
-#   buildah bud --build-arg BINARY=gantry-storage     -t gantry/storage-server:0.1.0 target/static/context
+#   buildah bud --build-arg BINARY=gantry-provisioner -t gantry-provisioner:0.1.0    target/static/context
+#   buildah bud --build-arg BINARY=gantry-storage     -t gantry-storage-server:0.1.0 target/static/context
 #
 # BINARY names the binary, and the stage below that ships it. Dockerfile.build builds the
 # binaries too, on a machine that can pull rust and distroless images.

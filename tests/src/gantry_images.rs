@@ -38,7 +38,7 @@ pub fn script_command() -> Command {
     command
 }
 
-/// The pushed images, pinned by digest (`host:port/gantry/provisioner@sha256:...`).
+/// The pushed images, pinned by digest (`host:port/gantry-provisioner@sha256:...`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GantryImages {
     pub provisioner: String,

@@ -1,7 +1,8 @@
 //! Gantry's other install files against `manifests/`: the Helm chart `charts/gantry` (rendered
 //! and linted by the real `helm`, built by `tools/helm/build.sh`) and `scripts/install-yaml`,
 //! the single file a release attaches. Neither needs a cluster: both must hold the objects of
-//! `manifests/`, and their settings must change only what they name.
+//! `manifests/`, and their settings must change only what they name. And the one naming of
+//! Gantry's images that all of them, `kubectl bundle install` and the release workflow share.
 
 use std::process::Command;
 
@@ -19,6 +20,10 @@ const CONTAINER: &str = "/spec/template/spec/containers/0";
 const PLAIN: &str = "gantry.dev/v1alpha1 ProvisionerClass plain";
 const DIGEST_A: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const DIGEST_B: &str = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+/// Where a release publishes Gantry's images, and their repositories there (docs/install.md).
+const RELEASE_REGISTRY: &str = "ghcr.io/gantry-dev";
+const PROVISIONER_REPOSITORY: &str = "gantry-provisioner";
+const STORAGE_REPOSITORY: &str = "gantry-storage-server";
 
 fn stdout_of(command: &mut Command) -> String {
     let output = command
@@ -133,7 +138,7 @@ fn the_chart_values_change_only_what_they_name() {
         &mut expected,
         PROVISIONER,
         &format!("{provisioner}/image"),
-        json!(format!("127.0.0.1:5000/team/gantry/provisioner@{DIGEST_A}")),
+        json!(format!("127.0.0.1:5000/team/gantry-provisioner@{DIGEST_A}")),
     );
     set(&mut expected, PROVISIONER, "/spec/replicas", json!(5));
     set(
@@ -153,7 +158,7 @@ fn the_chart_values_change_only_what_they_name() {
         &mut expected,
         STORAGE,
         &format!("{storage}/image"),
-        json!("127.0.0.1:5000/team/gantry/storage-server:9.9.9"),
+        json!("127.0.0.1:5000/team/gantry-storage-server:9.9.9"),
     );
     set(
         &mut expected,
@@ -233,6 +238,106 @@ fn install_yaml_holds_the_manifests_with_the_images_of_the_release() {
         )),
     );
     assert_same_objects("scripts/install-yaml with a release", &actual, &expected);
+}
+
+/// The images of the provisioner's and the storage server's Deployments among `objects`.
+fn images(what: &str, objects: &Objects) -> [String; 2] {
+    [PROVISIONER, STORAGE].map(|key| {
+        objects
+            .get(key)
+            .and_then(|o| o.pointer(&format!("{CONTAINER}/image")))
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("{what}: {key} names no image"))
+            .to_string()
+    })
+}
+
+/// `kubectl-bundle install --export ARGS`, as objects (no cluster is asked).
+fn install_export(args: &[&str]) -> Objects {
+    let plugin = gantry_tests::binary("kubectl-bundle", "kubectl-bundle");
+    let yaml = stdout_of(
+        Command::new(plugin)
+            .args(["install", "--export"])
+            .args(args),
+    );
+    yaml_objects("kubectl bundle install --export", &yaml)
+}
+
+#[test]
+fn gantry_images_have_one_name() {
+    let version = env!("CARGO_PKG_VERSION");
+    let under = |registry: &str| {
+        [PROVISIONER_REPOSITORY, STORAGE_REPOSITORY].map(|r| format!("{registry}/{r}:{version}"))
+    };
+    let mirror = "127.0.0.1:5000/mirror";
+
+    // What the release workflow pushes: REGISTRY/REPOSITORY:VERSION, VERSION being the tag,
+    // which it checks is the workspace version.
+    let path = workspace_root().join(".github/workflows/release.yml");
+    let workflow: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(
+        workflow["env"]["REGISTRY"],
+        RELEASE_REGISTRY,
+        "{}",
+        path.display()
+    );
+    let job = &workflow["jobs"]["images"];
+    assert_eq!(
+        job["env"]["VERSION"],
+        "${{ needs.version.outputs.version }}"
+    );
+    for (id, binary, repository) in [
+        ("provisioner", "gantry-provisioner", PROVISIONER_REPOSITORY),
+        ("storage", "gantry-storage", STORAGE_REPOSITORY),
+    ] {
+        let step = job["steps"]
+            .as_array()
+            .and_then(|steps| steps.iter().find(|s| s["id"] == id))
+            .unwrap_or_else(|| panic!("{}: no step {id} in job images", path.display()));
+        assert_eq!(step["with"]["build-args"], format!("BINARY={binary}"));
+        assert_eq!(
+            step["with"]["tags"],
+            format!("${{{{ env.REGISTRY }}}}/{repository}:${{{{ env.VERSION }}}}"),
+            "{}: step {id}",
+            path.display()
+        );
+    }
+
+    // manifests/ name them so; the chart's values do, rendered and with a registry of one's own;
+    // so do `kubectl bundle install` and `--registry`, and install.yaml with `--registry`.
+    let release = under(RELEASE_REGISTRY);
+    assert_eq!(images("manifests/", &manifests_objects()), release);
+    let values_path = workspace_root().join("charts/gantry/values.yaml");
+    let values: Value = serde_saphyr::from_str(&std::fs::read_to_string(&values_path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", values_path.display()));
+    assert_eq!(values["image"]["registry"], RELEASE_REGISTRY);
+    assert_eq!(
+        values["provisioner"]["image"]["repository"],
+        PROVISIONER_REPOSITORY
+    );
+    assert_eq!(values["storage"]["image"]["repository"], STORAGE_REPOSITORY);
+    assert_eq!(images("helm template", &rendered(&[])), release);
+    let registry = format!("image.registry={mirror}");
+    assert_eq!(
+        images("helm template", &rendered(&["--set", &registry])),
+        under(mirror)
+    );
+    assert_eq!(images("install --export", &install_export(&[])), release);
+    assert_eq!(
+        images(
+            "install --export --registry",
+            &install_export(&["--registry", mirror])
+        ),
+        under(mirror)
+    );
+    assert_eq!(
+        images(
+            "scripts/install-yaml --registry",
+            &install_yaml(&[version, "--registry", mirror])
+        ),
+        under(mirror)
+    );
 }
 
 #[test]

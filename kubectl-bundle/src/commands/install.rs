@@ -113,8 +113,10 @@ const MANIFESTS: [(&str, Step, &str); 10] = [
     after_help = "Examples:\n  kubectl bundle install\n  kubectl bundle install --registry registry.example.com:5000 --storage-class fast\n  kubectl bundle install --export > gantry.yaml"
 )]
 pub struct InstallArgs {
-    /// Pull Gantry's own images from this registry instead (same repository path under it),
-    /// e.g. `registry.example.com:5000` or `registry.example.com/mirror`.
+    /// Pull Gantry's own images from this registry instead of the release's
+    /// (ghcr.io/gantry-dev): REGISTRY/gantry-provisioner:TAG and
+    /// REGISTRY/gantry-storage-server:TAG, e.g. `registry.example.com:5000` or
+    /// `registry.example.com/mirror`.
     #[arg(long, value_name = "REGISTRY")]
     registry: Option<String>,
     /// The StorageClass of the storage server's PersistentVolumeClaim (default: the cluster's
@@ -201,18 +203,12 @@ fn customise(object: &mut Value, options: &Options) {
     }
 }
 
-/// `image` under `registry`: its repository path (and tag or digest) kept, its registry host,
-/// if it names one, replaced.
+/// `image` under `registry`: the last segment of its repository (and its tag or digest) kept,
+/// what precedes it replaced, as a release's `ghcr.io/gantry-dev/gantry-provisioner:TAG` is
+/// `REGISTRY/gantry-provisioner:TAG` once pushed to `REGISTRY` (docs/install.md).
 fn relocate(image: &str, registry: &str) -> String {
-    let path = match image.split_once('/') {
-        Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
-        {
-            rest
-        }
-        _ => image,
-    };
-    format!("{}/{path}", registry.trim_end_matches('/'))
+    let name = image.rsplit('/').next().unwrap_or(image);
+    format!("{}/{name}", registry.trim_end_matches('/'))
 }
 
 fn validate_registry(registry: &str) -> anyhow::Result<()> {
@@ -822,16 +818,17 @@ mod tests {
                 other => panic!("{other} changed"),
             }
         }
+        let version = env!("CARGO_PKG_VERSION");
         assert_eq!(
             images,
             [
-                "localhost:5000/mirror/gantry/storage-server:0.1.0",
-                "localhost:5000/mirror/gantry/provisioner:0.1.0"
+                format!("localhost:5000/mirror/gantry-storage-server:{version}"),
+                format!("localhost:5000/mirror/gantry-provisioner:{version}")
             ]
         );
         assert_eq!(
-            relocate("ghcr.io/x/gantry/provisioner:1", "localhost:5000"),
-            "localhost:5000/x/gantry/provisioner:1"
+            relocate("ghcr.io/x/gantry-provisioner:1@sha256:ab", "localhost:5000"),
+            "localhost:5000/gantry-provisioner:1@sha256:ab"
         );
     }
 

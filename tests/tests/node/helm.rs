@@ -37,8 +37,9 @@ async fn helm_installs_gantry_from_the_chart_and_a_bundle_becomes_ready() {
 
     let (provisioner, provisioner_digest) = split_digest(&images.provisioner);
     let (storage, storage_digest) = split_digest(&images.storage);
+    // The pushed references are whole: no registry in front of them.
     let values = format!(
-        "provisioner.image.repository={provisioner},provisioner.image.digest={provisioner_digest},\
+        "image.registry=,provisioner.image.repository={provisioner},provisioner.image.digest={provisioner_digest},\
          storage.image.repository={storage},storage.image.digest={storage_digest}"
     );
     helm_ok(

@@ -142,7 +142,7 @@ async fn install_applies_what_export_prints_then_times_out_naming_the_workload()
         .clone();
     assert_eq!(
         image.as_deref(),
-        Some("localhost:5000/mirror/gantry/provisioner:0.1.0")
+        Some("localhost:5000/mirror/gantry-provisioner:0.1.0")
     );
     assert!(
         provisioner

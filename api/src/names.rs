@@ -76,6 +76,10 @@ pub const SLOT_LABEL: &str = "gantry.dev/slot";
 pub const SLOT_TABLE_LEASE: &str = "gantry-shard-slots";
 /// Annotation of [`SLOT_TABLE_LEASE`]: the slot table as JSON ([`crate::slots::SlotTable`]).
 pub const SLOT_TABLE_ANNOTATION: &str = "gantry.dev/slot-table";
+/// Annotation of the Lease the leading provisioner holds (`--lease-name`): the `--storage-url`
+/// it is configured with, where `kubectl bundle check` asks the storage server's `/readyz` when
+/// no Deployment runs it.
+pub const STORAGE_URL_ANNOTATION: &str = "gantry.dev/storage-url";
 /// Annotation of a shard's Lease: the slots its controllers serve and the slot table's epoch
 /// that set reflects ([`crate::slots::ServedSlots`], `EPOCH;RANGES`).
 pub const SERVED_SLOTS_ANNOTATION: &str = "gantry.dev/served-slots";

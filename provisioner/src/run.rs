@@ -7,12 +7,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gantry_api::STORAGE_URL_ANNOTATION;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, Patch};
 use kube::runtime::events::Reporter;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
 
 use kube::Client;
 
 use crate::cluster::shard::{Fence, ReplicaLayer, Slots};
+use crate::cluster::writes::own_patch;
 use crate::reconcile::controllers::{self, Controllers, Shard};
 use crate::server::{self, Readiness};
 use crate::sharding::{membership, sharder, slot_table};
@@ -173,6 +177,7 @@ pub async fn run(
     }
     tracing::info!(%identity, "leading");
     metrics.leader.set(1);
+    publish_storage_url(&controllers.client, &options, lease_name).await;
     // Unpack Pods of a previous leader are nobody's now.
     remove_left_behind(&controllers.client, &options.settings.namespace).await;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<&'static str>();
@@ -403,6 +408,9 @@ impl Shards<'_> {
             }
             tracing::info!(identity = %self.options.identity, "leading: running the sharder");
             self.metrics.leader.set(1);
+            if let Some(lease_name) = &self.options.lease_name {
+                publish_storage_url(self.client, self.options, lease_name).await;
+            }
             let mut ended = false;
             let lost = async {
                 loop {
@@ -436,6 +444,22 @@ impl Shards<'_> {
                 return false;
             }
         }
+    }
+}
+
+/// Writes `--storage-url` on the leader Lease just taken, for `kubectl bundle check` to find
+/// the storage server where no Deployment runs it. Leading does not depend on it: a failure is
+/// logged.
+async fn publish_storage_url(client: &Client, options: &Options, lease_name: &str) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &options.settings.namespace);
+    let patch = serde_json::json!({
+        "metadata": { "annotations": { STORAGE_URL_ANNOTATION: options.storage_url } }
+    });
+    if let Err(e) = leases
+        .patch(lease_name, &own_patch(), &Patch::Merge(&patch))
+        .await
+    {
+        tracing::warn!(lease = %lease_name, "publishing the storage URL on the Lease: {e}");
     }
 }
 

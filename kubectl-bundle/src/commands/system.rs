@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use clap::Args;
 use gantry_api::conditions::types;
-use gantry_api::{Bundle, PLAIN_PROVISIONER, ProvisionerClass};
+use gantry_api::{Bundle, PLAIN_PROVISIONER, ProvisionerClass, STORAGE_URL_ANNOTATION};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -209,18 +209,22 @@ async fn crd_served(client: &Client, name: &str) -> anyhow::Result<String> {
     }
 }
 
-async fn deployment_available(
+async fn deployment(
     client: &Client,
     namespace: &str,
     name: &str,
-) -> anyhow::Result<String> {
-    let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
+) -> anyhow::Result<Option<Deployment>> {
+    Api::<Deployment>::namespaced(client.clone(), namespace)
         .get_opt(name)
         .await
-        .with_context(|| format!("reading Deployment {namespace}/{name}"))?
-        .with_context(|| {
-            format!("Deployment {namespace}/{name} not found: is Gantry installed (manifests/)?")
-        })?;
+        .with_context(|| format!("reading Deployment {namespace}/{name}"))
+}
+
+fn deployment_available(
+    deployment: Deployment,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<String> {
     let status = deployment.status.unwrap_or_default();
     let wanted = deployment.spec.and_then(|s| s.replicas).unwrap_or(1);
     let available = status.available_replicas.unwrap_or(0);
@@ -232,15 +236,84 @@ async fn deployment_available(
     Ok(format!("{available}/{wanted} replicas available"))
 }
 
-async fn lease_held(client: &Client, namespace: &str) -> anyhow::Result<String> {
-    let lease = Api::<Lease>::namespaced(client.clone(), namespace)
-        .get_opt(PROVISIONER)
-        .await
-        .with_context(|| format!("reading Lease {namespace}/{PROVISIONER}"))?
+/// The provisioner: its Deployment's replicas when the Deployment exists; else a provisioner
+/// running outside it (as processes, as `scripts/demo` runs it), seen by the Lease it holds and
+/// renews (`leading`).
+async fn provisioner_running(
+    client: &Client,
+    namespace: &str,
+    leading: &Outcome,
+) -> anyhow::Result<String> {
+    if let Some(deployment) = deployment(client, namespace, PROVISIONER).await? {
+        return deployment_available(deployment, namespace, PROVISIONER);
+    }
+    let Outcome { ok, detail, .. } = leading;
+    if !ok {
+        bail!(
+            "Deployment {namespace}/{PROVISIONER} not found, nor a provisioner outside it ({detail}): is Gantry installed (manifests/)?"
+        );
+    }
+    Ok(format!(
+        "no Deployment {namespace}/{PROVISIONER}: a provisioner outside it leads, Lease {PROVISIONER} {detail}"
+    ))
+}
+
+/// The storage server: its Deployment's replicas when the Deployment exists; else the one the
+/// leading provisioner uses (the `--storage-url` it publishes on its Lease), asked for its
+/// `/readyz`.
+async fn storage_ready(
+    client: &Client,
+    namespace: &str,
+    lease: Option<&Lease>,
+) -> anyhow::Result<String> {
+    if let Some(deployment) = deployment(client, namespace, STORAGE).await? {
+        return deployment_available(deployment, namespace, STORAGE);
+    }
+    let url = lease
+        .and_then(|l| l.annotations().get(STORAGE_URL_ANNOTATION))
         .with_context(|| {
-            format!("Lease {namespace}/{PROVISIONER} not found: no provisioner has led yet")
+            format!(
+                "Deployment {namespace}/{STORAGE} not found, and no provisioner names the storage server it uses (annotation {STORAGE_URL_ANNOTATION} of Lease {namespace}/{PROVISIONER}): is Gantry installed (manifests/)?"
+            )
         })?;
-    let spec = lease.spec.unwrap_or_default();
+    let readyz = format!("{}/readyz", url.trim_end_matches('/'));
+    let mut http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(5));
+    if !readyz.starts_with("https://") {
+        http = http.tls_certs_only([]);
+    }
+    let response = http
+        .build()
+        .context("building the HTTP client")?
+        .get(&readyz)
+        .send()
+        .await
+        .with_context(|| {
+            format!("no Deployment {namespace}/{STORAGE}, and the provisioner's storage server does not answer {readyz}")
+        })?;
+    let status = response.status();
+    if !status.is_success() {
+        bail!(
+            "no Deployment {namespace}/{STORAGE}, and the provisioner's storage server answers {readyz} with {status}"
+        );
+    }
+    Ok(format!(
+        "no Deployment {namespace}/{STORAGE}: the provisioner's storage server answers {readyz}"
+    ))
+}
+
+/// Whether the leader Lease (`lease`, read once for every check) has a holder that renews it.
+fn lease_held(
+    namespace: &str,
+    lease: &Result<Option<Lease>, kube::Error>,
+) -> anyhow::Result<String> {
+    let lease = match lease {
+        Ok(lease) => lease.as_ref(),
+        Err(e) => bail!("reading Lease {namespace}/{PROVISIONER}: {e}"),
+    }
+    .with_context(|| {
+        format!("Lease {namespace}/{PROVISIONER} not found: no provisioner has led yet")
+    })?;
+    let spec = lease.spec.clone().unwrap_or_default();
     let holder = spec
         .holder_identity
         .filter(|h| !h.is_empty())
@@ -249,8 +322,12 @@ async fn lease_held(client: &Client, namespace: &str) -> anyhow::Result<String> 
         })?;
     let renewed = spec.renew_time.map(|t| t.0);
     let duration = SignedDuration::from_secs(spec.lease_duration_seconds.unwrap_or(15).into());
+    let now = Timestamp::now();
     match renewed {
-        Some(renewed) if renewed + duration >= Timestamp::now() => Ok(format!("held by {holder}")),
+        Some(renewed) if renewed + duration >= now => {
+            let ago = now.duration_since(renewed).as_secs().max(0);
+            Ok(format!("held by {holder}, renewed {ago}s ago"))
+        }
         _ => bail!(
             "Lease {namespace}/{PROVISIONER} held by {holder} has expired: the leader stopped renewing it"
         ),
@@ -305,6 +382,10 @@ pub async fn check(global: &GlobalArgs, args: CheckArgs) -> anyhow::Result<()> {
     let namespace = &args.system.system_namespace;
     let bundles = format!("{}.{}", Bundle::plural(&()), gantry_api::GROUP);
     let classes = format!("{}.{}", ProvisionerClass::plural(&()), gantry_api::GROUP);
+    let lease = Api::<Lease>::namespaced(client.clone(), namespace)
+        .get_opt(PROVISIONER)
+        .await;
+    let leading = outcome("provisioner leading", lease_held(namespace, &lease));
     let outcomes = vec![
         outcome(
             format!("CRD {bundles}"),
@@ -316,12 +397,17 @@ pub async fn check(global: &GlobalArgs, args: CheckArgs) -> anyhow::Result<()> {
         ),
         outcome(
             "provisioner running",
-            deployment_available(&client, namespace, PROVISIONER).await,
+            provisioner_running(&client, namespace, &leading).await,
         ),
-        outcome("provisioner leading", lease_held(&client, namespace).await),
+        leading,
         outcome(
             "storage server ready",
-            deployment_available(&client, namespace, STORAGE).await,
+            storage_ready(
+                &client,
+                namespace,
+                lease.as_ref().ok().and_then(Option::as_ref),
+            )
+            .await,
         ),
         outcome("classes accepted", classes_accepted(&client).await),
     ];

@@ -61,11 +61,13 @@ pub enum ImageError {
         message: String,
     },
 
-    #[error("invalid object in {file}, document {document}: {reason}")]
+    #[error("invalid object in {file}, document {document}{}: {reason}", object_suffix(.object))]
     InvalidObject {
         file: String,
         /// Index (from 0) of the document among the file's non-empty documents.
         document: usize,
+        /// `Kind name` or `Kind namespace/name`, when the object got that far.
+        object: Option<String>,
         reason: String,
     },
 
@@ -178,6 +180,13 @@ fn line_suffix(line: Option<u64>) -> String {
         Some(line) => format!(" at line {line}"),
         None => String::new(),
     }
+}
+
+fn object_suffix(object: &Option<String>) -> String {
+    object
+        .as_ref()
+        .map(|object| format!(" ({object})"))
+        .unwrap_or_default()
 }
 
 impl ImageError {

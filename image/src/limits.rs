@@ -6,6 +6,24 @@ use gantry_api::Limits;
 
 use super::error::{ImageError, LimitKind};
 
+/// How deep a document may nest mappings and sequences, the document itself counting as one:
+/// serde_json's limit, which every reader of the objects after validation has (objects are
+/// applied from JSON), so that nothing validation accepts is refused later.
+pub const MAX_DEPTH: usize = 127;
+
+/// The stack a parse of untrusted input runs on, whatever thread calls it. Measured in an
+/// unoptimised build: a YAML mapping nested [`MAX_DEPTH`] deep takes 2.9 MiB (23 KiB a level;
+/// deeper input is refused before it takes more), a health rule's CEL expression at its bounds
+/// 4.9 MiB; the 2 MiB of a spawned or tokio thread is not enough. 16 MiB leaves more than three
+/// times either; only the pages a parse uses are touched.
+pub const PARSE_STACK_BYTES: usize = 16 << 20;
+
+/// Runs `parse` with at least [`PARSE_STACK_BYTES`] of stack: in place when the calling thread
+/// has that much left, else on a stack allocated for the call.
+pub fn on_parse_stack<R>(parse: impl FnOnce() -> R) -> R {
+    stacker::maybe_grow(PARSE_STACK_BYTES, PARSE_STACK_BYTES, parse)
+}
+
 /// The limits in force for one pull: `spec.limits` with defaults for absent (or non-positive)
 /// fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -507,7 +507,8 @@ impl ByteBudget {
 }
 
 /// Threads that validate files as the layers produce them: as many as the machine has cores
-/// (at most four), within [`PARSE_BUDGET`].
+/// (at most four), within [`PARSE_BUDGET`]. Their stacks are the default: each parse runs on a
+/// stack sized for the depth limit ([`crate::on_parse_stack`]).
 struct Validator {
     threads: Vec<std::thread::JoinHandle<FileResults>>,
 }

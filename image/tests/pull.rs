@@ -777,6 +777,7 @@ async fn invalid_content_is_rejected_naming_the_culprit() {
             file,
             document,
             reason,
+            ..
         }) => {
             assert_eq!((file.as_str(), document), ("a.yaml", 1));
             assert_eq!(reason, "metadata.name is missing");

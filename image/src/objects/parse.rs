@@ -4,7 +4,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::ObjectSummary;
-use super::rules::{self, Document, Field, Fields, ItemsShape, Metadata};
+use super::rules::{self, Document, Field, Fields, ItemsShape, Metadata, Spec, StrMap};
 use crate::error::ImageError;
 use crate::limits::EffectiveLimits;
 
@@ -39,6 +39,7 @@ impl BundleObject {
         ImageError::InvalidObject {
             file: self.summary.file.clone(),
             document: self.summary.document,
+            object: None,
             reason: error.to_string(),
         }
     }
@@ -50,16 +51,17 @@ pub fn parse_file(
     content: &[u8],
     limits: &EffectiveLimits,
 ) -> Result<Vec<BundleObject>, ImageError> {
-    let docs: Vec<Value> = rules::documents(file, content, limits)?;
     // Each tree becomes compact text as soon as it is checked, and is dropped.
-    rules::flatten_file(
+    rules::read_file::<Value, _>(
         file,
-        docs,
+        content,
+        limits,
         |object, place, identity| {
             let object = serde_json::value::to_raw_value(&object).map_err(|e| {
                 ImageError::InvalidObject {
                     file: file.to_string(),
                     document: place.document,
+                    object: None,
                     reason: e.to_string(),
                 }
             })?;
@@ -83,6 +85,18 @@ fn field(value: Option<&Value>) -> Field<'_> {
     }
 }
 
+fn str_map(value: Option<&Value>) -> StrMap<'_> {
+    match value {
+        None | Some(Value::Null) => StrMap::Absent,
+        Some(Value::Object(map)) => StrMap::Entries(
+            map.iter()
+                .map(|(key, value)| (key.as_str(), field(Some(value))))
+                .collect(),
+        ),
+        Some(_) => StrMap::Other,
+    }
+}
+
 impl Document for Value {
     fn fields(&self) -> Option<Fields<'_>> {
         let map = self.as_object()?;
@@ -95,6 +109,8 @@ impl Document for Value {
                 Some(Value::Object(meta)) => Metadata::Mapping {
                     name: field(meta.get("name")),
                     namespace: field(meta.get("namespace")),
+                    labels: str_map(meta.get("labels")),
+                    annotations: str_map(meta.get("annotations")),
                 },
                 Some(_) => Metadata::Other,
             },
@@ -102,6 +118,14 @@ impl Document for Value {
                 None | Some(Value::Null) => ItemsShape::Absent,
                 Some(Value::Array(_)) => ItemsShape::Sequence,
                 Some(_) => ItemsShape::Other,
+            },
+            spec: match map.get("spec") {
+                Some(Value::Object(spec)) => Spec {
+                    group: field(spec.get("group")),
+                    version: field(spec.get("version")),
+                    plural: field(spec.get("names").and_then(|names| names.get("plural"))),
+                },
+                _ => Spec::default(),
             },
         })
     }

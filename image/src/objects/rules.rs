@@ -1,18 +1,16 @@
 //! The rules every reading of a bundle's files applies, written once: how a file splits into
 //! documents (multi-document YAML or one JSON value, empty documents skipped, the parser's
-//! budget scaled to the limits), how a `v1 List` is flattened, and which fields identify an
-//! object. The full parse ([`super::parse`]) and the streaming validation
+//! budget scaled to the limits), how a list object is flattened, which fields identify an
+//! object, and the checks of its metadata the API server would make ([`super::names`]). The full parse ([`super::parse`]) and the streaming validation
 //! ([`super::validate`]) only differ in how much of a document they keep; both present it to
 //! these rules as a [`Document`], so they accept the same objects and refuse the rest with the
 //! same messages.
 
 use serde::Deserialize;
 
+use super::names;
 use crate::error::ImageError;
-use crate::limits::EffectiveLimits;
-
-/// The message for a `List` whose `items` is neither a sequence nor null.
-const ITEMS_NOT_A_SEQUENCE: &str = "items of a List must be a sequence";
+use crate::limits::{EffectiveLimits, MAX_DEPTH, on_parse_stack};
 
 /// A field that should hold a string, as found in a document.
 #[derive(Debug, Clone, Copy)]
@@ -23,41 +21,90 @@ pub(crate) enum Field<'a> {
     Other,
 }
 
+/// A mapping whose values should be strings (`metadata.labels`, `metadata.annotations`).
+#[derive(Debug, Clone, Default)]
+pub(crate) enum StrMap<'a> {
+    /// Missing or null.
+    #[default]
+    Absent,
+    Entries(Vec<(&'a str, Field<'a>)>),
+    Other,
+}
+
 /// `metadata`, as found in a document.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum Metadata<'a> {
     Missing,
     Null,
     Mapping {
         name: Field<'a>,
         namespace: Field<'a>,
+        labels: StrMap<'a>,
+        /// The values only as far as their kind goes: the rules read no annotation's value.
+        annotations: StrMap<'a>,
     },
     Other,
 }
 
-/// The shape of `items` (only a `List`'s items matter).
+/// The fields of `spec` that decide the names of some kinds: a CRD is named
+/// `<spec.names.plural>.<spec.group>`, an APIService `<spec.version>.<spec.group>`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Spec<'a> {
+    pub group: Field<'a>,
+    pub version: Field<'a>,
+    pub plural: Field<'a>,
+}
+
+impl Default for Spec<'_> {
+    fn default() -> Self {
+        Spec {
+            group: Field::Missing,
+            version: Field::Missing,
+            plural: Field::Missing,
+        }
+    }
+}
+
+/// The shape of `items` (only a list's items matter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ItemsShape {
-    /// Missing or null: a `List` without objects.
+    /// Missing or null.
     Absent,
     Sequence,
     Other,
 }
 
 /// What the rules look at in a document that is a mapping.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Fields<'a> {
     pub api_version: Field<'a>,
     pub kind: Field<'a>,
     pub metadata: Metadata<'a>,
     pub items: ItemsShape,
+    pub spec: Spec<'a>,
 }
 
 impl Fields<'_> {
-    /// A `v1 List`, whose items are the objects (Lists inside a List are not flattened).
-    fn is_list(&self) -> bool {
-        matches!(self.api_version, Field::Str("v1")) && matches!(self.kind, Field::Str("List"))
+    /// The kind of a list object, whose items are the objects: as kubectl reads them, any kind
+    /// ending in `List` (`List`, `ConfigMapList`, `RoleBindingList`, in any group) with `items`.
+    fn list_kind(&self) -> Option<&str> {
+        match self.kind {
+            Field::Str(kind) if kind.ends_with("List") && self.items != ItemsShape::Absent => {
+                Some(kind)
+            }
+            _ => None,
+        }
     }
+}
+
+/// Whether `document` is a list object, whose `items` are the objects (the rule of
+/// [`Fields::list_kind`], for readers of a bundle's files that keep their own parse).
+pub fn is_list(document: &serde_json::Value) -> bool {
+    document.fields().is_some_and(|f| f.list_kind().is_some())
+}
+
+fn items_not_a_sequence(kind: &str) -> String {
+    format!("items of a {kind} must be a sequence")
 }
 
 /// One document of a file, however much of it was kept.
@@ -78,12 +125,40 @@ pub(crate) struct Identity {
     pub namespace: Option<String>,
 }
 
-/// Checks one object (a document, or an item of a `List`); the error is the reason only.
-fn identify(fields: Option<Fields<'_>>) -> Result<Identity, String> {
-    let fields = fields.ok_or("not a mapping")?;
-    if fields.is_list() && fields.items == ItemsShape::Other {
-        return Err(ITEMS_NOT_A_SEQUENCE.into());
+impl Identity {
+    /// `Kind name` or `Kind namespace/name`, as messages name an object.
+    pub(crate) fn label(&self) -> String {
+        match &self.namespace {
+            Some(namespace) => format!("{} {namespace}/{}", self.kind, self.name),
+            None => format!("{} {}", self.kind, self.name),
+        }
     }
+}
+
+/// Why an object is refused, and which object it is when that is known.
+struct Refusal {
+    object: Option<String>,
+    reason: String,
+}
+
+impl From<String> for Refusal {
+    fn from(reason: String) -> Self {
+        Refusal {
+            object: None,
+            reason,
+        }
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(reason: &str) -> Self {
+        reason.to_string().into()
+    }
+}
+
+/// Checks one object (a document, or an item of a list).
+fn identify(fields: Option<Fields<'_>>) -> Result<Identity, Refusal> {
+    let fields = fields.ok_or("not a mapping")?;
     let required = |field: Field<'_>, name: &str| match field {
         Field::Str(s) if !s.is_empty() => Ok(s.to_string()),
         Field::Missing | Field::Null => Err(format!("{name} is missing")),
@@ -91,8 +166,13 @@ fn identify(fields: Option<Fields<'_>>) -> Result<Identity, String> {
     };
     let api_version = required(fields.api_version, "apiVersion")?;
     let kind = required(fields.kind, "kind")?;
-    let (name, namespace) = match fields.metadata {
-        Metadata::Mapping { name, namespace } => (name, namespace),
+    let (name, namespace, labels, annotations) = match &fields.metadata {
+        Metadata::Mapping {
+            name,
+            namespace,
+            labels,
+            annotations,
+        } => (*name, *namespace, labels, annotations),
         Metadata::Other => return Err("metadata must be a mapping".into()),
         Metadata::Missing | Metadata::Null => return Err("metadata.name is missing".into()),
     };
@@ -102,26 +182,31 @@ fn identify(fields: Option<Fields<'_>>) -> Result<Identity, String> {
         Field::Str(ns) => Some(ns).filter(|ns| !ns.is_empty()).map(str::to_string),
         Field::Other => return Err("metadata.namespace must be a string".into()),
     };
-    Ok(Identity {
+    let identity = Identity {
         api_version,
         kind,
         name,
         namespace,
-    })
+    };
+    names::check(&identity, labels, annotations, &fields.spec).map_err(|reason| Refusal {
+        object: Some(identity.label()),
+        reason,
+    })?;
+    Ok(identity)
 }
 
 /// Where an object was found: its document's index in the file, and its index in `items` when
-/// the document is a `v1 List`.
+/// the document is a list.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Place {
     pub document: usize,
     pub item: Option<usize>,
 }
 
-/// Flattens the documents of `file` into objects: a `v1 List` gives its items, any other
-/// document itself. `emit` turns each accepted object into what the caller keeps;
-/// `after_document` sees the objects so far once each document is done.
-pub(crate) fn flatten_file<D: Document, T>(
+/// Flattens the documents of `file` into objects: a list gives its items (a list among them is
+/// refused), any other document itself. `emit` turns each accepted object into what the caller
+/// keeps; `after_document` sees the objects so far once each document is done.
+fn flatten_file<D: Document, T>(
     file: &str,
     docs: Vec<D>,
     mut emit: impl FnMut(D, Place, Identity) -> T,
@@ -129,19 +214,34 @@ pub(crate) fn flatten_file<D: Document, T>(
 ) -> Result<Vec<T>, ImageError> {
     let mut out = Vec::new();
     for (document, doc) in docs.into_iter().enumerate() {
-        let invalid = |reason: String| ImageError::InvalidObject {
+        let invalid = |refusal: Refusal| ImageError::InvalidObject {
             file: file.to_string(),
             document,
-            reason,
+            object: refusal.object,
+            reason: refusal.reason,
         };
-        match doc.fields() {
-            Some(fields) if fields.is_list() => {
-                if fields.items == ItemsShape::Other {
-                    return Err(invalid(ITEMS_NOT_A_SEQUENCE.into()));
+        let list_kind = doc.fields().and_then(|f| f.list_kind().map(str::to_string));
+        match list_kind {
+            Some(kind) => {
+                if doc.fields().is_some_and(|f| f.items == ItemsShape::Other) {
+                    return Err(invalid(items_not_a_sequence(&kind).into()));
                 }
                 for (i, item) in doc.into_items().into_iter().enumerate() {
-                    let identity =
-                        identify(item.fields()).map_err(|r| invalid(format!("items[{i}]: {r}")))?;
+                    let in_items = |refusal: Refusal| {
+                        invalid(Refusal {
+                            reason: format!("items[{i}]: {}", refusal.reason),
+                            ..refusal
+                        })
+                    };
+                    if let Some(inner) = item.fields().as_ref().and_then(Fields::list_kind) {
+                        return Err(in_items(
+                            format!(
+                                "a {inner} inside a {kind} is not flattened: give it a document of its own"
+                            )
+                            .into(),
+                        ));
+                    }
+                    let identity = identify(item.fields()).map_err(in_items)?;
                     let place = Place {
                         document,
                         item: Some(i),
@@ -149,8 +249,8 @@ pub(crate) fn flatten_file<D: Document, T>(
                     out.push(emit(item, place, identity));
                 }
             }
-            fields => {
-                let identity = identify(fields).map_err(invalid)?;
+            None => {
+                let identity = identify(doc.fields()).map_err(invalid)?;
                 let place = Place {
                     document,
                     item: None,
@@ -184,7 +284,7 @@ fn yaml_options(limits: &EffectiveLimits) -> serde_saphyr::Options {
             .unwrap_or(usize::MAX)
             .saturating_add(1),
     );
-    budget.max_depth = 128;
+    budget.max_depth = MAX_DEPTH;
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
     options.with_snippet = false;
@@ -193,11 +293,23 @@ fn yaml_options(limits: &EffectiveLimits) -> serde_saphyr::Options {
     options
 }
 
+/// What the parsers say of nesting past [`MAX_DEPTH`], said with the limit: the depth budget,
+/// YAML's limit on nested flow collections (which is higher), serde_json's recursion limit.
+fn depth_message(message: String) -> String {
+    let too_deep = message.starts_with("budget breached: Depth")
+        || message.starts_with("recursion limit exceeded");
+    if too_deep {
+        format!("nested deeper than {MAX_DEPTH} levels of mappings and sequences, the limit")
+    } else {
+        message
+    }
+}
+
 fn yaml_error(file: &str, error: &serde_saphyr::Error) -> ImageError {
     ImageError::InvalidYaml {
         file: file.to_string(),
         line: error.location().map(|l| l.line()),
-        message: error.without_snippet().to_string(),
+        message: depth_message(error.without_snippet().to_string()),
     }
 }
 
@@ -205,12 +317,32 @@ fn json_error(file: &str, error: &serde_json::Error) -> ImageError {
     ImageError::InvalidYaml {
         file: file.to_string(),
         line: Some(error.line() as u64),
-        message: error.to_string(),
+        message: depth_message(error.to_string()),
     }
 }
 
+/// The objects of one file: its documents, in order, empty ones skipped, flattened as
+/// [`flatten_file`] does. Parsing nests a call per level of the input, so this runs on a stack
+/// sized for the depth limit ([`on_parse_stack`]), whichever thread calls it.
+pub(crate) fn read_file<'de, D: Document + Deserialize<'de>, T>(
+    file: &str,
+    content: &'de [u8],
+    limits: &EffectiveLimits,
+    emit: impl FnMut(D, Place, Identity) -> T,
+    after_document: impl FnMut(&[T], usize) -> Result<(), ImageError>,
+) -> Result<Vec<T>, ImageError> {
+    on_parse_stack(|| {
+        flatten_file(
+            file,
+            documents(file, content, limits)?,
+            emit,
+            after_document,
+        )
+    })
+}
+
 /// Documents of one file, in order, empty ones skipped.
-pub(crate) fn documents<'de, T: Deserialize<'de>>(
+fn documents<'de, T: Deserialize<'de>>(
     file: &str,
     content: &'de [u8],
     limits: &EffectiveLimits,

@@ -18,7 +18,7 @@ pub struct ObjectSummary {
     pub file: String,
     /// Index (from 0) of the document among the file's non-empty documents.
     pub document: usize,
-    /// Index in `items` when the document is a `v1 List`.
+    /// Index in `items` when the document is a list.
     pub item: Option<usize>,
     pub api_version: String,
     pub kind: String,
@@ -58,10 +58,10 @@ pub fn summarize_file(
     content: &[u8],
     limits: &EffectiveLimits,
 ) -> Result<Vec<ObjectSummary>, ImageError> {
-    let docs: Vec<DocSummary> = rules::documents(file, content, limits)?;
-    rules::flatten_file(
+    rules::read_file::<DocSummary, _>(
         file,
-        docs,
+        content,
+        limits,
         |_, place, identity| ObjectSummary::at(file, place, identity),
         // Checked per document, so that the error names the document that went over.
         |objects, document| {
@@ -145,6 +145,7 @@ pub(crate) fn check_objects(
                 return Err(ImageError::InvalidObject {
                     file: object.file.clone(),
                     document: object.document,
+                    object: None,
                     reason: format!(
                         "{} {}{} is defined twice (first in {first})",
                         object.kind,
@@ -169,7 +170,7 @@ pub(crate) fn check_objects(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::objects::parse_file;
+    use crate::objects::{is_list, parse_file};
 
     fn limits() -> EffectiveLimits {
         EffectiveLimits::default()
@@ -329,7 +330,17 @@ rules: []
             ),
             (
                 "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: List\n  metadata: {name: l}\n  items: 3\n",
-                "items[0]: items of a List must be a sequence",
+                "items[0]: a List inside a List is not flattened: give it a document of its own",
+                0,
+            ),
+            (
+                "apiVersion: v1\nkind: A\nmetadata: {name: a}\n---\napiVersion: v1\nkind: ConfigMapList\nitems:\n- apiVersion: rbac.authorization.k8s.io/v1\n  kind: RoleList\n  items: []\n",
+                "items[0]: a RoleList inside a ConfigMapList is not flattened: give it a document of its own",
+                1,
+            ),
+            (
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleList\nitems: {a: 1}\n",
+                "items of a RoleList must be a sequence",
                 0,
             ),
             (
@@ -343,6 +354,7 @@ rules: []
                     file,
                     document: d,
                     reason,
+                    ..
                 }) => {
                     assert_eq!(file, "f.yaml");
                     assert_eq!(d, document, "{yaml}");
@@ -354,6 +366,255 @@ rules: []
             let summary_error = summaries("f.yaml", yaml).unwrap_err().to_string();
             let parse_error = parse_file("f.yaml", yaml.as_bytes(), &limits()).unwrap_err();
             assert_eq!(parse_error.to_string(), summary_error, "{yaml}");
+        }
+    }
+
+    /// kube-prometheus's three files of typed lists (`manifests/` of its release).
+    fn kube_prometheus() -> BundleFiles {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kube-prometheus");
+        BundleFiles::from_dir(&dir, &limits()).unwrap()
+    }
+
+    #[test]
+    fn typed_lists_of_any_group_are_flattened_in_order() {
+        let files = kube_prometheus();
+        let objects = validate_files(&files, &limits()).unwrap();
+        let found: Vec<_> = objects
+            .iter()
+            .map(|o| {
+                (
+                    o.file.as_str(),
+                    o.item,
+                    o.kind.as_str(),
+                    o.namespace.as_deref().unwrap_or_default(),
+                    o.name.as_str(),
+                )
+            })
+            .collect();
+        let (dashboards, bindings, roles) = (
+            "grafana-dashboardDefinitions.yaml",
+            "prometheus-roleBindingSpecificNamespaces.yaml",
+            "prometheus-roleSpecificNamespaces.yaml",
+        );
+        let mut expected = vec![
+            (
+                dashboards,
+                Some(0),
+                "ConfigMap",
+                "monitoring",
+                "grafana-dashboard-alertmanager-overview",
+            ),
+            (
+                dashboards,
+                Some(1),
+                "ConfigMap",
+                "monitoring",
+                "grafana-dashboard-apiserver",
+            ),
+        ];
+        for (file, kind) in [(bindings, "RoleBinding"), (roles, "Role")] {
+            for (i, namespace) in ["default", "kube-system", "monitoring"]
+                .into_iter()
+                .enumerate()
+            {
+                expected.push((file, Some(i), kind, namespace, "prometheus-k8s"));
+            }
+        }
+        assert_eq!(found, expected);
+        assert!(objects.iter().all(|o| o.document == 0));
+        // The full parse gives the same objects, each a whole object of its own.
+        let (_, parsed) =
+            crate::canonical::write_canonical_objects(&files, std::io::sink(), &limits()).unwrap();
+        assert_eq!(parsed.len(), objects.len());
+        for (object, summary) in parsed.iter().zip(&objects) {
+            assert_eq!(&object.summary, summary);
+            let value = object.value().unwrap();
+            assert_eq!(value["kind"], summary.kind.as_str());
+            assert!(value.get("items").is_none());
+        }
+        assert_eq!(parsed[5].value().unwrap()["rules"][0]["verbs"][2], "watch");
+        // `is_list`, for readers that keep their own parse, is the same rule.
+        let list = |yaml: &str| is_list(&serde_saphyr::from_str(yaml).unwrap());
+        assert!(list(
+            "apiVersion: example.com/v1\nkind: WidgetList\nitems: []\n"
+        ));
+        assert!(list("apiVersion: v1\nkind: List\nitems: []\n"));
+        assert!(!list("apiVersion: v1\nkind: ConfigMap\nitems: []\n"));
+        assert!(!list(
+            "apiVersion: example.com/v1\nkind: AllowList\nmetadata: {name: a}\n"
+        ));
+    }
+
+    #[test]
+    fn a_kind_ending_in_list_without_items_is_an_object() {
+        let yaml = "apiVersion: example.com/v1\nkind: AllowList\nmetadata: {name: a}\nspec: {}\n";
+        assert_eq!(
+            ids(&summaries("a.yaml", yaml).unwrap()),
+            vec![(0, None, "AllowList", "a")]
+        );
+        assert_eq!(
+            parse_file("a.yaml", yaml.as_bytes(), &limits())
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
+    /// Runs `check` on a thread with the stack every spawned and tokio thread gets (2 MiB),
+    /// less than a parse at the depth limit needs in an unoptimised build.
+    fn on_small_stack(check: impl FnOnce() + Send + 'static) {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(check)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    #[test]
+    fn nesting_past_the_depth_limit_is_refused_on_any_thread() {
+        on_small_stack(|| {
+            let deep = [
+                (
+                    "map.yaml",
+                    format!("x: {}1{}\n", "{a: ".repeat(60_000), "}".repeat(60_000)),
+                ),
+                (
+                    "seq.yaml",
+                    format!("x: {}{}\n", "[".repeat(100_000), "]".repeat(100_000)),
+                ),
+                (
+                    "block.yaml",
+                    (0..200).map(|i| format!("{}a:\n", " ".repeat(i))).collect(),
+                ),
+                (
+                    "deep.json",
+                    format!("{}1{}", "{\"a\":".repeat(60_000), "}".repeat(60_000)),
+                ),
+            ];
+            for (file, content) in deep {
+                for error in [
+                    summaries(file, &content).unwrap_err(),
+                    parse_file(file, content.as_bytes(), &limits()).unwrap_err(),
+                ] {
+                    match error {
+                        ImageError::InvalidYaml {
+                            file: named,
+                            line: Some(_),
+                            message,
+                        } => {
+                            assert_eq!(named, file);
+                            assert_eq!(
+                                message,
+                                "nested deeper than 127 levels of mappings and sequences, the limit"
+                            );
+                        }
+                        other => panic!("{file}: {other:?}"),
+                    }
+                }
+            }
+            // At the limit, an object is read, by both parsers.
+            let nested = |depth: usize| {
+                format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: a}}\ndata: {}1{}\n",
+                    "{a: ".repeat(depth),
+                    "}".repeat(depth)
+                )
+            };
+            let deepest = nested(126);
+            assert_eq!(summaries("a.yaml", &deepest).unwrap().len(), 1);
+            let parsed = parse_file("a.yaml", deepest.as_bytes(), &limits()).unwrap();
+            assert!(parsed[0].value().is_ok());
+            assert!(summaries("a.yaml", &nested(127)).is_err());
+            // Sequences alike, and JSON (whose document is a mapping, a level).
+            let seqs = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+            let object = |data: String| {
+                format!(
+                    "{{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {{\"name\": \"a\"}}, \"data\": {data}}}"
+                )
+            };
+            for file in ["a.yaml", "a.json"] {
+                assert!(summaries(file, &object(seqs(126))).is_ok(), "{file}");
+                assert!(summaries(file, &object(seqs(127))).is_err(), "{file}");
+            }
+        });
+    }
+
+    #[test]
+    fn names_the_api_server_refuses_are_refused_naming_the_object() {
+        let yaml = format!(
+            "{CM}---\n{}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: Delta_Bad}}\n",
+            CM.replace("name: a", "name: b")
+        );
+        let error = summaries("f.yaml", &yaml).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "invalid object in f.yaml, document 2 (ConfigMap Delta_Bad): metadata.name \
+             \"Delta_Bad\" is not a valid name: must consist of lower case alphanumeric \
+             characters, '-' or '.', and must start and end with an alphanumeric character"
+        );
+        let both = |yaml: &str| {
+            let summary = summaries("f.yaml", yaml)
+                .map(|o| o.len())
+                .map_err(|e| e.to_string());
+            let parsed = parse_file("f.yaml", yaml.as_bytes(), &limits())
+                .map(|o| o.len())
+                .map_err(|e| e.to_string());
+            assert_eq!(summary, parsed, "{yaml}");
+            summary
+        };
+        assert_eq!(both(&yaml), Err(error.to_string()));
+        for (yaml, says) in [
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: Team\n",
+                "(ConfigMap Team/a): metadata.namespace \"Team\" is not a valid namespace name",
+            ),
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: {\"a b\": x}\n",
+                "(ConfigMap a): metadata.labels[\"a b\"]: the key is not a valid qualified name",
+            ),
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: {app: true}\n",
+                "metadata.labels[\"app\"] must be a string",
+            ),
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: {app: -web}\n",
+                "\"-web\" is not a valid label value",
+            ),
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  annotations: {\"a/b/c\": x}\n",
+                "metadata.annotations[\"a/b/c\"]: the key is not a valid qualified name",
+            ),
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  annotations: {a: [x]}\n",
+                "metadata.annotations[\"a\"] must be a string",
+            ),
+            (
+                "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: 1st}\n",
+                "document 0 (Service 1st): items[0]: metadata.name \"1st\" is not a valid name",
+            ),
+            (
+                "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widget.example.com}\nspec:\n  group: example.com\n  names: {plural: widgets, kind: Widget}\n",
+                "must be spec.names.plural+\".\"+spec.group: \"widgets.example.com\"",
+            ),
+            (
+                "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1.metrics.k8s.io}\nspec: {group: metrics.k8s.io, version: v1beta1}\n",
+                "must be spec.version+\".\"+spec.group: \"v1beta1.metrics.k8s.io\"",
+            ),
+        ] {
+            let error = both(yaml).unwrap_err();
+            assert!(error.contains(says), "{yaml}: {error}");
+        }
+        // Names of real install sets.
+        for yaml in [
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: \"system:controller:foo\"}\n",
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: \"system:aggregate-to-admin\"}\n",
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: prometheuses.monitoring.coreos.com\n  annotations: {controller-gen.kubebuilder.io/version: v0.18.0}\nspec:\n  group: monitoring.coreos.com\n  names: {plural: prometheuses, kind: Prometheus, listKind: PrometheusList}\n",
+            "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata:\n  name: v1beta1.metrics.k8s.io\n  labels: {k8s-app: metrics-server}\nspec: {group: metrics.k8s.io, version: v1beta1, service: {name: metrics-server, namespace: kube-system}}\n",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kube-root-ca.crt.v2, namespace: kube-system, labels: {tier: null}}\n",
+        ] {
+            assert_eq!(both(yaml), Ok(1), "{yaml}");
         }
     }
 
@@ -395,6 +656,7 @@ rules: []
                 file,
                 document,
                 reason,
+                ..
             }) => {
                 assert_eq!(file, "b.yaml");
                 assert_eq!(document, 0);

@@ -1,13 +1,14 @@
-//! A walk over a document that keeps only what identifies an object (`apiVersion`, `kind`,
-//! `metadata.name`, `metadata.namespace` and a `List`'s `items`), so that validation holds
-//! little more than those fields in memory. It refuses exactly what `serde_json::Value`
+//! A walk over a document that keeps only what identifies an object and what the rules check
+//! (`apiVersion`, `kind`, `metadata.name`, `metadata.namespace`, the labels, the annotations'
+//! keys, the `spec` fields that decide a CRD's or an APIService's name, and a list's `items`),
+//! so that validation holds little more than those fields in memory. It refuses exactly what `serde_json::Value`
 //! refuses (non-string keys), so that the full parse later accepts what validation accepted.
 
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::rules::{Document, Field, Fields, ItemsShape, Metadata};
+use super::rules::{Document, Field, Fields, ItemsShape, Metadata, Spec, StrMap};
 
 #[derive(Debug, Default)]
 enum StrField {
@@ -18,12 +19,35 @@ enum StrField {
     Other,
 }
 
+/// A value of which only the kind is kept (a string's text is not).
+#[derive(Debug, Default)]
+struct KindOnly(StrField);
+
+/// A mapping of strings (labels, annotations) as found.
+#[derive(Debug, Default)]
+enum MapSummary<V> {
+    #[default]
+    Absent,
+    Entries(Vec<(String, V)>),
+    Other,
+}
+
 #[derive(Debug, Default)]
 struct MetaSummary {
     is_map: bool,
     null: bool,
     name: StrField,
     namespace: StrField,
+    labels: MapSummary<StrField>,
+    annotations: MapSummary<KindOnly>,
+}
+
+/// `spec.group`, `spec.version` and `spec.names.plural`.
+#[derive(Debug, Default)]
+struct SpecSummary {
+    group: StrField,
+    version: StrField,
+    plural: StrField,
 }
 
 #[derive(Debug, Default)]
@@ -35,6 +59,7 @@ pub(crate) struct DocSummary {
     /// `items`, when it is a sequence.
     items: Option<Vec<DocSummary>>,
     items_other: bool,
+    spec: SpecSummary,
 }
 
 impl StrField {
@@ -44,6 +69,24 @@ impl StrField {
             StrField::Null => Field::Null,
             StrField::Str(s) => Field::Str(s),
             StrField::Other => Field::Other,
+        }
+    }
+}
+
+impl MapSummary<StrField> {
+    fn view(&self) -> StrMap<'_> {
+        self.view_with(|v| v.view())
+    }
+}
+
+impl<V> MapSummary<V> {
+    fn view_with<'a>(&'a self, view: impl Fn(&'a V) -> Field<'a>) -> StrMap<'a> {
+        match self {
+            MapSummary::Absent => StrMap::Absent,
+            MapSummary::Entries(entries) => {
+                StrMap::Entries(entries.iter().map(|(k, v)| (k.as_str(), view(v))).collect())
+            }
+            MapSummary::Other => StrMap::Other,
         }
     }
 }
@@ -61,6 +104,8 @@ impl Document for DocSummary {
                 Some(meta) if meta.is_map => Metadata::Mapping {
                     name: meta.name.view(),
                     namespace: meta.namespace.view(),
+                    labels: meta.labels.view(),
+                    annotations: meta.annotations.view_with(|v| v.0.view()),
                 },
                 Some(meta) if meta.null => Metadata::Null,
                 Some(_) => Metadata::Other,
@@ -69,6 +114,11 @@ impl Document for DocSummary {
                 (_, true) => ItemsShape::Other,
                 (Some(_), false) => ItemsShape::Sequence,
                 (None, false) => ItemsShape::Absent,
+            },
+            spec: Spec {
+                group: self.spec.group.view(),
+                version: self.spec.version.view(),
+                plural: self.spec.plural.view(),
             },
         })
     }
@@ -203,6 +253,101 @@ impl<'de> Deserialize<'de> for StrField {
     }
 }
 
+impl<'de> Deserialize<'de> for KindOnly {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = KindOnly;
+            any_value!('de, KindOnly, other = KindOnly(StrField::Other), null = KindOnly(StrField::Null));
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<KindOnly, E> {
+                Ok(KindOnly(StrField::Str(String::new())))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<KindOnly, A::Error> {
+                skip_seq(seq).map(|_| KindOnly(StrField::Other))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<KindOnly, A::Error> {
+                skip_map(map).map(|_| KindOnly(StrField::Other))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapSummary<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = MapSummary<T>;
+            any_value!('de, MapSummary<T>, other = MapSummary::Other, null = MapSummary::Absent);
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<MapSummary<T>, E> {
+                Ok(MapSummary::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<MapSummary<T>, A::Error> {
+                skip_seq(seq).map(|_| MapSummary::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MapSummary<T>, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(Key(key)) = map.next_key::<Key>()? {
+                    entries.push((key, map.next_value()?));
+                }
+                Ok(MapSummary::Entries(entries))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// Visits a mapping, handing each key and its value to `field`; anything else gives `T`'s
+/// default.
+macro_rules! mapping_walker {
+    ($ty:ty, |$value:ident, $key:ident, $map:ident| $body:block) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = $ty;
+                    any_value!('de, $ty, other = <$ty>::default(), null = <$ty>::default());
+                    fn visit_str<E: de::Error>(self, _: &str) -> Result<$ty, E> {
+                        Ok(<$ty>::default())
+                    }
+                    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<$ty, A::Error> {
+                        skip_seq(seq).map(|_| <$ty>::default())
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, mut $map: A) -> Result<$ty, A::Error> {
+                        let mut $value = <$ty>::default();
+                        while let Some(Key($key)) = $map.next_key::<Key>()? $body
+                        Ok($value)
+                    }
+                }
+                d.deserialize_any(V)
+            }
+        }
+    };
+}
+
+/// `spec.names`, of which only `plural` is kept.
+#[derive(Default)]
+struct Names(StrField);
+
+mapping_walker!(Names, |names, key, map| {
+    if key == "plural" {
+        names.0 = map.next_value()?;
+    } else {
+        map.next_value::<Skip>()?;
+    }
+});
+
+mapping_walker!(SpecSummary, |spec, key, map| {
+    match key.as_str() {
+        "group" => spec.group = map.next_value()?,
+        "version" => spec.version = map.next_value()?,
+        "names" => spec.plural = map.next_value::<Names>()?.0,
+        _ => {
+            map.next_value::<Skip>()?;
+        }
+    }
+});
+
 impl<'de> Deserialize<'de> for MetaSummary {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -227,6 +372,8 @@ impl<'de> Deserialize<'de> for MetaSummary {
                     match key.as_str() {
                         "name" => meta.name = map.next_value()?,
                         "namespace" => meta.namespace = map.next_value()?,
+                        "labels" => meta.labels = map.next_value()?,
+                        "annotations" => meta.annotations = map.next_value()?,
                         _ => {
                             map.next_value::<Skip>()?;
                         }
@@ -239,7 +386,7 @@ impl<'de> Deserialize<'de> for MetaSummary {
     }
 }
 
-/// `items`: a sequence of documents, or anything else (ignored unless the document is a List).
+/// `items`: a sequence of documents, or anything else (ignored unless the document is a list).
 enum Items {
     Seq(Vec<DocSummary>),
     Null,
@@ -292,6 +439,7 @@ impl<'de> Deserialize<'de> for DocSummary {
                         "apiVersion" => doc.api_version = map.next_value()?,
                         "kind" => doc.kind = map.next_value()?,
                         "metadata" => doc.metadata = Some(map.next_value()?),
+                        "spec" => doc.spec = map.next_value()?,
                         "items" => match map.next_value::<Items>()? {
                             Items::Seq(items) => doc.items = Some(items),
                             Items::Null => {}

@@ -171,9 +171,10 @@ fn units(name: &str, text: &str) -> anyhow::Result<Vec<Unit>> {
     Ok(out)
 }
 
-/// The objects of a document: a `List`'s items, else the document.
+/// The objects of a document: a list's items (by the rule bundles are read with), else the
+/// document.
 fn objects_of(document: &Value) -> Vec<&Value> {
-    if document.get("kind").and_then(Value::as_str) == Some("List")
+    if gantry_image::is_list(document)
         && let Some(items) = document.get("items").and_then(Value::as_array)
     {
         return items.iter().collect();
@@ -487,6 +488,12 @@ mod tests {
             r#"{"apiVersion":"batch/v1","kind":"CronJob","metadata":{"name":"c","namespace":"n"},"spec":{"jobTemplate":{"spec":{"template":{"spec":{"containers":[{"name":"job","image":"r/job:v2"}]}}}}}}"#,
         )
         .unwrap();
+        // A typed list, in any group, gives its items.
+        std::fs::write(
+            dir.path().join("manifests/c.yaml"),
+            "apiVersion: apps/v1\nkind: DeploymentList\nitems:\n- apiVersion: apps/v1\n  kind: Deployment\n  metadata: {name: api}\n  spec: {template: {spec: {containers: [{name: api, image: r/api:v3}]}}}\n",
+        )
+        .unwrap();
         let uses = image_uses(dir.path()).unwrap();
         let mut short: Vec<_> = uses
             .iter()
@@ -501,6 +508,7 @@ mod tests {
                 "a.yaml Deployment/web init r/init:v1",
                 "a.yaml Deployment/web web r/web:v1",
                 "b.json CronJob/n/c job r/job:v2",
+                "c.yaml Deployment/api api r/api:v3",
             ]
         );
         let out = tempfile::tempdir().unwrap();

@@ -43,5 +43,6 @@ mod timing;
 mod ui;
 mod uninstall_order;
 mod unpack_pods;
+mod untrusted_input;
 mod verify;
 mod zero_values;

@@ -255,6 +255,28 @@ impl Provisioner {
         &self.metrics_url
     }
 
+    /// The value of the metric `name` (one without labels) on /metrics; `None` when the
+    /// provisioner does not answer or does not export it.
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        let text = reqwest::get(format!("{}/metrics", self.metrics_url))
+            .await
+            .and_then(|r| r.error_for_status())
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .and_then(|value| value.trim().parse().ok())
+    }
+
+    /// The metric `name`, which the provisioner must export (a test's counter).
+    pub async fn counter(&self, name: &str) -> f64 {
+        self.metric(name)
+            .await
+            .unwrap_or_else(|| panic!("no metric {name} at {}/metrics", self.metrics_url))
+    }
+
     /// The process ID.
     pub fn pid(&self) -> u32 {
         self.pid

@@ -7,25 +7,10 @@ use std::collections::BTreeMap;
 
 use gantry_api::Bundle;
 use gantry_tests::e2e::*;
-use gantry_tests::{Provisioner, control_plane, unique_name};
+use gantry_tests::{control_plane, unique_name};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-
-/// The value of the provisioner's metric `name` (a counter without labels).
-async fn metric(provisioner: &Provisioner, name: &str) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", provisioner.metrics_url()))
-        .await
-        .and_then(|r| r.error_for_status())
-        .expect("the provisioner's metrics")
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name} ")))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
-}
 
 const PULLED: &str = "gantry_provisioner_bytes_pulled_total";
 const REUSED: &str = "gantry_provisioner_pulls_reused_total";
@@ -55,20 +40,20 @@ async fn bundles_of_one_image_share_its_pull_unless_their_credentials_differ() {
     };
 
     let first = install(format!("{prefix}-0"), None).await;
-    let pulled_once = metric(provisioner, PULLED).await;
+    let pulled_once = provisioner.counter(PULLED).await;
     assert!(pulled_once > 0.0, "the first bundle pulled the image");
-    assert_eq!(metric(provisioner, REUSED).await, 0.0);
+    assert_eq!(provisioner.counter(REUSED).await, 0.0);
 
     let mut others: Vec<Bundle> = Vec::new();
     for i in 1..=2 {
         others.push(install(format!("{prefix}-{i}"), None).await);
     }
     assert_eq!(
-        metric(provisioner, PULLED).await,
+        provisioner.counter(PULLED).await,
         pulled_once,
         "no layer was pulled again for bundles of the same image"
     );
-    assert_eq!(metric(provisioner, REUSED).await, 2.0);
+    assert_eq!(provisioner.counter(REUSED).await, 2.0);
     let first_status = first.status.clone().unwrap();
     for bundle in &others {
         let name = bundle.metadata.name.as_deref().unwrap();
@@ -128,9 +113,9 @@ async fn bundles_of_one_image_share_its_pull_unless_their_credentials_differ() {
         .unwrap();
     install(format!("{prefix}-other"), Some(secret)).await;
     assert_eq!(
-        metric(provisioner, PULLED).await,
+        provisioner.counter(PULLED).await,
         2.0 * pulled_once,
         "a bundle with other credentials pulled the image itself"
     );
-    assert_eq!(metric(provisioner, REUSED).await, 2.0);
+    assert_eq!(provisioner.counter(REUSED).await, 2.0);
 }

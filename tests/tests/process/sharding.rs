@@ -215,18 +215,6 @@ fn signal(provisioner: &Provisioner, signal: &str) {
     assert!(status.success(), "kill -{signal} {}", provisioner.pid());
 }
 
-async fn metric(provisioner: &Provisioner, name: &str) -> Option<f64> {
-    let text = reqwest::get(format!("{}/metrics", provisioner.metrics_url()))
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// Waits until one of `names` whose slot is `shard`'s shows `Installing`: a pass of that shard
 /// is under way.
 async fn wait_installing_on(client: &Client, names: &[String], shard: &str) {
@@ -267,7 +255,9 @@ async fn wait_shares(client: &Client, replicas: &[(&str, &Provisioner)]) {
                     .filter(|s| table.owner(*s) == Some(*name))
                     .count();
                 let expected = (16 * served).div_ceil(usize::from(SLOTS)).max(1) as f64;
-                let share = metric(replica, "gantry_provisioner_shard_reconcile_share").await?;
+                let share = replica
+                    .metric("gantry_provisioner_shard_reconcile_share")
+                    .await?;
                 if share != expected {
                     return None;
                 }
@@ -397,7 +387,8 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         &[&r3],
     )
     .await;
-    let drained_before = metric(&r3, "gantry_provisioner_shard_releases_total")
+    let drained_before = r3
+        .metric("gantry_provisioner_shard_releases_total")
         .await
         .unwrap_or(0.0);
     signal(&r2, "CONT");
@@ -407,7 +398,8 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         log.contains("the shard Lease lapsed"),
         "r2 restarted its controllers after its Lease lapsed:\n{log}"
     );
-    let drained = metric(&r3, "gantry_provisioner_shard_releases_total")
+    let drained = r3
+        .metric("gantry_provisioner_shard_releases_total")
         .await
         .unwrap_or(0.0);
     assert!(

@@ -10,7 +10,7 @@
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{Bundle, DriftMode};
 use gantry_tests::e2e::*;
-use gantry_tests::{Provisioner, unique_name, wait_until};
+use gantry_tests::{unique_name, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
@@ -105,21 +105,6 @@ status: {}
 "#;
 
 const APPLIED: &str = "gantry_provisioner_objects_applied_total";
-
-/// The value of the provisioner's counter `name`.
-async fn metric(provisioner: &Provisioner, name: &str) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", provisioner.metrics_url()))
-        .await
-        .and_then(|r| r.error_for_status())
-        .expect("the provisioner's metrics")
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name} ")))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
-}
 
 fn drifted(bundle: &Bundle) -> Option<(&str, &str)> {
     condition(bundle, types::DRIFTED)
@@ -228,13 +213,18 @@ async fn zero_values_the_api_server_drops_are_no_drift_and_not_sent_again() {
     })
     .await;
     assert_eq!(min_ready().await, None, "repaired");
-    let applied = metric(provisioner, APPLIED).await;
+    let applied = provisioner.counter(APPLIED).await;
     for _ in 0..2 {
         let bundle = reconcile_handled(&client, &name).await;
         assert!(is_ready(&bundle));
-        assert_eq!(metric(provisioner, APPLIED).await, applied, "nothing sent");
+        assert_eq!(provisioner.counter(APPLIED).await, applied, "nothing sent");
     }
-    assert!(metric(provisioner, "gantry_provisioner_objects_unchanged_total").await > 0.0);
+    assert!(
+        provisioner
+            .counter("gantry_provisioner_objects_unchanged_total")
+            .await
+            > 0.0
+    );
 
     // ...and a real change of the zero is corrected.
     deployments
@@ -246,7 +236,7 @@ async fn zero_values_the_api_server_drops_are_no_drift_and_not_sent_again() {
         .await
         .unwrap();
     wait_until("minReadySeconds: 0 again", WAIT, || async {
-        (min_ready().await.is_none() && metric(provisioner, APPLIED).await > applied).then_some(())
+        (min_ready().await.is_none() && provisioner.counter(APPLIED).await > applied).then_some(())
     })
     .await;
     let bundle = reconcile_handled(&client, &name).await;
@@ -255,7 +245,7 @@ async fn zero_values_the_api_server_drops_are_no_drift_and_not_sent_again() {
         Some(reasons::INSTALL_SUCCEEDED)
     );
     assert_eq!(
-        metric(provisioner, APPLIED).await,
+        provisioner.counter(APPLIED).await,
         applied + 1.0,
         "the Deployment alone, once"
     );

@@ -235,6 +235,17 @@ pub struct BundleStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
 
+    /// `sha256:...` of the canonical tarball whose content is installed (`installedImage`'s):
+    /// while new content or a new spec fails, drift repair restores the installed objects
+    /// from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installed_content_digest: Option<String>,
+
+    /// The fields of the spec the installed content was applied with, as they were then: drift
+    /// repair applies the installed content with them while a new spec fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installed_spec: Option<InstalledSpec>,
+
     /// Every object applied for this bundle.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inventory: Vec<InventoryEntry>,
@@ -260,6 +271,37 @@ pub struct BundleStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// The fields of a Bundle's spec that make its objects what they are (besides the content):
+/// those the installed content was applied with.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstalledSpec {
+    /// `spec.installNamespace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install_namespace: Option<String>,
+    /// `spec.images`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<crate::ImageOverride>,
+    /// `spec.patches`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<crate::BundlePatch>,
+    /// `spec.ignore`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore: Vec<crate::IgnoreRule>,
+}
+
+impl InstalledSpec {
+    /// These fields of `spec`.
+    pub fn of(spec: &BundleSpec) -> Self {
+        Self {
+            install_namespace: spec.install_namespace.clone(),
+            images: spec.images.clone(),
+            patches: spec.patches.clone(),
+            ignore: spec.ignore.clone(),
+        }
+    }
 }
 
 /// A one-word summary of a bundle's state.

@@ -90,6 +90,9 @@ pub mod reasons {
         PULL_FAILED = "PullFailed" => Failure;
         /// The class requires a digest reference and the bundle names a tag.
         DIGEST_REQUIRED = "DigestRequired" => Failure;
+        /// `spec.image` is not an image reference (`/repo:tag`, left by an unset variable);
+        /// the message names the field and the value. Nothing is fetched.
+        INVALID_IMAGE_REFERENCE = "InvalidImageReference" => Failure;
         /// The image's content breaks the bundle format or a limit.
         INVALID_BUNDLE = "InvalidBundle" => Failure;
         /// The content could not be written to or read from the storage server.
@@ -124,6 +127,10 @@ pub mod reasons {
         INSTALLING = "Installing" => Progress;
         /// An object could not be applied; the message names it and the API server's error.
         APPLY_FAILED = "ApplyFailed" => Failure;
+        /// The API server refuses an object as invalid (HTTP 422): found by a dry run before
+        /// the first write of new content, or by the apply itself; the message names the
+        /// file, the document, the object and the API server's field message.
+        INVALID_OBJECT = "InvalidObject" => Failure;
         /// The install namespace does not exist and the bundle does not create it.
         NAMESPACE_NOT_FOUND = "NamespaceNotFound" => Failure;
         /// Namespaced objects carry no namespace and the bundle sets no install namespace.

@@ -19,9 +19,9 @@ pub mod unpack;
 
 pub use bundle::{
     Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, DeletionPolicy,
-    DriftMode, HISTORY_LIMIT, HistoryApproval, HistoryEntry, InventoryEntry, KindCount,
-    NOT_HEALTHY_LIMIT, NamespacePermissions, NotHealthyObject, ObjectHealth, PermissionHighlight,
-    RequestedPermissions,
+    DriftMode, HISTORY_LIMIT, HistoryApproval, HistoryEntry, InstalledSpec, InventoryEntry,
+    KindCount, NOT_HEALTHY_LIMIT, NamespacePermissions, NotHealthyObject, ObjectHealth,
+    PermissionHighlight, RequestedPermissions,
 };
 pub use class::{
     ApprovalPolicy, Limits, ProvisionerClass, ProvisionerClassSpec, ProvisionerClassStatus,

@@ -26,6 +26,11 @@ pub enum Error {
     #[error("ProvisionerClass {class} requires images by digest, and {image} names a tag")]
     DigestRequired { class: String, image: String },
 
+    /// `spec.image` is no image reference at all (`/repo:tag`, left by an unset variable): no
+    /// registry can answer for it.
+    #[error("spec.image {value:?} is not an image reference: {reason}")]
+    InvalidImageReference { value: String, reason: String },
+
     #[error("pull secret {secret}: {message}")]
     PullSecret { secret: String, message: String },
 
@@ -109,6 +114,11 @@ pub enum Error {
 
     #[error("applying {object}: {message}")]
     Apply { object: String, message: String },
+
+    /// The API server refuses an object as invalid (HTTP 422), in the dry run before the first
+    /// write or in the apply: the object names the file and document, the message the fields.
+    #[error("the API server refuses {object} as invalid: {message}")]
+    InvalidObject { object: String, message: String },
 
     /// Objects whose `gantry.dev/ssa` or `gantry.dev/force` has a value Gantry does not know:
     /// each entry names the object, the annotation, the value and the allowed values.
@@ -255,8 +265,9 @@ pub enum Stall {
     Spec,
     /// The bundle, its class, or the digest its tag resolves to must change.
     Digest,
-    /// The RBAC of the identity the bundle is applied as, or the class, must change; RBAC is
-    /// not watched, so it is looked at again now and then.
+    /// The RBAC of the identity the bundle is applied as, or the class, must change; a change
+    /// of RBAC that may concern the identity wakes the bundle, and it is looked at again now
+    /// and then.
     Access,
 }
 
@@ -282,6 +293,7 @@ impl Error {
             Error::InvalidClass { .. }
             | Error::InvalidHealthExpression(_)
             | Error::DigestRequired { .. }
+            | Error::InvalidImageReference { .. }
             | Error::NamespaceRequired(_)
             | Error::ImageNotAllowed { .. }
             | Error::ServiceAccountRequired { .. }
@@ -290,6 +302,7 @@ impl Error {
             | Error::InvalidBundleReported { .. }
             | Error::UnsafeCrdUpgrade { .. }
             | Error::InvalidObjectPolicy(_)
+            | Error::InvalidObject { .. }
             | Error::ImmutableFieldChanged { .. } => Some(Stall::Digest),
             // The patch, or content in which its paths exist, must come: the spec or the
             // digest.
@@ -330,6 +343,7 @@ impl Error {
             Error::InvalidClass { .. } => (UNPACKED, reasons::INVALID_PARAMETERS),
             Error::InvalidHealthExpression(_) => (UNPACKED, reasons::INVALID_HEALTH_EXPRESSION),
             Error::DigestRequired { .. } => (UNPACKED, reasons::DIGEST_REQUIRED),
+            Error::InvalidImageReference { .. } => (UNPACKED, reasons::INVALID_IMAGE_REFERENCE),
             Error::PullSecret { .. } | Error::Pull { .. } | Error::NodePull { .. } => {
                 (UNPACKED, reasons::PULL_FAILED)
             }
@@ -352,6 +366,7 @@ impl Error {
             Error::InvalidObjectPolicy(_) => (INSTALLED, reasons::INVALID_OBJECT_POLICY),
             Error::ImmutableFieldChanged { .. } => (INSTALLED, reasons::IMMUTABLE_FIELD_CHANGED),
             Error::Apply { .. } | Error::Kube(_) => (INSTALLED, reasons::APPLY_FAILED),
+            Error::InvalidObject { .. } => (INSTALLED, reasons::INVALID_OBJECT),
             Error::Prune { .. } => (INSTALLED, reasons::PRUNE_FAILED),
             Error::Uninstall { .. } => (INSTALLED, reasons::UNINSTALL_FAILED),
             Error::ImageNotAllowed { .. } => (UNPACKED, reasons::IMAGE_NOT_ALLOWED),
@@ -532,6 +547,20 @@ mod tests {
                     message: "no".into(),
                 },
                 Stall::Access,
+            ),
+            (
+                Error::InvalidImageReference {
+                    value: "/examples/hello:v1".into(),
+                    reason: "repository must be lower-case letters, digits and separators".into(),
+                },
+                Stall::Spec,
+            ),
+            (
+                Error::InvalidObject {
+                    object: "Deployment.apps a/web (web.yaml document 1)".into(),
+                    message: "spec.replicas: Invalid value: -1".into(),
+                },
+                Stall::Digest,
             ),
         ];
         for (error, stall) in stalled {

@@ -18,13 +18,12 @@ use serde_json::{Value, json};
 use crate::cluster::access::AccessReviews;
 use crate::cluster::crds::{served_kinds, wait_served};
 use crate::cluster::discovery::KindCache;
-use crate::cluster::errors::{api_message, is_forbidden, is_not_found};
+use crate::cluster::dry_run::{self, Sent};
+use crate::cluster::errors::{api_message, is_forbidden, is_invalid, is_not_found};
 use crate::cluster::live::{
     apply_for_health, drifted_fields, drifted_fields_leaving_others, health_view, spec_needed,
 };
-use crate::cluster::preflight::{
-    GroupKey, allowed_by_kind, forbidden, group_key, is_rbac, preflight,
-};
+use crate::cluster::preflight::{GroupKey, allowed_by_kind, forbidden, group_key};
 use crate::error::{Error, Result};
 use crate::policy::managed_fields::{conflicting_fields, immutable_fields, remove_field};
 use crate::policy::object_policy::{ObjectPolicy, Ssa};
@@ -89,6 +88,8 @@ pub struct ApplySettings {
 pub struct Checked {
     live: Vec<Option<Seen>>,
     policies: Vec<ObjectPolicy>,
+    /// Objects the dry run could not reach yet: judged at the start of their wave.
+    unjudged: HashSet<usize>,
 }
 
 /// What the apply needs of a live object. The object itself is dropped as soon as it is
@@ -275,19 +276,31 @@ pub async fn check(
         (live, allowed)
     };
     check_owners(plan, &live, claimed, bundle)?;
-    let to_write = to_write(&live);
-    let checks: Vec<_> = to_write
-        .into_iter()
-        .filter(|object| is_rbac(object) || !allowed.contains(&group_key(object)))
-        .map(|object| preflight(client, access, object, identity))
+    let sent: Vec<Sent> = (plan.objects.iter().zip(&live).enumerate())
+        .filter(|(i, (_, live))| {
+            will_write(settings, policy(*i), live.as_ref()) || will_label(policy(*i), live.as_ref())
+        })
+        .map(|(index, (object, live))| Sent {
+            index,
+            object,
+            policy: policy(index),
+            whole: will_write(settings, policy(index), live.as_ref()),
+        })
         .collect();
-    stream::iter(checks)
-        .buffered(concurrency)
-        .try_collect::<Vec<()>>()
-        .await?;
+    let unjudged = dry_run::judge(
+        client,
+        access,
+        &sent,
+        &allowed,
+        identity,
+        settings.write_all,
+        concurrency,
+    )
+    .await?;
     Ok(Checked {
         live,
         policies: (0..plan.objects.len()).map(policy).collect(),
+        unjudged,
     })
 }
 
@@ -377,13 +390,19 @@ pub async fn write(
     checked: Checked,
 ) -> Result<ApplyOutcome> {
     let concurrency = settings.concurrency.max(1);
-    let Checked { live, policies } = checked;
+    let Checked {
+        live,
+        policies,
+        mut unjudged,
+    } = checked;
     let mut outcome = ApplyOutcome::default();
     let mut served: HashSet<GroupVersionKind> = HashSet::new();
     let mut offset = 0;
-    for wave in waves(&plan.objects) {
+    let waves = waves(&plan.objects);
+    for (w, &wave) in waves.iter().enumerate() {
         let lives = &live[offset..offset + wave.len()];
         let wave_policies = &policies[offset..offset + wave.len()];
+        let first = offset;
         offset += wave.len();
         // Before custom resources go out, their CRDs must be established and serve the
         // version they use (a CRD that just gained a version serves it a little later).
@@ -394,6 +413,10 @@ pub async fn write(
                 wait_served(client, kinds, crd, &object.gvk, settings.crd_timeout).await?;
             }
         }
+        // Objects whose namespace or kind the earlier waves made: judged before this wave
+        // writes anything.
+        let late = dry_run::take_late(wave, wave_policies, first, &mut unjudged, |_| true);
+        dry_run::judge_wave(client, &late, identity, concurrency).await?;
         let writes: Vec<_> = wave
             .iter()
             .zip(lives)
@@ -430,10 +453,19 @@ pub async fn write(
             .iter()
             .map(|(crd, gvk)| wait_served(client, kinds, crd, gvk, settings.crd_timeout))
             .collect();
-        stream::iter(waits)
-            .buffer_unordered(concurrency)
-            .try_collect::<()>()
-            .await?;
+        // Meanwhile the next wave's objects that wait for none of those kinds (their namespace
+        // was just written) are judged.
+        let next = waves.get(w + 1).copied().unwrap_or_default();
+        let next_policies = &policies[offset..offset + next.len()];
+        let ahead = dry_run::take_late(next, next_policies, offset, &mut unjudged, |o| {
+            o.needs_crd.is_none()
+        });
+        futures::try_join!(
+            stream::iter(waits)
+                .buffer_unordered(concurrency)
+                .try_collect::<()>(),
+            dry_run::judge_wave(client, &ahead, identity, concurrency),
+        )?;
         for applied in results {
             if applied.written {
                 outcome.written += 1;
@@ -679,6 +711,9 @@ async fn apply_one(
             if is_forbidden(&error) {
                 return Err(forbidden(object, identity, &error));
             }
+            if is_invalid(&error) {
+                return Err(dry_run::invalid(object, &error));
+            }
             Err(Error::Apply {
                 object: object.to_string(),
                 message: api_message(&error),
@@ -726,7 +761,7 @@ async fn label_as_managed(
 
 /// `object` with its ignored fields back: their live values, or the bundle's where the object
 /// (or the field) is not live.
-async fn with_ignored_fields(
+pub(crate) async fn with_ignored_fields(
     api: &Api<DynamicObject>,
     object: &PlannedObject,
     identity: &str,

@@ -18,3 +18,8 @@ pub fn api_message(error: &kube::Error) -> String {
         other => other.to_string(),
     }
 }
+
+/// Whether the API server answered 422 Unprocessable Entity: it refuses the object as invalid.
+pub fn is_invalid(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 422)
+}

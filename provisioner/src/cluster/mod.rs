@@ -1,7 +1,7 @@
 //! Talking to the cluster about a bundle's objects: applying them in waves, waiting for their
-//! CRDs, reviewing access, reading live views, discovery, the inventory, drift watches, the
-//! identities objects are applied as, the API server's errors, and how Gantry writes its own
-//! objects.
+//! CRDs, the dry run before the first write, reviewing access, reading live views, discovery,
+//! the inventory, drift watches, the identities objects are applied as, the API server's
+//! errors, and how Gantry writes its own objects.
 
 pub mod access;
 pub mod apply;
@@ -9,6 +9,7 @@ pub mod connection;
 pub mod crds;
 pub mod discovery;
 pub mod drift;
+pub mod dry_run;
 pub mod errors;
 pub mod events;
 pub mod identity;

@@ -1,17 +1,16 @@
 //! The authorization preflight of an apply: before anything of a bundle is written, whether the
 //! identity it is applied as may write every object that will be written. Kinds are asked
 //! about with access reviews ([`AccessReviews`]); objects are checked one by one with a
-//! server-side dry run only where that answer is no and for RBAC objects.
+//! server-side dry run ([`crate::cluster::dry_run`]) where that answer is no and for RBAC
+//! objects.
 
 use std::collections::HashSet;
 
 use futures::{StreamExt, TryStreamExt, stream};
-use gantry_api::FIELD_MANAGER;
 use kube::Client;
-use kube::api::{Patch, PatchParams};
 
 use crate::cluster::access::{AccessReviews, Question};
-use crate::cluster::errors::{api_message, is_forbidden, is_not_found};
+use crate::cluster::errors::api_message;
 use crate::error::{Error, Result};
 use crate::policy::plan::PlannedObject;
 
@@ -113,46 +112,10 @@ pub async fn allowed_by_kind(
     Ok(allowed.into_iter().flatten().collect())
 }
 
-/// Checks that `identity` may write `object`, before anything of the bundle is written: a
-/// server-side dry run of the apply, which runs authorization, RBAC's escalation checks and
-/// admission without persisting anything. An object the dry run cannot reach (its namespace
-/// or, for a kind a CRD of the bundle defines, its kind does not exist yet) is checked with
-/// access reviews of `create` and `patch` instead. Other dry-run failures are left to the
-/// apply, which reports them in order.
-pub async fn preflight(
-    client: &Client,
-    access: &AccessReviews,
-    object: &PlannedObject,
-    identity: &str,
-) -> Result<()> {
-    let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
-    match object
-        .api(client)
-        .patch_metadata(&object.name, &params, &Patch::Apply(&object.object))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if is_forbidden(&e) => Err(forbidden(object, identity, &e)),
-        Err(e) if is_not_found(&e) => {
-            let namespace = object.namespace.as_deref();
-            for verb in ["create", "patch"] {
-                let name = (verb == "patch").then_some(object.name.as_str());
-                if let Some(refusal) =
-                    review(client, access, object, verb, namespace, name, identity).await?
-                {
-                    return Err(refusal);
-                }
-            }
-            Ok(())
-        }
-        Err(_) => Ok(()),
-    }
-}
-
 /// One access review: may `identity` do `verb` on objects of `object`'s kind in `namespace`
 /// (`None`: all) and on the one called `name` (`None`: any)? `None` when it may, else the
 /// refusal, naming the object and the identity.
-async fn review(
+pub async fn review(
     client: &Client,
     access: &AccessReviews,
     object: &PlannedObject,

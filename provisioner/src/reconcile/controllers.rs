@@ -6,14 +6,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use std::fmt::Debug;
+
+use futures::{Stream, StreamExt, TryStreamExt};
 use gantry_api::{Bundle, ProvisionerClass};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, Subject};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 
 use crate::cluster::shard::{Fence, ReplicaLayer, Slots};
 use crate::error::Error;
@@ -185,6 +189,28 @@ pub async fn run(
                     .touched_objects(),
                     move |b| dependents.of(&b.name_any()),
                 )
+                // A change of RBAC that may concern the identity a bundle stalled on `Forbidden`
+                // is applied as wakes it: the bindings by their subjects (whole objects, they
+                // are small), the roles (metadata only) wake every such bundle.
+                .watches_stream(rbac_changes::<RoleBinding>(&client), {
+                    let ctx = ctx.clone();
+                    move |binding| {
+                        let namespace = binding.namespace();
+                        woken_by_rbac(&ctx, binding.subjects.as_deref(), namespace.as_deref())
+                    }
+                })
+                .watches_stream(rbac_changes::<ClusterRoleBinding>(&client), {
+                    let ctx = ctx.clone();
+                    move |binding| woken_by_rbac(&ctx, binding.subjects.as_deref(), None)
+                })
+                .watches_stream(rbac_changes::<PartialObjectMeta<Role>>(&client), {
+                    let ctx = ctx.clone();
+                    move |_| woken_by_all_rbac(&ctx)
+                })
+                .watches_stream(rbac_changes::<PartialObjectMeta<ClusterRole>>(&client), {
+                    let ctx = ctx.clone();
+                    move |_| woken_by_all_rbac(&ctx)
+                })
                 .reconcile_on(drift_stream)
                 .with_config(
                     controller::Config::default()
@@ -302,6 +328,47 @@ fn log_dropped<T>(result: Result<T, controller::Error<Error, watcher::Error>>) {
         Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
         Err(error) => tracing::debug!(%error, "bundle controller"),
     }
+}
+
+/// Objects of `K`, in every namespace, as they are created or changed: deleting RBAC grants
+/// nothing.
+fn rbac_changes<K>(client: &Client) -> impl Stream<Item = Result<K, watcher::Error>> + Send + use<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher::watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+}
+
+/// The bundles stalled on `Forbidden` whose identity a binding with `subjects` in `namespace`
+/// (`None`: cluster-wide) may concern, let through their stall.
+fn woken_by_rbac(
+    ctx: &Context,
+    subjects: Option<&[Subject]>,
+    namespace: Option<&str>,
+) -> Vec<ObjectRef<Bundle>> {
+    release(
+        ctx,
+        ctx.forbidden
+            .wake(Some(subjects.unwrap_or_default()), namespace),
+    )
+}
+
+/// Every bundle stalled on `Forbidden`, let through its stall: a role changed, and who it is
+/// bound to is not looked up.
+fn woken_by_all_rbac(ctx: &Context) -> Vec<ObjectRef<Bundle>> {
+    release(ctx, ctx.forbidden.wake(None, None))
+}
+
+fn release(ctx: &Context, bundles: Vec<String>) -> Vec<ObjectRef<Bundle>> {
+    bundles
+        .into_iter()
+        .map(|name| {
+            ctx.backoff.success(&name);
+            ObjectRef::new(&name)
+        })
+        .collect()
 }
 
 /// Bundles that a change of `class` may concern: those naming it, and those naming none.

@@ -13,7 +13,8 @@ mod steps;
 mod timing;
 
 use steps::{
-    apply, approve, dependencies, health, plan, resolve, select, suspend, uninstall, unpack, verify,
+    apply, approve, dependencies, health, plan, repair, resolve, select, suspend, uninstall,
+    unpack, verify,
 };
 
 use std::hash::{Hash, Hasher};
@@ -33,6 +34,7 @@ use crate::error::{Failure, Result, Stall, Step, at};
 use crate::policy::allowed_images;
 use crate::source::registry::is_digest_reference;
 use crate::state::Context;
+use crate::state::forbidden::Identity;
 use crate::state::metrics::{ReasonLabels, ResultLabels};
 use crate::status::{self, Facts, Hold, condition, remove_condition, set_condition, summarize};
 use gantry_api::conditions::types;
@@ -89,6 +91,33 @@ pub(crate) struct Pass<'a> {
     /// The CEL health rules of the bundle and its class (`healthCheckExprs`), once the class
     /// is selected.
     pub health_check_exprs: Vec<gantry_api::HealthCheckExpr>,
+    /// Whom the objects are applied as, once chosen.
+    pub identity: Option<Identity>,
+    /// New content or spec awaits an approver (or was denied): nothing of it is written.
+    pub awaiting_approval: bool,
+    /// The apply began writing: a failure from here on may have left part of it applied.
+    pub writing: bool,
+}
+
+impl<'a> Pass<'a> {
+    /// A pass over `bundle`, starting from the status the API server holds.
+    fn new(bundle: &'a Bundle, ctx: &'a Context) -> Self {
+        let current = bundle.status.clone().unwrap_or_default();
+        Pass {
+            bundle,
+            ctx,
+            name: bundle.name_any(),
+            generation: bundle.metadata.generation,
+            status: current.clone(),
+            written: current,
+            hold: None,
+            health: EffectiveHealth::of(None, bundle.spec.health.as_ref()),
+            health_check_exprs: bundle.spec.health_check_exprs.clone(),
+            identity: None,
+            awaiting_approval: false,
+            writing: false,
+        }
+    }
 }
 
 impl Pass<'_> {
@@ -173,6 +202,15 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
     let deleting = bundle.metadata.deletion_timestamp.is_some();
     let fingerprint = fingerprint(bundle, ctx);
     if let Some(wait) = ctx.backoff.pending(&name, fingerprint) {
+        // New content or spec held back waits out its failure; drift of what is installed is
+        // repaired meanwhile, as promptly as ever.
+        if !deleting
+            && !bundle.spec.suspend
+            && ctx.held_updates.is_held(&name)
+            && ctx.drift.take_dirty(&name)
+        {
+            repair_between_attempts(bundle, ctx).await;
+        }
         return Ok(Action::requeue(wait));
     }
     // A copy older than the provisioner's own last write would redo what that write recorded
@@ -184,18 +222,7 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
     {
         return Ok(Action::requeue(STORE_CATCH_UP));
     }
-    let current = bundle.status.clone().unwrap_or_default();
-    let mut pass = Pass {
-        bundle,
-        ctx,
-        name: name.clone(),
-        generation: bundle.metadata.generation,
-        status: current.clone(),
-        written: current,
-        hold: None,
-        health: EffectiveHealth::of(None, bundle.spec.health.as_ref()),
-        health_check_exprs: bundle.spec.health_check_exprs.clone(),
-    };
+    let mut pass = Pass::new(bundle, ctx);
 
     let outcome = if deleting {
         uninstall::uninstall(&mut pass)
@@ -210,6 +237,9 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
             .get_or_create(&ResultLabels { result })
             .inc()
     };
+    if !matches!(&outcome, Err(failure) if failure.error.stall() == Some(Stall::Access)) {
+        ctx.forbidden.clear(&name);
+    }
     let action = match outcome {
         Ok(Outcome::Untouched) => {
             count("untouched");
@@ -278,10 +308,30 @@ fn record_failure(pass: &mut Pass<'_>, fingerprint: u64, failure: &Failure) -> A
     };
     // A change of the bundle or its class wakes it at once (the watches, and the backoff's
     // fingerprint); the visit below is for what is not watched.
-    let retry_in = match stall {
-        Stall::Spec => ctx.settings.resync_interval,
-        Stall::Digest => next_visit(pass.bundle, ctx),
-        Stall::Access => ctx.settings.backoff_cap,
+    let (retry_in, recheck) = match stall {
+        Stall::Spec => (ctx.settings.resync_interval, String::new()),
+        Stall::Digest => (next_visit(pass.bundle, ctx), String::new()),
+        Stall::Access => {
+            // Woken by an RBAC change and still refused: the API server may not have applied
+            // the change yet, so it is looked at again shortly, once.
+            let woken = pass
+                .identity
+                .clone()
+                .is_some_and(|identity| ctx.forbidden.stalled(&pass.name, identity));
+            let cap = ctx.settings.backoff_cap;
+            let recheck = format!(
+                " (a change of RBAC that may concern it wakes it; otherwise it is checked again every {})",
+                apply::humantime(cap)
+            );
+            (
+                if woken {
+                    ctx.settings.backoff_base
+                } else {
+                    cap
+                },
+                recheck,
+            )
+        }
     };
     ctx.backoff.stall(&pass.name, fingerprint, retry_in);
     tracing::warn!(reason, stalled = stall.until(), "{failure}");
@@ -290,18 +340,22 @@ fn record_failure(pass: &mut Pass<'_>, fingerprint: u64, failure: &Failure) -> A
         types::STALLED,
         true,
         reason,
-        format!("{failure}; no retry can fix this until {}", stall.until()),
+        format!(
+            "{failure}; no retry can fix this until {}{recheck}",
+            stall.until()
+        ),
     );
     Action::requeue(retry_in)
 }
 
-/// The steps of an install, in order.
+/// The steps of an install, in order. While new content or a new spec is held back before
+/// anything of it is written (it failed, or awaits an approver), drift of the installed content
+/// is repaired.
 async fn install(pass: &mut Pass<'_>) -> Result<Outcome, Failure> {
     let class = proceed!(Step::Select, select::class(pass).await);
     proceed!(Step::Suspend, suspend::check(pass));
     proceed!(Step::Dependencies, dependencies::check(pass).await);
-    // Before anything is fetched: whose permissions the objects will be applied with, and
-    // whether the image may be used at all.
+    // Before anything is fetched: whose permissions the objects will be applied with.
     let applier = Applier::of(
         pass.bundle,
         &class,
@@ -309,8 +363,63 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome, Failure> {
         &pass.ctx.appliers,
     )
     .map_err(at(Step::Identity))?;
-    allowed_images::check(pass.bundle, &class).map_err(at(Step::AllowedImages))?;
-    let resolved = match proceed!(Step::Resolve, resolve::resolve(pass, &class).await) {
+    pass.identity = Some(applier.account.clone());
+    let updated = update(pass, &class, &applier).await;
+    let ctx = pass.ctx;
+    let held = match &updated {
+        Err(_) => !pass.writing,
+        Ok(_) => pass.awaiting_approval,
+    };
+    if !held {
+        ctx.held_updates.forget(&pass.name);
+        return updated;
+    }
+    ctx.held_updates.hold(&pass.name);
+    let moved = ctx.drift.take_dirty(&pass.name);
+    let due = ctx
+        .held_updates
+        .due(&pass.name, ctx.settings.resync_interval);
+    if moved || due {
+        repair_installed(pass, &class, &applier).await;
+    }
+    updated
+}
+
+/// Drift repair of the installed content ([`repair::installed_content`]). A failure of it is
+/// logged: the pass reports the failure of the new content or spec.
+async fn repair_installed(pass: &Pass<'_>, class: &ProvisionerClass, applier: &Applier) {
+    match repair::installed_content(pass, class, applier).await {
+        Ok(true) => pass.ctx.held_updates.repaired(&pass.name),
+        Ok(false) => {}
+        Err(error) => {
+            tracing::warn!(bundle = %pass.name, %error, "repairing drift of the installed content failed");
+        }
+    }
+}
+
+/// A drift mark while a held-back update waits out its failure's backoff: only the repair,
+/// with the class and identity of a full pass; no status is written (the failure's stays).
+async fn repair_between_attempts(bundle: &Bundle, ctx: &Context) {
+    let mut pass = Pass::new(bundle, ctx);
+    let Ok(Flow::Continue(class)) = select::class(&mut pass).await else {
+        return;
+    };
+    let settings = &ctx.settings.service_accounts;
+    if let Ok(applier) = Applier::of(bundle, &class, settings, &ctx.appliers) {
+        repair_installed(&pass, &class, &applier).await;
+    }
+}
+
+/// The steps of new content or spec, from the image to the health of what was applied.
+async fn update(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    applier: &Applier,
+) -> Result<Outcome, Failure> {
+    // Before anything is fetched: whether the image is one, and may be used at all.
+    resolve::check_reference(&pass.bundle.spec.image).map_err(at(Step::Resolve))?;
+    allowed_images::check(pass.bundle, class).map_err(at(Step::AllowedImages))?;
+    let resolved = match proceed!(Step::Resolve, resolve::resolve(pass, class).await) {
         resolve::Resolution::Resolved(resolved) => resolved,
         // Nothing to install: only the health of what is installed is looked at again (at
         // the end of its timeout, say), without reading the content or the objects' fields.
@@ -318,26 +427,26 @@ async fn install(pass: &mut Pass<'_>) -> Result<Outcome, Failure> {
             // A deletion since would have woken a full pass (drift): objects of kinds without
             // status are current, and only the others are read.
             let observed = vec![Observed::default(); pass.status.inventory.len()];
-            return Ok(assess_health(pass, &applier, &observed).await);
+            return Ok(assess_health(pass, applier, &observed).await);
         }
     };
-    let resolved = verify::verify(pass, &class, resolved)
+    let resolved = verify::verify(pass, class, resolved)
         .await
         .map_err(at(Step::Verify))?;
     let mut content = proceed!(
         Step::Unpack,
-        unpack::unpack_and_store(pass, &class, resolved).await
+        unpack::unpack_and_store(pass, class, resolved).await
     );
-    let plan = proceed!(Step::Plan, plan::plan(pass, &mut content, &applier).await);
+    let plan = proceed!(Step::Plan, plan::plan(pass, &mut content, applier).await);
     proceed!(
         Step::Approve,
-        approve::approve(pass, &class, &content, &plan).await
+        approve::approve(pass, class, &content, &plan).await
     );
     let observed = proceed!(
         Step::Apply,
-        apply::apply_and_prune(pass, &class, &content, &plan, &applier).await
+        apply::apply_and_prune(pass, class, &content, &plan, applier).await
     );
-    Ok(assess_health(pass, &applier, &observed).await)
+    Ok(assess_health(pass, applier, &observed).await)
 }
 
 /// The last step: the health of what is installed, and when to come back (the next visit, or

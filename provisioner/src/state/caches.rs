@@ -100,6 +100,57 @@ impl WrittenVersions {
     }
 }
 
+/// Bundles whose new content or spec is held back before anything of it is written (it failed
+/// to resolve, pull, unpack, verify, plan or pass the checks before the first write, or it awaits
+/// an approver) while the content installed before stays, each with when drift repair last went
+/// over that content. Meanwhile a drift mark lets a repair through the failure's backoff, and
+/// such a pass repairs at most once per resync interval unless an object moved.
+#[derive(Default)]
+pub struct HeldUpdates {
+    entries: Mutex<HashMap<String, Option<Instant>>>,
+}
+
+impl HeldUpdates {
+    /// `bundle`'s new content or spec is held back.
+    pub fn hold(&self, bundle: &str) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.entry(bundle.to_string()).or_insert(None);
+        }
+    }
+
+    /// Whether `bundle`'s last pass held its new content or spec back.
+    pub fn is_held(&self, bundle: &str) -> bool {
+        self.entries
+            .lock()
+            .is_ok_and(|entries| entries.contains_key(bundle))
+    }
+
+    /// Whether `bundle`'s installed content was not gone over within `interval`.
+    pub fn due(&self, bundle: &str, interval: Duration) -> bool {
+        self.entries.lock().is_ok_and(|entries| {
+            entries
+                .get(bundle)
+                .is_none_or(|last| last.is_none_or(|at| at.elapsed() >= interval))
+        })
+    }
+
+    /// Drift repair went over `bundle`'s installed content.
+    pub fn repaired(&self, bundle: &str) {
+        if let Ok(mut entries) = self.entries.lock()
+            && let Some(last) = entries.get_mut(bundle)
+        {
+            *last = Some(Instant::now());
+        }
+    }
+
+    /// `bundle` went on, failed otherwise, or left.
+    pub fn forget(&self, bundle: &str) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.remove(bundle);
+        }
+    }
+}
+
 /// Images (`repo@sha256:…`) whose cosign signature verified, each with the set of keys it
 /// verified against (their fingerprints). A signature never stops being valid, so an entry
 /// does not expire: the same digest under the same keys is not verified again. Other keys
@@ -192,6 +243,21 @@ mod tests {
         assert!(checks.is_fresh("b", &2, LONG));
         checks.forget("b");
         assert!(!checks.is_fresh("b", &2, LONG));
+    }
+
+    #[test]
+    fn a_held_update_is_repaired_once_per_interval() {
+        let held = HeldUpdates::default();
+        assert!(!held.is_held("b"));
+        held.hold("b");
+        assert!(held.is_held("b"));
+        assert!(held.due("b", LONG), "never repaired");
+        held.repaired("b");
+        held.hold("b");
+        assert!(!held.due("b", LONG), "a new failure keeps the last repair");
+        assert!(held.due("b", Duration::ZERO));
+        held.forget("b");
+        assert!(!held.is_held("b"));
     }
 
     #[test]

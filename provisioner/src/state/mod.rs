@@ -5,6 +5,7 @@ pub mod backoff;
 pub mod caches;
 pub mod claims;
 pub mod dependents;
+pub mod forbidden;
 pub mod metrics;
 
 use std::path::PathBuf;
@@ -19,7 +20,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use self::backoff::Backoff;
-use self::caches::{InstalledChecks, ResolvedTags, VerifiedImages, WrittenVersions};
+use self::caches::{HeldUpdates, InstalledChecks, ResolvedTags, VerifiedImages, WrittenVersions};
+use self::forbidden::ForbiddenStalls;
 use self::metrics::Metrics;
 use crate::cluster::access::AccessReviews;
 use crate::cluster::discovery::KindCache;
@@ -121,6 +123,11 @@ pub struct Context {
     pub claims: Arc<Claims>,
     /// Which bundles name each bundle in `spec.dependsOn`, kept by the Bundle watch.
     pub dependents: Arc<Dependents>,
+    /// Bundles whose new content or spec is held back while their installed content stays
+    /// (and is repaired).
+    pub held_updates: HeldUpdates,
+    /// Bundles stalled on `Forbidden`, by identity, for the RBAC watches to wake.
+    pub forbidden: ForbiddenStalls,
     /// With `--sharding`: this replica's shard, whose bundles it reconciles.
     pub shard: Option<String>,
     /// Whether this replica may write (always, without sharding).
@@ -163,6 +170,8 @@ impl Context {
             pulled: PulledContents::new(pull_cache_bytes),
             claims: Default::default(),
             dependents: Default::default(),
+            held_updates: Default::default(),
+            forbidden: Default::default(),
             shard: None,
             fence: Fence::open(),
             slots: None,
@@ -193,6 +202,8 @@ impl Context {
         self.resolved.forget(name);
         self.checked.forget(name);
         self.written.forget(name);
+        self.held_updates.forget(name);
+        self.forbidden.clear(name);
     }
 
     /// A registry client with the credentials of `class` and `bundle` (secrets in the

@@ -333,6 +333,8 @@ const STALLED_REASONS: &[&str] = &[
     reasons::INVALID_OBJECT_POLICY,
     reasons::IMMUTABLE_FIELD_CHANGED,
     reasons::INVALID_PATCH,
+    reasons::INVALID_IMAGE_REFERENCE,
+    reasons::INVALID_OBJECT,
 ];
 
 /// Checks that the failure `reason` on `type_` is reported as what it is: stalled failures

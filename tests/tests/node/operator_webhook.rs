@@ -206,7 +206,8 @@ async fn prometheus_operator_with_its_webhook_works_and_co_owned_fields_stay() {
     )
     .await;
     println!("bundle C v1, Installed=False {reason}: {message}");
-    assert_eq!(reason, reasons::APPLY_FAILED, "{message}");
+    // The webhook answers 422 (Invalid): the dry run before the first write found it.
+    assert_eq!(reason, reasons::INVALID_OBJECT, "{message}");
     assert!(
         message.contains(&format!(
             "PrometheusRule.monitoring.coreos.com {namespace}/broken"

@@ -45,4 +45,5 @@ mod uninstall_order;
 mod unpack_pods;
 mod untrusted_input;
 mod verify;
+mod while_failing;
 mod zero_values;

@@ -1114,19 +1114,22 @@ async fn an_object_of_a_failed_first_install_stays_that_bundle_s() {
     let client = control_plane().client().await;
     let ns = unique_name("cut-short");
     ensure_namespace(&client, &ns).await;
-    // The first wave (a Namespace the API server refuses: a label value with a space) fails,
-    // so the ConfigMap of the second wave is never written; the inventory lists both.
+    // The second wave fails after the first (a Namespace) was written: a Service in that
+    // Namespace the API server refuses (port 0), judged once the Namespace exists and before
+    // the wave writes anything, so the ConfigMap of that wave is never written; the inventory
+    // lists them all.
     let refused_namespace = unique_name("refused");
     let failing = push(
         &format!("{ns}/failing:v1"),
         &[
+            ("00-namespace.yaml", namespace_yaml(&refused_namespace)),
+            ("10-config.yaml", config_map("shared", Some(&ns), "failing")),
             (
-                "00-namespace.yaml",
+                "20-service.yaml",
                 format!(
-                    "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {refused_namespace}\n  labels:\n    bad: \"a b\"\n"
+                    "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: {refused_namespace}\nspec:\n  ports:\n  - port: 0\n"
                 ),
             ),
-            ("10-config.yaml", config_map("shared", Some(&ns), "failing")),
         ],
     )
     .await;
@@ -1136,7 +1139,7 @@ async fn an_object_of_a_failed_first_install_stays_that_bundle_s() {
         &client,
         &owner,
         types::INSTALLED,
-        reasons::APPLY_FAILED,
+        reasons::INVALID_OBJECT,
         &refused_namespace,
     )
     .await;
@@ -1651,15 +1654,13 @@ async fn an_event_series_counts_only_the_same_message() {
     let client = control_plane().client().await;
     let ns = unique_name("series");
     ensure_namespace(&client, &ns).await;
-    // The API server refuses this ConfigMap (a data key with a space) when it is applied: the
-    // apply fails after `Installing` is shown, and is retried with backoff.
+    // A ConfigMap in a namespace that does not exist: the dry run cannot judge it, and its
+    // apply fails after `Installing` is shown, the same way on every attempt, retried with
+    // backoff.
+    let missing = unique_name("missing");
     let refused = push(
         &format!("{ns}/app:refused"),
-        &[(
-            "a.yaml",
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: refused\ndata:\n  \"a b\": x\n"
-                .to_string(),
-        )],
+        &[("a.yaml", config_map("refused", Some(&missing), "x"))],
     )
     .await;
     let name = unique_name("series");

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
-    Bundle, CRD_UPGRADE_ALLOWED_ANNOTATION, DeletionPolicy, DriftMode, InventoryEntry,
-    ProvisionerClass,
+    Bundle, CRD_UPGRADE_ALLOWED_ANNOTATION, DeletionPolicy, DriftMode, InstalledSpec,
+    InventoryEntry, ProvisionerClass,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -119,6 +119,7 @@ pub(crate) async fn apply_and_prune(
             drift = Some(checked.drift(plan));
             return Ok(checked.left_as_is());
         }
+        pass.writing = true;
         write(
             &applier.client,
             &ctx.kinds,
@@ -169,6 +170,9 @@ pub(crate) async fn apply_and_prune(
         refresh_history_approval(&mut pass.status, &installed);
     }
     pass.status.installed_image = Some(installed);
+    // What drift repair restores from while a later content or spec fails.
+    pass.status.installed_content_digest = pass.status.content_digest.clone();
+    pass.status.installed_spec = Some(InstalledSpec::of(&pass.bundle.spec));
     // On every full pass, not only when this pass unpacked new content: content unpacked by an
     // earlier pass (awaiting approval, or interrupted by a restart) and removals that failed
     // are cleaned up too. Until the cleanup succeeds, the install is not recorded as checked,
@@ -249,7 +253,7 @@ async fn record_before_applying(pass: &mut Pass<'_>, planned: &[InventoryEntry])
 }
 
 /// A duration as a user wrote it: `90s`, `5m`, `1h30m`.
-pub(super) fn humantime(duration: Duration) -> String {
+pub(crate) fn humantime(duration: Duration) -> String {
     let seconds = duration.as_secs();
     let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
     let mut text = String::new();
@@ -267,7 +271,7 @@ pub(super) fn humantime(duration: Duration) -> String {
 
 /// Each object's policy, in the plan's order; every object whose annotations Gantry does not
 /// understand is named in one error.
-fn object_policies(plan: &Plan) -> Result<Vec<ObjectPolicy>> {
+pub(super) fn object_policies(plan: &Plan) -> Result<Vec<ObjectPolicy>> {
     let mut policies = Vec::with_capacity(plan.objects.len());
     let mut invalid = Vec::new();
     for object in &plan.objects {
@@ -285,7 +289,10 @@ fn object_policies(plan: &Plan) -> Result<Vec<ObjectPolicy>> {
 
 /// The plan without its `Ignore` objects, and the policies of the others. Copied only when
 /// something is ignored: a plan can weigh megabytes.
-fn without_ignored(plan: &Plan, policies: Vec<ObjectPolicy>) -> (Cow<'_, Plan>, Vec<ObjectPolicy>) {
+pub(super) fn without_ignored(
+    plan: &Plan,
+    policies: Vec<ObjectPolicy>,
+) -> (Cow<'_, Plan>, Vec<ObjectPolicy>) {
     if policies.iter().all(|policy| policy.ssa != Ssa::Ignore) {
         return (Cow::Borrowed(plan), policies);
     }

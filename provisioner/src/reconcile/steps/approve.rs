@@ -58,6 +58,7 @@ pub(crate) async fn approve(
         .await;
     }
     let visit = Action::requeue(next_visit(pass.bundle, pass.ctx));
+    pass.awaiting_approval = !verdict.approved;
     if verdict.approved {
         Ok(Flow::Continue(()))
     } else if verdict.reason == reasons::DENIED {

@@ -96,6 +96,21 @@ pub(crate) async fn resolve(
     Ok(Flow::Continue(Resolution::Resolved(resolved)))
 }
 
+/// `spec.image` must be an image reference: one that is not (`/repo:tag`, an unset variable
+/// before it) is refused before any request, naming the field and the value; no registry or
+/// retry can answer for it.
+pub(crate) fn check_reference(image: &str) -> Result<()> {
+    match gantry_image::parse_reference(image) {
+        Err(gantry_image::ImageError::InvalidReference { reason, .. }) => {
+            Err(Error::InvalidImageReference {
+                value: image.to_string(),
+                reason,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A bundle installed before `installedImage` and `history` existed gets them from what is
 /// installed now.
 fn backfill_installed(status: &mut BundleStatus, installed: &str) {

@@ -89,7 +89,7 @@ async fn stored_content(pass: &Pass<'_>, resolved_image: &str) -> Result<Option<
 
 /// Reads stored content back, checking its digest and the limits again. Decompressing and
 /// parsing run on a blocking thread, off the async runtime.
-async fn read_stored(
+pub(super) async fn read_stored(
     pass: &Pass<'_>,
     content_digest: &str,
     limits: &EffectiveLimits,

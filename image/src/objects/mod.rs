@@ -2,6 +2,7 @@
 //! skipped, `apiVersion`, `kind` and `metadata.name` required, metadata as the API server
 //! accepts it, no object twice.
 //!
+//! - [`fields`]: the fields of a document the rules read, and what identifies an object.
 //! - [`rules`]: what both readings apply — documents, list flattening, required fields, and
 //!   the messages naming file and document.
 //! - [`names`]: the API server's checks of names, namespaces, labels and annotations.
@@ -9,6 +10,7 @@
 //!   only the identifying fields of a document), and the checks across files.
 //! - [`parse`]: the full parse into [`BundleObject`]s for applying.
 
+mod fields;
 mod names;
 mod parse;
 mod rules;

@@ -4,7 +4,7 @@
 //! values and the annotation keys (apimachinery's `ValidateObjectMeta`). `generateName` is not
 //! read: a bundle's objects need a name.
 
-use super::rules::{Field, Identity, Spec, StrMap, group_of};
+use super::fields::{Field, Identity, Spec, StrMap, group_of};
 
 /// Length limit of a DNS-1123 subdomain.
 const SUBDOMAIN_MAX: usize = 253;

@@ -4,7 +4,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::ObjectSummary;
-use super::rules::{self, Document, Field, Fields, ItemsShape, Metadata, Spec, StrMap};
+use super::fields::{Field, Fields, ItemsShape, Metadata, Spec, StrMap};
+use super::rules::{self, Document};
 use crate::error::ImageError;
 use crate::limits::EffectiveLimits;
 

@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 use std::io::Read;
 
-use super::rules::{self, Identity, Place, group_of};
+use super::fields::{Identity, group_of};
+use super::rules::{self, Place};
 use super::walk::DocSummary;
 use crate::error::ImageError;
 use crate::error::LimitKind;

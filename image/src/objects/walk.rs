@@ -8,7 +8,8 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::rules::{Document, Field, Fields, ItemsShape, Metadata, Spec, StrMap};
+use super::fields::{Field, Fields, ItemsShape, Metadata, Spec, StrMap};
+use super::rules::Document;
 
 #[derive(Debug, Default)]
 enum StrField {

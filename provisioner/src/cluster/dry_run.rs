@@ -2,8 +2,9 @@
 //! validation, admission, RBAC's escalation checks) is asked with a server-side apply with
 //! `dryRun=All` of every object that will be sent, with the field manager and body of the real
 //! apply, before anything of the content is written. An object the dry run cannot reach yet
-//! (its namespace or its kind comes with the bundle) is judged at the start of its wave,
-//! before that wave writes anything.
+//! (its namespace or its kind comes with the bundle) is judged once the wave before it is
+//! written (while that wave's CRDs become established, unless it waits for one of them) and
+//! before its own wave writes anything.
 //!
 //! Drift repair of content already installed dry-runs only what the authorization preflight
 //! asks it to (RBAC objects, and kinds the identity may not write whatever the name): the
@@ -254,5 +255,35 @@ pub fn invalid(object: &PlannedObject, error: &kube::Error) -> Error {
     Error::InvalidObject {
         object: object.to_string(),
         message: api_message(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::plan::plan_objects;
+    use crate::policy::plan::tests::{config_map, namespace, served};
+
+    #[test]
+    fn late_objects_are_taken_once_and_only_when_ready() {
+        let plan = plan_objects(
+            vec![namespace("app"), config_map("a"), config_map("b")],
+            "x",
+            Some("app"),
+            served,
+        )
+        .unwrap();
+        let wave = &plan.objects[1..];
+        let policies = [ObjectPolicy::default(); 2];
+        let mut unjudged: HashSet<usize> = [2].into();
+        assert!(take_late(wave, &policies, 1, &mut unjudged, |_| false).is_empty());
+        let late = take_late(wave, &policies, 1, &mut unjudged, |_| true);
+        let names: Vec<(usize, &str)> = late
+            .iter()
+            .map(|s| (s.index, s.object.name.as_str()))
+            .collect();
+        assert_eq!(names, [(2, "b")]);
+        assert!(unjudged.is_empty(), "taken once");
+        assert!(take_late(wave, &policies, 1, &mut unjudged, |_| true).is_empty());
     }
 }

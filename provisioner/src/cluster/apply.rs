@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::cluster::access::AccessReviews;
 use crate::cluster::crds::{served_kinds, wait_served};
 use crate::cluster::discovery::KindCache;
-use crate::cluster::dry_run::{self, Sent};
+use crate::cluster::dry_run::{self, Sent, with_ignored_fields};
 use crate::cluster::errors::{api_message, is_forbidden, is_invalid, is_not_found};
 use crate::cluster::live::{
     apply_for_health, drifted_fields, drifted_fields_leaving_others, health_view, spec_needed,
@@ -757,28 +757,6 @@ async fn label_as_managed(
             message: format!("labelling it as the bundle's: {}", api_message(&e)),
         }),
     }
-}
-
-/// `object` with its ignored fields back: their live values, or the bundle's where the object
-/// (or the field) is not live.
-pub(crate) async fn with_ignored_fields(
-    api: &Api<DynamicObject>,
-    object: &PlannedObject,
-    identity: &str,
-) -> Result<Value> {
-    let live = match api.get_opt(&object.name).await {
-        Ok(live) => live.map(|live| serde_json::to_value(live).unwrap_or(Value::Null)),
-        Err(e) if is_forbidden(&e) => return Err(forbidden(object, identity, &e)),
-        Err(e) => {
-            return Err(Error::Apply {
-                object: object.to_string(),
-                message: api_message(&e),
-            });
-        }
-    };
-    let mut value = object.value();
-    gantry_api::ignore::restore_fields(&mut value, &object.ignored, live.as_ref());
-    Ok(value)
 }
 
 /// One server-side apply of `patch`, answered with the metadata only: the whole object would be

@@ -258,6 +258,28 @@ pub fn invalid(object: &PlannedObject, error: &kube::Error) -> Error {
     }
 }
 
+/// The body the dry run and the apply send: `object` with its ignored fields back: their live values, or the bundle's where the object
+/// (or the field) is not live.
+pub(crate) async fn with_ignored_fields(
+    api: &Api<DynamicObject>,
+    object: &PlannedObject,
+    identity: &str,
+) -> Result<Value> {
+    let live = match api.get_opt(&object.name).await {
+        Ok(live) => live.map(|live| serde_json::to_value(live).unwrap_or(Value::Null)),
+        Err(e) if is_forbidden(&e) => return Err(forbidden(object, identity, &e)),
+        Err(e) => {
+            return Err(Error::Apply {
+                object: object.to_string(),
+                message: api_message(&e),
+            });
+        }
+    };
+    let mut value = object.value();
+    gantry_api::ignore::restore_fields(&mut value, &object.ignored, live.as_ref());
+    Ok(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,26 +308,4 @@ mod tests {
         assert!(unjudged.is_empty(), "taken once");
         assert!(take_late(wave, &policies, 1, &mut unjudged, |_| true).is_empty());
     }
-}
-
-/// The body the dry run and the apply send: `object` with its ignored fields back: their live values, or the bundle's where the object
-/// (or the field) is not live.
-pub(crate) async fn with_ignored_fields(
-    api: &Api<DynamicObject>,
-    object: &PlannedObject,
-    identity: &str,
-) -> Result<Value> {
-    let live = match api.get_opt(&object.name).await {
-        Ok(live) => live.map(|live| serde_json::to_value(live).unwrap_or(Value::Null)),
-        Err(e) if is_forbidden(&e) => return Err(forbidden(object, identity, &e)),
-        Err(e) => {
-            return Err(Error::Apply {
-                object: object.to_string(),
-                message: api_message(&e),
-            });
-        }
-    };
-    let mut value = object.value();
-    gantry_api::ignore::restore_fields(&mut value, &object.ignored, live.as_ref());
-    Ok(value)
 }

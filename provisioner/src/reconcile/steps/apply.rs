@@ -18,7 +18,7 @@ use kube::api::Api;
 
 use super::crd_check;
 use super::unpack::Content;
-use crate::cluster::apply::{ApplySettings, Observed, check, write};
+use crate::cluster::apply::{ApplyOutcome, ApplySettings, Observed, check, write};
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
 use crate::policy::object_policy::{ObjectPolicy, Ssa};
@@ -139,20 +139,7 @@ pub(crate) async fn apply_and_prune(
                 humantime(timeout)
             ),
         })??;
-    ctx.metrics.objects_applied.inc_by(outcome.written as u64);
-    ctx.metrics
-        .objects_unchanged
-        .inc_by(outcome.unchanged as u64);
-    for object in &plan.objects {
-        ctx.drift
-            .ensure(
-                &ctx.access,
-                applier,
-                &object.resource,
-                object.namespace.as_deref(),
-            )
-            .await;
-    }
+    count_and_watch(ctx, applier, &outcome, plan).await;
 
     report_drift(pass, drift).await;
     prune(pass, applier, &planned, &ignored).await?;
@@ -423,6 +410,30 @@ async fn remove_older_content(ctx: &Context, bundle: &str, current: Option<&str>
         }
     }
     cleaned
+}
+
+/// Counts what an apply wrote and left unchanged, and watches the objects of `plan` for drift
+/// (after a restart the watches start here).
+pub(super) async fn count_and_watch(
+    ctx: &Context,
+    applier: &Applier,
+    outcome: &ApplyOutcome,
+    plan: &Plan,
+) {
+    ctx.metrics.objects_applied.inc_by(outcome.written as u64);
+    ctx.metrics
+        .objects_unchanged
+        .inc_by(outcome.unchanged as u64);
+    for object in &plan.objects {
+        ctx.drift
+            .ensure(
+                &ctx.access,
+                applier,
+                &object.resource,
+                object.namespace.as_deref(),
+            )
+            .await;
+    }
 }
 
 #[cfg(test)]

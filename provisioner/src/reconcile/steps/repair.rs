@@ -10,7 +10,7 @@
 use gantry_api::{DriftMode, ProvisionerClass};
 use gantry_image::EffectiveLimits;
 
-use super::apply::{humantime, object_policies, without_ignored};
+use super::apply::{count_and_watch, humantime, object_policies, without_ignored};
 use super::{plan, unpack};
 use crate::cluster::apply::{ApplySettings, check, write};
 use crate::cluster::identity::Applier;
@@ -84,22 +84,9 @@ pub(crate) async fn installed_content(
             object: objects(planned.objects.len()),
             message: format!("repair not done within {}", humantime(timeout)),
         })??;
-    ctx.metrics.objects_applied.inc_by(outcome.written as u64);
-    ctx.metrics
-        .objects_unchanged
-        .inc_by(outcome.unchanged as u64);
     // After a restart the watches start here: a failing bundle has no successful pass to
     // start them.
-    for object in &planned.objects {
-        ctx.drift
-            .ensure(
-                &ctx.access,
-                applier,
-                &object.resource,
-                object.namespace.as_deref(),
-            )
-            .await;
-    }
+    count_and_watch(ctx, applier, &outcome, planned).await;
     if outcome.written > 0 {
         tracing::info!(
             bundle = %pass.name,

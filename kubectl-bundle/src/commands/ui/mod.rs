@@ -94,8 +94,6 @@ impl UiArgs {
 
 /// What every handler shares.
 pub struct Ui {
-    /// The command line's cluster flags: the actions run the plugin's commands with them.
-    global: GlobalArgs,
     client: Client,
     /// The API server, as the page names it.
     server: String,
@@ -104,8 +102,8 @@ pub struct Ui {
     live: live::Live,
 }
 
-/// Parses a plugin command's arguments (`argv[0]` is the command's name): the page's actions
-/// and its diff run the commands themselves, with exactly their options and checks.
+/// Parses a plugin command's arguments (`argv[0]` is the command's name): the page's diff runs
+/// the command itself, with exactly its options and checks.
 fn parse_args<A: clap::Args + clap::FromArgMatches>(argv: &[String]) -> anyhow::Result<A> {
     let command = A::augment_args(clap::Command::new("kubectl-bundle"));
     let matches = command
@@ -127,9 +125,9 @@ fn valid_name(name: &str) -> bool {
 
 fn router(ui: Arc<Ui>) -> Router {
     Router::new()
-        .route("/", get(pages::list))
-        .route("/bundles/{name}", get(pages::bundle))
-        .route("/bundles/{name}/review", get(pages::review))
+        .route("/", get(pages::list::list))
+        .route("/bundles/{name}", get(pages::bundle::bundle))
+        .route("/bundles/{name}/review", get(pages::review::review))
         .route("/bundles/{name}/approve", post(actions::approve))
         .route("/bundles/{name}/deny", post(actions::deny))
         .route("/bundles/{name}/rollback", post(actions::rollback))
@@ -160,7 +158,6 @@ pub async fn ui(global: &GlobalArgs, args: UiArgs) -> anyhow::Result<()> {
     let (auth, token) = auth::Auth::new(served);
     let url = format!("{}/?token={token}", auth.base());
     let ui = Arc::new(Ui {
-        global: global.clone(),
         live: live::Live::start(client.clone()),
         client,
         server: server.trim_end_matches('/').to_string(),
@@ -205,7 +202,7 @@ mod tests {
 
     #[test]
     fn commands_parse_their_own_options() {
-        let args: crate::commands::review::DenyArgs = parse_args(&[
+        let args: crate::commands::decision::DenyArgs = parse_args(&[
             "deny".into(),
             "app".into(),
             "--digest=sha256:aa".into(),
@@ -218,7 +215,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            parse_args::<crate::commands::review::DenyArgs>(&["deny".into(), "app".into()])
+            parse_args::<crate::commands::decision::DenyArgs>(&["deny".into(), "app".into()])
                 .is_err()
         );
     }

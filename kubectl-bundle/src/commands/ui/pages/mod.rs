@@ -1,0 +1,151 @@
+//! The pages, rendered on the server: the bundles list, one bundle, and the review of its
+//! pending digest. Regions marked `data-live` are refreshed by the script when the watch says
+//! the bundle changed. This module holds what they share: the layout, badges, the bundle read.
+
+pub(super) mod bundle;
+mod diff;
+pub(super) mod list;
+pub(super) mod review;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use gantry_api::{Bundle, BundleStatus, Condition};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use maud::{DOCTYPE, Markup, html};
+
+use super::Ui;
+use super::auth::Flash;
+use crate::commands::causes;
+use crate::commands::cluster::get_bundle;
+use crate::commands::output::age;
+
+/// What the page's `<body>` tells the script.
+#[derive(Default)]
+struct Live<'a> {
+    /// Only this bundle's changes refresh the page (all bundles' when `None`).
+    bundle: Option<&'a str>,
+    /// Where the live regions are fetched from (the page itself when `None`).
+    source: Option<String>,
+    /// The live watch's count of changes before the page read what it shows: a change after
+    /// it that happened before the script listens still refreshes the page.
+    since: Option<u64>,
+}
+
+fn layout(ui: &Ui, title: &str, live: Live, flash: Option<Flash>, content: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Gantry" }
+                link rel="stylesheet" href="/assets/ui.css";
+                link rel="icon" href="/assets/favicon.svg" type="image/svg+xml";
+                script src="/assets/ui.js" defer {}
+            }
+            body data-bundle=[live.bundle] data-live-src=[live.source] data-live-since=[live.since] {
+                a.skip href="#main" { "Skip to content" }
+                header.top {
+                    a.brand href="/" { "Gantry" }
+                    nav aria-label="Sections" { a href="/" { "Bundles" } }
+                    span.server title="The API server, reached with your kubeconfig credentials" {
+                        "as you on " (ui.server)
+                    }
+                }
+                main #main {
+                    @if let Some(flash) = flash {
+                        div.flash.ok[flash.ok].bad[!flash.ok] role=(if flash.ok { "status" } else { "alert" }) #flash {
+                            (flash.text)
+                        }
+                    }
+                    (content)
+                }
+            }
+        }
+    }
+}
+
+fn page(status: StatusCode, markup: Markup) -> Response {
+    (status, markup).into_response()
+}
+
+fn condition<'a>(status: &'a BundleStatus, type_: &str) -> Option<&'a Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// A condition's status as a coloured badge: True, False, Unknown or `-`.
+fn status_badge(condition: Option<&Condition>) -> Markup {
+    match condition.map(|c| c.status.as_str()) {
+        Some("True") => html! { span.badge.ok { "True" } },
+        Some("False") => html! { span.badge.bad { "False" } },
+        Some(other) => html! { span.badge.warn { (other) } },
+        None => html! { span.badge.none { "-" } },
+    }
+}
+
+fn phase_badge(status: &BundleStatus) -> Markup {
+    let phase = status.phase.map(|p| p.as_str()).unwrap_or("Pending");
+    let class = match phase {
+        "Installed" => "ok",
+        "Failing" | "UpdateFailing" | "Denied" => "bad",
+        _ => "warn",
+    };
+    html! { span class={ "badge " (class) } { (phase) } }
+}
+
+fn when(time: Timestamp) -> Markup {
+    html! { time datetime=(time.to_string()) title=(time.to_string()) { (age(time)) " ago" } }
+}
+
+fn kind_of(group: &str, kind: &str) -> String {
+    if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
+    }
+}
+
+/// A highlight's reason, its bracketed lists (`[get,list,watch]`) as lists that wrap between
+/// their items.
+fn reason_text(reason: &str) -> Markup {
+    let mut pieces = Vec::new();
+    let mut rest = reason;
+    while let Some((text, tail)) = rest.split_once('[')
+        && let Some((list, tail)) = tail.split_once(']')
+    {
+        pieces.push((text, Some(list)));
+        rest = tail;
+    }
+    pieces.push((rest, None));
+    html! {
+        @for (text, list) in pieces {
+            (text)
+            @if let Some(list) = list {
+                span.list { "[" @for (i, item) in list.split(',').enumerate() { @if i > 0 { ", " } (item) } "]" }
+            }
+        }
+    }
+}
+
+async fn read_bundle(ui: &Ui, name: &str) -> Result<Bundle, anyhow::Error> {
+    if !super::valid_name(name) {
+        anyhow::bail!("{name:?} is not a bundle name");
+    }
+    get_bundle(&Api::all(ui.client.clone()), name).await
+}
+
+fn not_found(ui: &Ui, name: &str, error: anyhow::Error, flash: Option<Flash>) -> Response {
+    let text = causes(&error);
+    let status = if text.contains("not found") || text.contains("not a bundle name") {
+        StatusCode::NOT_FOUND
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    let content = html! {
+        p.crumbs { a href="/" { "Bundles" } }
+        h1 { (name) }
+        div.flash.bad role="alert" { (text) }
+    };
+    page(status, layout(ui, name, Live::default(), flash, content))
+}

@@ -158,11 +158,18 @@ pub(super) fn permissions(permissions: Option<&RequestedPermissions>) -> Markup 
                     }
                 }
             }
-            p.hint {
-                @match &p.service_account {
-                    Some(account) => { "Applied as ServiceAccount " code { (account.namespace) "/" (account.name) } },
-                    None => "Applied with the provisioner's own identity.",
-                }
+            (applied_as(p))
+        }
+    }
+}
+
+/// Whose identity applies the objects.
+pub(super) fn applied_as(p: &RequestedPermissions) -> Markup {
+    html! {
+        p.hint {
+            @match &p.service_account {
+                Some(account) => { "Applied as ServiceAccount " code { (account.namespace) "/" (account.name) } },
+                None => "Applied with the provisioner's own identity.",
             }
         }
     }

@@ -11,7 +11,7 @@ use gantry_api::{Bundle, RequestedPermissions};
 use kube::ResourceExt;
 use maud::{Markup, html};
 
-use super::bundle::{highlights, permissions, state_panel};
+use super::bundle::{applied_as, highlights, permissions, state_panel};
 use super::diff::{changes_section, count};
 use super::{Live, condition, layout, not_found, page, read_bundle};
 use crate::commands::review::{approval_state, resolved_digest, short};
@@ -52,14 +52,7 @@ fn review_summary(
                     "Nothing among the requested permissions needs particular attention."
                 }
             }
-            @if let Some(p) = permissions {
-                p.hint {
-                    @match &p.service_account {
-                        Some(account) => { "Applied as ServiceAccount " code { (account.namespace) "/" (account.name) } },
-                        None => "Applied with the provisioner's own identity.",
-                    }
-                }
-            }
+            @if let Some(p) = permissions { (applied_as(p)) }
         }
     }
 }

@@ -1,0 +1,290 @@
+//! `install` and `uninstall`: Gantry itself, from the manifests of the plugin's own version
+//! (`manifests/`, embedded when the plugin is built: nothing is downloaded).
+
+mod apply;
+mod manifests;
+mod wait;
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{ArgAction, Args};
+use gantry_api::Bundle;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::cluster::{GlobalArgs, parse_timeout};
+use apply::{Apis, Deleted, apply, delete};
+use manifests::{Options, Step, display, export, name_of, objects, validate_registry};
+use wait::{humanize, wait_established, wait_workloads};
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  kubectl bundle install\n  kubectl bundle install --registry registry.example.com:5000 --storage-class fast\n  kubectl bundle install --export > gantry.yaml"
+)]
+pub struct InstallArgs {
+    /// Pull Gantry's own images from this registry instead of the release's
+    /// (ghcr.io/gantry-dev): REGISTRY/gantry-provisioner:TAG and
+    /// REGISTRY/gantry-storage-server:TAG, e.g. `registry.example.com:5000` or
+    /// `registry.example.com/mirror`.
+    #[arg(long, value_name = "REGISTRY")]
+    registry: Option<String>,
+    /// The StorageClass of the storage server's PersistentVolumeClaim (default: the cluster's
+    /// default class).
+    #[arg(long, value_name = "CLASS")]
+    storage_class: Option<String>,
+    /// Print the YAML install would apply, with the options above, and change nothing.
+    #[arg(long)]
+    export: bool,
+    /// Wait until the storage server and the provisioner are ready (`--wait=false`: return
+    /// once everything is applied).
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    wait: bool,
+    /// How long to wait for the CRDs to be established and the workloads to be ready.
+    #[arg(long, default_value = "5m", value_parser = parse_timeout, value_name = "DURATION")]
+    timeout: Duration,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  kubectl bundle uninstall\n  kubectl bundle uninstall --delete-bundles --timeout 10m"
+)]
+pub struct UninstallArgs {
+    /// Delete every Bundle first, while the provisioner still runs, and wait until they are
+    /// gone: their objects are deleted with them (orphaned, for a Bundle with
+    /// `spec.deletionPolicy: Orphan`). Without it, uninstall refuses while
+    /// Bundles exist.
+    #[arg(long)]
+    delete_bundles: bool,
+    /// Wait until everything deleted is gone (`--wait=false`: return once deletion is asked).
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    wait: bool,
+    /// How long to wait for the Bundles and then Gantry's objects to be gone.
+    #[arg(long, default_value = "5m", value_parser = parse_timeout, value_name = "DURATION")]
+    timeout: Duration,
+}
+pub async fn install(global: &GlobalArgs, args: InstallArgs) -> anyhow::Result<()> {
+    if let Some(registry) = &args.registry {
+        validate_registry(registry)?;
+    }
+    let options = Options {
+        registry: args.registry.as_deref(),
+        storage_class: args.storage_class.as_deref(),
+    };
+    let objects = objects(&options)?;
+    if args.export {
+        let mut out = std::io::stdout().lock();
+        return match out.write_all(export(&objects)?.as_bytes()) {
+            // `install --export | head` is done reading: not an error.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            written => written.context("writing to standard output"),
+        };
+    }
+    let client = global.client().await?;
+    let mut apis = Apis::new(client.clone());
+    let deadline = Instant::now() + args.timeout;
+    let version = env!("CARGO_PKG_VERSION");
+    println!("► installing Gantry {version}");
+    for step in Step::ORDER {
+        let of_step: Vec<&Value> = objects
+            .iter()
+            .filter(|(s, _)| *s == step)
+            .map(|(_, o)| o)
+            .collect();
+        let mut done: Vec<String> = Vec::new();
+        for object in &of_step {
+            let outcome = apply(&mut apis, object).await?;
+            done.push(format!("{} {outcome}", display(object)));
+        }
+        println!("✚ applied {}: {}", step.what(), done.join(", "));
+        if step == Step::Crds {
+            let classes: Vec<&Value> = objects
+                .iter()
+                .filter(|(s, _)| *s == Step::Classes)
+                .map(|(_, o)| o)
+                .collect();
+            wait_established(
+                &client,
+                &mut apis,
+                &of_step,
+                &classes,
+                deadline,
+                args.timeout,
+            )
+            .await?;
+            println!(
+                "✔ CRDs established: {}",
+                of_step
+                    .iter()
+                    .map(|c| name_of(c).0)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    let workloads: Vec<&Value> = objects
+        .iter()
+        .map(|(_, o)| o)
+        .filter(|o| matches!(o["kind"].as_str(), Some("Deployment" | "StatefulSet")))
+        .collect();
+    if args.wait {
+        println!(
+            "◎ waiting up to {} for the storage server and the provisioner to be ready",
+            humanize(args.timeout)
+        );
+        wait_workloads(&client, &workloads, deadline, args.timeout).await?;
+        println!("✔ Gantry {version} installed");
+    } else {
+        println!("✔ Gantry {version} applied (not waiting for the workloads: --wait=false)");
+    }
+    Ok(())
+}
+
+pub async fn uninstall(global: &GlobalArgs, args: UninstallArgs) -> anyhow::Result<()> {
+    let client = global.client().await?;
+    let mut objects = objects(&Options::default())?;
+    objects.reverse();
+    let deadline = Instant::now() + args.timeout;
+
+    // Bundles first: their finalizer needs the provisioner to remove their objects.
+    let bundles_crd = format!("bundles.{}", gantry_api::GROUP);
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if crds
+        .get_opt(&bundles_crd)
+        .await
+        .with_context(|| format!("reading CRD {bundles_crd}"))?
+        .is_some()
+    {
+        let bundles: Api<Bundle> = Api::all(client.clone());
+        let names: Vec<String> = bundles
+            .list(&ListParams::default())
+            .await
+            .context("listing Bundles")?
+            .items
+            .iter()
+            .map(|b| b.name_any())
+            .collect();
+        if !names.is_empty() && !args.delete_bundles {
+            bail!(
+                "{} Bundle(s) exist: {}. Uninstalling Gantry would leave them stuck in deletion and their objects on the cluster. Delete them first (`kubectl delete bundles --all`), or pass --delete-bundles to do so here (their objects are deleted with them); to keep objects, annotate them `gantry.dev/prune=disabled`, or set a Bundle's spec.deletionPolicy to Orphan, first",
+                names.len(),
+                names.join(", ")
+            );
+        }
+        if !names.is_empty() {
+            println!(
+                "► deleting {} Bundle(s) while the provisioner runs: {}",
+                names.len(),
+                names.join(", ")
+            );
+            let mut deleting = Vec::new();
+            for name in &names {
+                match bundles.delete(name, &DeleteParams::default()).await {
+                    Ok(either) => {
+                        if let Some(uid) = either.left().and_then(|b| b.uid()) {
+                            deleting.push((name.clone(), uid));
+                        }
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e).with_context(|| format!("deleting bundle {name}")),
+                }
+            }
+            let gone = async {
+                for (name, uid) in &deleting {
+                    kube::runtime::wait::await_condition(
+                        bundles.clone(),
+                        name,
+                        kube::runtime::wait::conditions::is_deleted(uid),
+                    )
+                    .await
+                    .with_context(|| format!("watching bundle {name}"))?;
+                }
+                Ok::<_, anyhow::Error>(())
+            };
+            match tokio::time::timeout_at(deadline, gone).await {
+                Ok(result) => result?,
+                Err(_) => {
+                    let left: Vec<String> = bundles
+                        .list(&ListParams::default())
+                        .await
+                        .map(|l| l.items.iter().map(|b| b.name_any()).collect())
+                        .unwrap_or_default();
+                    bail!(
+                        "Bundle(s) still present after {}: {} (is the provisioner running? see `kubectl bundle check` and `kubectl bundle status NAME`)",
+                        humanize(args.timeout),
+                        left.join(", ")
+                    );
+                }
+            }
+            println!("✔ Bundles deleted");
+        }
+    }
+
+    println!("► uninstalling Gantry");
+    let mut apis = Apis::new(client.clone());
+    let mut deleted: Vec<Deleted> = Vec::new();
+    // Reverse install order: the classes, the provisioner, the storage server, the RBAC and
+    // then the namespace (reversed, its file comes last), the CRDs last of all.
+    let mut step_order = Step::ORDER;
+    step_order.reverse();
+    for step in step_order {
+        let mut done: Vec<String> = Vec::new();
+        for (_, object) in objects.iter().filter(|(s, _)| *s == step) {
+            done.push(delete(&mut apis, object, &mut deleted).await?);
+        }
+        println!("✚ deleted {}: {}", step.what(), done.join(", "));
+    }
+    if !args.wait {
+        println!("✔ Gantry uninstalled (not waiting for the objects to be gone: --wait=false)");
+        return Ok(());
+    }
+    println!(
+        "◎ waiting up to {} for the objects to be gone",
+        humanize(args.timeout)
+    );
+    let gone = async {
+        for Deleted {
+            api,
+            name,
+            what,
+            uid,
+        } in &deleted
+        {
+            kube::runtime::wait::await_condition(
+                api.clone(),
+                name,
+                kube::runtime::wait::conditions::is_deleted(uid),
+            )
+            .await
+            .with_context(|| format!("watching {what}"))?;
+        }
+        Ok::<_, anyhow::Error>(())
+    };
+    match tokio::time::timeout_at(deadline, gone).await {
+        Ok(result) => result?,
+        Err(_) => {
+            let mut left = Vec::new();
+            for Deleted {
+                api, name, what, ..
+            } in &deleted
+            {
+                if let Ok(Some(_)) = api.get_opt(name).await {
+                    left.push(what.clone());
+                }
+            }
+            bail!(
+                "still present after {}: {} (a namespace and a PersistentVolumeClaim need the cluster's controller-manager to finish deleting)",
+                humanize(args.timeout),
+                left.join(", ")
+            );
+        }
+    }
+    println!("✔ Gantry uninstalled");
+    Ok(())
+}

@@ -207,13 +207,37 @@ pub fn name_the_server(error: anyhow::Error) -> anyhow::Error {
     }
 }
 
+/// Why a bundle could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleNotRead {
+    #[error("bundle {0} not found")]
+    NotFound(String),
+    #[error("reading bundle {name}")]
+    Read {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
 /// The Bundle `name`; an error that names it when it is not there.
-pub(super) async fn get_bundle(bundles: &Api<Bundle>, name: &str) -> anyhow::Result<Bundle> {
+pub(super) async fn read_bundle(
+    bundles: &Api<Bundle>,
+    name: &str,
+) -> Result<Bundle, BundleNotRead> {
     bundles
         .get_opt(name)
         .await
-        .with_context(|| format!("reading bundle {name}"))?
-        .with_context(|| format!("bundle {name} not found"))
+        .map_err(|source| BundleNotRead::Read {
+            name: name.to_string(),
+            source,
+        })?
+        .ok_or_else(|| BundleNotRead::NotFound(name.to_string()))
+}
+
+/// [`read_bundle`], for the commands that answer with `anyhow`.
+pub(super) async fn get_bundle(bundles: &Api<Bundle>, name: &str) -> anyhow::Result<Bundle> {
+    Ok(read_bundle(bundles, name).await?)
 }
 
 /// The Bundles `names` names, each once, in the order given, as `kubectl get bundle A B`

@@ -3,6 +3,7 @@
 mod cluster;
 mod complete;
 mod control;
+mod decision;
 mod diff;
 mod health;
 mod history;
@@ -10,10 +11,13 @@ mod image;
 mod inspect;
 mod install;
 mod jsonpath;
+mod list;
 mod output;
 mod pin;
 mod review;
+mod rollback;
 mod scope;
+mod status;
 mod system;
 mod ui;
 
@@ -47,9 +51,9 @@ pub enum Command {
     /// another registry, and push the bundle naming the copies.
     Relocate(image::RelocateArgs),
     /// List bundles with their class, phase, readiness, health, digest and approval.
-    List(review::ListArgs),
+    List(list::ListArgs),
     /// Show bundles: conditions, digests, requested permissions, inventory, recent Events.
-    Status(review::StatusArgs),
+    Status(status::StatusArgs),
     /// Show a bundle's Events, and the Warning Events of the objects it manages.
     Events(inspect::EventsArgs),
     /// Show the objects bundles manage, whether they exist and how ready they are.
@@ -57,14 +61,14 @@ pub enum Command {
     /// Show the digests a bundle installed, newest first, with when and how they were approved.
     History(history::HistoryArgs),
     /// Pin a bundle to a digest it installed before (`spec.image` becomes `repo@DIGEST`).
-    Rollback(history::RollbackArgs),
+    Rollback(rollback::RollbackArgs),
     /// Show what applying a bundle's stored content (awaiting approval, or current), or a bundle
     /// directory (`--dir`), would change: a server-side dry run per object, as a unified diff,
     /// and what would be pruned.
     /// Exit status 0: no changes, 1: changes, 2: an error.
     Diff(diff::DiffArgs),
     /// Approve the digest a bundle resolves to, after showing what it will create.
-    Approve(review::ApproveArgs),
+    Approve(decision::ApproveArgs),
     /// Deny the digest a bundle resolves to: it is not installed, or, when it is installed
     /// already, it stays as it is; a denial removes nothing.
     ///
@@ -72,7 +76,7 @@ pub enum Command {
     /// (an approved digest can be denied too). The bundle is Denied until the digest is
     /// approved after all or the image resolves to another digest. Deleting the bundle still
     /// uninstalls it.
-    Deny(review::DenyArgs),
+    Deny(decision::DenyArgs),
     /// Stop reconciling a bundle: nothing is applied, pruned or repaired until it is resumed.
     Suspend(control::SuspendArgs),
     /// Reconcile a suspended bundle again.
@@ -121,14 +125,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pull(args) => image::pull(args).await,
         Command::Validate(args) => image::validate(global, args).await,
         Command::Relocate(args) => image::relocate(args).await,
-        Command::List(args) => review::list(global, args).await,
-        Command::Status(args) => review::status(global, args).await,
+        Command::List(args) => list::list(global, args).await,
+        Command::Status(args) => status::status(global, args).await,
         Command::Events(args) => inspect::events(global, args).await,
         Command::Tree(args) => inspect::tree(global, args).await,
         Command::History(args) => history::history(global, args).await,
-        Command::Rollback(args) => history::rollback(global, args).await,
-        Command::Approve(args) => review::approve(global, args).await,
-        Command::Deny(args) => review::deny(global, args).await,
+        Command::Rollback(args) => rollback::rollback(global, args).await,
+        Command::Approve(args) => decision::approve(global, args).await,
+        Command::Deny(args) => decision::deny(global, args).await,
         Command::Suspend(args) => control::suspend(global, args).await,
         Command::Resume(args) => control::resume(global, args).await,
         Command::Reconcile(args) => control::reconcile(global, args).await,

@@ -1,8 +1,8 @@
-//! The page's actions, each the plugin's own command run with the user's credentials:
-//! Approve and Deny are `kubectl bundle approve NAME --yes --digest D` and `kubectl bundle deny
-//! NAME --digest D --reason R`, Roll back is `kubectl bundle rollback NAME --to D`. So they
-//! write what those write and are refused where those are (an Automatic class, a digest that
-//! moved, RBAC), with the same message.
+//! The page's actions, made with the user's credentials by the parts of the plugin's own
+//! commands: Approve and Deny as `kubectl bundle approve NAME --yes --digest D` and `kubectl
+//! bundle deny NAME --digest D --reason R` decide, Roll back as `kubectl bundle rollback NAME
+//! --to D`. So they write what those write and are refused where those are (an Automatic class,
+//! a digest that moved, RBAC), with the same message.
 
 use std::sync::Arc;
 
@@ -12,9 +12,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
+use gantry_api::ApprovalDecision;
+
 use super::Ui;
 use super::auth::{Flash, Session, refuse};
-use crate::commands::{causes, history, review};
+use crate::commands::decision::{self, DecisionError};
+use crate::commands::{causes, rollback};
 
 #[derive(Deserialize)]
 pub struct Decision {
@@ -51,16 +54,16 @@ fn check(ui: &Ui, session: &Session, csrf: &str, name: &str) -> Option<Response>
 
 /// Records the outcome for the next page and goes there: the bundle after a success, `back`
 /// after a refusal.
-fn outcome(
+fn outcome<T, E: std::error::Error + Send + Sync + 'static>(
     ui: &Ui,
     session: &Session,
-    result: anyhow::Result<()>,
+    result: Result<T, E>,
     done: String,
     name: &str,
     back: &str,
 ) -> Response {
     let (flash, to) = match result {
-        Ok(()) => (
+        Ok(_) => (
             Flash {
                 ok: true,
                 text: done,
@@ -70,7 +73,7 @@ fn outcome(
         Err(error) => (
             Flash {
                 ok: false,
-                text: causes(&error),
+                text: causes(&error.into()),
             },
             back.to_string(),
         ),
@@ -88,20 +91,9 @@ pub async fn approve(
     if let Some(refused) = check(&ui, &session, &form.csrf, &name) {
         return refused;
     }
-    let mut argv = vec![
-        "approve".to_string(),
-        name.clone(),
-        "--yes".into(),
-        format!("--digest={}", form.digest),
-    ];
-    let reason = form.reason.trim();
-    if !reason.is_empty() {
-        argv.push(format!("--reason={reason}"));
-    }
-    let result = match super::parse_args::<review::ApproveArgs>(&argv) {
-        Ok(args) => review::approve(&ui.global, args).await,
-        Err(e) => Err(e),
-    };
+    let reason = Some(form.reason.trim()).filter(|r| !r.is_empty());
+    let approving = ApprovalDecision::Approved;
+    let result = decision::record(&ui.client, &name, approving, Some(&form.digest), reason).await;
     let done = format!("Approved {} of bundle {name}", form.digest);
     outcome(
         &ui,
@@ -124,20 +116,10 @@ pub async fn deny(
     }
     let reason = form.reason.trim();
     let result = if reason.is_empty() {
-        Err(anyhow::anyhow!(
-            "a denial needs a reason: it is shown on the bundle and in its Events"
-        ))
+        Err(DecisionError::NoReason)
     } else {
-        let argv = [
-            "deny".to_string(),
-            name.clone(),
-            format!("--digest={}", form.digest),
-            format!("--reason={reason}"),
-        ];
-        match super::parse_args::<review::DenyArgs>(&argv) {
-            Ok(args) => review::deny(&ui.global, args).await,
-            Err(e) => Err(e),
-        }
+        let denying = ApprovalDecision::Denied;
+        decision::record(&ui.client, &name, denying, Some(&form.digest), Some(reason)).await
     };
     let done = format!("Denied {} of bundle {name}: {reason}", form.digest);
     outcome(
@@ -159,15 +141,7 @@ pub async fn rollback(
     if let Some(refused) = check(&ui, &session, &form.csrf, &name) {
         return refused;
     }
-    let argv = [
-        "rollback".to_string(),
-        name.clone(),
-        format!("--to={}", form.to),
-    ];
-    let result = match super::parse_args::<history::RollbackArgs>(&argv) {
-        Ok(args) => history::rollback(&ui.global, args).await,
-        Err(e) => Err(e),
-    };
+    let result = rollback::roll_back(&ui.client, &name, Some(&form.to), false).await;
     let done = format!("Bundle {name} is pinned to {}: it rolls back now", form.to);
     outcome(
         &ui,

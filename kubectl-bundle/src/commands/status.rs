@@ -1,0 +1,232 @@
+//! `status`: one bundle in full (conditions, digests, requested permissions, inventory,
+//! history, recent Events), or as a document, and again as it changes. Fetching reads the
+//! bundle and its Events; the summary is made from them alone.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use futures::{StreamExt, TryStreamExt};
+use gantry_api::Bundle;
+use gantry_api::conditions::types;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::Api;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+
+use super::cluster::{GlobalArgs, get_bundles};
+use super::inspect::{bundle_events, events_table};
+use super::output::{OutputFormat, clean, list_of, parse_output, print_structured, table};
+use super::review::{
+    approval_state, class_name, condition, decision_text, ignore_lines, images_lines,
+    patches_lines, permissions_table,
+};
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  kubectl bundle status my-app\n  kubectl bundle status app-a app-b\n  kubectl bundle status my-app -o jsonpath='{.status.phase}'\n  kubectl bundle status my-app --watch"
+)]
+pub struct StatusArgs {
+    /// The bundles (one or more).
+    #[arg(required = true, value_name = "NAME")]
+    names: Vec<String>,
+    /// Print the Bundle as json, yaml, name, jsonpath=TEMPLATE or custom-columns=SPEC instead of
+    /// the summary (several: a `v1 List` of them).
+    #[arg(short = 'o', long = "output", value_parser = parse_output)]
+    output: Option<OutputFormat>,
+    /// Print the status again each time the bundle changes (one bundle).
+    #[arg(short = 'w', long)]
+    watch: bool,
+}
+
+pub async fn status(global: &GlobalArgs, args: StatusArgs) -> anyhow::Result<()> {
+    if args.watch && args.names.len() > 1 {
+        bail!("--watch follows one bundle; `kubectl bundle list NAME... --watch` follows several");
+    }
+    let client = global.client().await?;
+    let bundles: Api<Bundle> = Api::all(client.clone());
+    let (found, refused) = get_bundles(&bundles, &args.names).await?;
+    // Several bundles are one document, as `kubectl get bundle A B -o json` prints them.
+    if args.names.len() > 1 && print_structured(&list_of(&found)?, args.output.as_ref())? {
+        return refused.map_or(Ok(()), |r| Err(r.into()));
+    }
+    for (i, bundle) in found.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        print_status(&client, bundle, args.output.as_ref()).await?;
+    }
+    let Some(bundle) = found.first().filter(|_| args.watch) else {
+        return refused.map_or(Ok(()), |r| Err(r.into()));
+    };
+    let name = bundle.name_any();
+    let mut last = bundle.resource_version();
+    let mut changes = watcher::watch_object(bundles, &name).boxed();
+    while let Some(bundle) = changes
+        .try_next()
+        .await
+        .with_context(|| format!("watching bundle {name}"))?
+    {
+        let Some(bundle) = bundle else {
+            bail!("bundle {name} was deleted");
+        };
+        if bundle.resource_version() != last {
+            last = bundle.resource_version();
+            println!();
+            print_status(&client, &bundle, args.output.as_ref()).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn print_status(
+    client: &Client,
+    bundle: &Bundle,
+    output: Option<&OutputFormat>,
+) -> anyhow::Result<()> {
+    if print_structured(&clean(bundle)?, output)? {
+        std::io::stdout().flush()?;
+        return Ok(());
+    }
+    let events = bundle_events(client, bundle, false).await;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(summary(bundle, &events).as_bytes())?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// The summary of `bundle`, with its `events` or why they could not be listed.
+fn summary(bundle: &Bundle, events: &anyhow::Result<Vec<Event>>) -> String {
+    let status = bundle.status.clone().unwrap_or_default();
+    let mut out = String::new();
+    let mut field = |label: &str, value: &str| out.push_str(&format!("{label:<12}{value}\n"));
+    field("Name:", &bundle.name_any());
+    field("Image:", &bundle.spec.image);
+    if !bundle.spec.patches.is_empty() {
+        field("Patches:", "applied before applying (spec.patches):");
+        for line in patches_lines(&bundle.spec.patches).lines() {
+            field("", line.trim_start());
+        }
+    }
+    if !bundle.spec.images.is_empty() {
+        field("Images:", "rewritten before applying (spec.images):");
+        for line in images_lines(&bundle.spec.images).lines() {
+            field("", line.trim_start());
+        }
+    }
+    if !bundle.spec.ignore.is_empty() {
+        field(
+            "Ignored:",
+            "fields left to other controllers (spec.ignore):",
+        );
+        for line in ignore_lines(&bundle.spec.ignore).lines() {
+            field("", line.trim_start());
+        }
+    }
+    let class = class_name(bundle);
+    field(
+        "Class:",
+        &if bundle.spec.provisioner_class_name.is_none() && status.class_name.is_some() {
+            format!("{class} (the default class)")
+        } else {
+            class
+        },
+    );
+    field(
+        "Phase:",
+        &status.phase.map(|p| p.to_string()).unwrap_or_default(),
+    );
+    // A stalled bundle is not retried: say so before anything else, with what must change.
+    if let Some(stalled) = condition(&status, types::STALLED).filter(|c| c.status == "True") {
+        field(
+            "Stalled:",
+            &format!(
+                "{}: {} (`kubectl bundle reconcile {}` tries again at once)",
+                stalled.reason,
+                stalled.message,
+                bundle.name_any()
+            ),
+        );
+    }
+    field("Resolved:", status.resolved_image.as_deref().unwrap_or("-"));
+    field(
+        "Installed:",
+        status.installed_image.as_deref().unwrap_or("-"),
+    );
+    field(
+        "Manifest:",
+        status.manifest_digest.as_deref().unwrap_or("-"),
+    );
+    field("Platform:", status.platform.as_deref().unwrap_or("-"));
+    field("Content:", status.content_digest.as_deref().unwrap_or("-"));
+    field("Approval:", approval_state(&status));
+    if let Some(approval) = &status.approval {
+        field("", &decision_text(approval));
+    }
+    out.push_str("\nConditions:\n");
+    let mut rows = vec![vec![
+        "  TYPE".to_string(),
+        "STATUS".to_string(),
+        "REASON".to_string(),
+        "MESSAGE".to_string(),
+    ]];
+    for c in &status.conditions {
+        rows.push(vec![
+            format!("  {}", c.type_),
+            c.status.clone(),
+            c.reason.clone(),
+            super::health::table_message(c).to_string(),
+        ]);
+    }
+    out.push_str(&table(&rows));
+    let unhealthy = super::health::unhealthy_objects(&status);
+    if !unhealthy.is_empty() {
+        out.push_str("\nNot healthy:\n");
+        for object in unhealthy {
+            out.push_str(&format!("  {object}\n"));
+        }
+    }
+    if let Some(permissions) = &status.requested_permissions {
+        out.push_str("\nRequested permissions:\n");
+        out.push_str(&permissions_table(permissions));
+    }
+    let mut inventory: BTreeMap<String, usize> = BTreeMap::new();
+    for entry in &status.inventory {
+        *inventory.entry(entry.kind.clone()).or_default() += 1;
+    }
+    out.push_str(&format!(
+        "\nInventory: {}\n",
+        super::output::count(status.inventory.len(), "object")
+    ));
+    for (kind, count) in inventory {
+        out.push_str(&format!("  {kind}: {count}\n"));
+    }
+    if let Some(latest) = status.history.first() {
+        out.push_str(&format!(
+            "\nHistory: {} installed, the latest {} ago (`kubectl bundle history {}`)\n",
+            match status.history.len() {
+                1 => "1 digest".to_string(),
+                n => format!("{n} digests"),
+            },
+            super::output::age(latest.installed_at.0),
+            bundle.name_any()
+        ));
+    }
+    out.push_str("\nEvents:\n");
+    match events {
+        Ok(events) if events.is_empty() => out.push_str("  <none>\n"),
+        // The latest ten, oldest first.
+        Ok(events) => {
+            let shown = &events[events.len().saturating_sub(10)..];
+            for line in events_table(shown).lines() {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+        Err(e) => out.push_str(&format!(
+            "  cannot list them: {}\n",
+            super::output::causes(e)
+        )),
+    }
+    out
+}

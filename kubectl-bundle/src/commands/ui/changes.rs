@@ -108,7 +108,7 @@ pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChang
     let mut argv = vec!["diff".to_string(), name.clone()];
     argv.extend(ui.diff_flags.iter().cloned());
     let args: diff::DiffArgs = super::parse_args(&argv)?;
-    let objects = diff::stored_content(&args, &client, bundle).await?;
+    let objects = diff::content::stored_content(&args, &client, bundle).await?;
     let status = bundle.status.clone().unwrap_or_default();
     let highlights = status
         .requested_permissions
@@ -119,11 +119,11 @@ pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChang
             let client = client.clone();
             async move {
                 let value = object.value()?;
-                let title = diff::describe_value(&value);
+                let title = diff::object::describe_value(&value);
                 let (size, crd) = (object.object.get().len(), CrdSummary::of(&value));
-                let found = diff::diff_object(&client, bundle, value).await;
+                let found = diff::object::diff_object(&client, bundle, value).await;
                 anyhow::Ok(match found {
-                    Ok(diff::ObjectDiff { key, text }) => {
+                    Ok(diff::object::ObjectDiff { key, text }) => {
                         let title = title_of(&key);
                         let change = match &text {
                             None => Change::Unchanged,
@@ -173,8 +173,8 @@ pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChang
         if desired.contains(&&key) {
             continue;
         }
-        let title = diff::describe_entry(entry);
-        match diff::pruned(&client, entry, &name).await {
+        let title = diff::object::describe_entry(entry);
+        match diff::object::pruned(&client, entry, &name).await {
             Ok(Some(text)) => changes.push((
                 key,
                 ObjectChange {

@@ -4,13 +4,11 @@ use maud::{Markup, html};
 
 use super::reason_text;
 use crate::commands::causes;
+use crate::commands::diff::UNSAFE_CRD;
 use crate::commands::ui::changes::{Change, CrdSummary, ObjectChange};
 
 /// Diffs longer than this many lines are folded: a CRD's schema, say, is thousands.
 const OPEN_DIFF_LINES: usize = 200;
-
-/// The prefix of the CRD upgrade check's findings among the highlights.
-const UNSAFE_CRD: &str = "unsafe CRD upgrade: ";
 
 fn size_text(bytes: usize) -> String {
     match bytes {

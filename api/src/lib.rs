@@ -27,7 +27,7 @@ pub use class::{
     ApprovalPolicy, Limits, ProvisionerClass, ProvisionerClassSpec, ProvisionerClassStatus,
     PullMode, SecretReference, Verification, VerificationProvider,
 };
-pub use health::{EffectiveHealth, HealthCheckExpr, HealthPolicy};
+pub use health::{HealthCheckExpr, HealthPolicy};
 pub use identity::ServiceAccountReference;
 pub use ignore::IgnoreRule;
 pub use images::ImageOverride;

@@ -97,8 +97,11 @@ pub enum Error {
     #[error("{object} is managed by bundle {owner}")]
     Conflict { object: String, owner: String },
 
-    #[error("CustomResourceDefinition {crd} was not established within {seconds}s")]
-    CrdNotEstablished { crd: String, seconds: u64 },
+    #[error("CustomResourceDefinition {crd} was not established within {timeout}")]
+    CrdNotEstablished {
+        crd: String,
+        timeout: gantry_rules::duration::GoDuration,
+    },
 
     /// The new content changes CRDs in the cluster unsafely; each finding names the CRD, the
     /// version, the path in the CRD and what changed.
@@ -576,7 +579,7 @@ mod tests {
             Error::ClassNotFound("c".into()),
             Error::CrdNotEstablished {
                 crd: "widgets.example.com".into(),
-                seconds: 60,
+                timeout: std::time::Duration::from_secs(60).into(),
             },
         ];
         for error in retried {

@@ -11,6 +11,7 @@ use gantry_api::ServiceAccountReference;
 use gantry_image::Platform;
 use gantry_provisioner::run::Options;
 use gantry_provisioner::{NodePullSettings, ServiceAccountDefaults, Settings, Token};
+use gantry_rules::duration;
 
 /// jemalloc, configured in `.cargo/config.toml` to hand freed memory back to the system: with
 /// glibc's allocator the RSS stayed near its peak long after a large bundle was applied.
@@ -57,23 +58,23 @@ struct Flags {
     /// With --sharding, across all shards: each runs its share, by the slots it serves.
     #[arg(long, default_value_t = 16)]
     reconcile_concurrency: u16,
-    /// How often tags are resolved again (e.g. 30s, 5m; a bundle's spec.interval overrides it).
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    /// How often tags are resolved again (e.g. 30s, 1h30m; a bundle's spec.interval overrides it).
+    #[arg(long, default_value = "5m", value_parser = duration::parse)]
     resolve_interval: Duration,
     /// How often installed bundles are checked for drift without a trigger.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, default_value = "10m", value_parser = duration::parse)]
     resync_interval: Duration,
     /// How long to wait for a bundle's CRD to be established.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = duration::parse)]
     crd_timeout: Duration,
     /// How long applying one bundle's objects may take (a bundle's spec.timeout overrides it).
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, default_value = "10m", value_parser = duration::parse)]
     apply_timeout: Duration,
     /// First retry delay after a failure; it doubles per failure.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = duration::parse)]
     backoff_base: Duration,
     /// Longest retry delay (a bundle's spec.retryInterval overrides it).
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = duration::parse)]
     backoff_cap: Duration,
     /// Where pulls unpack (default: the system's temporary directory).
     #[arg(long)]
@@ -117,11 +118,11 @@ struct Flags {
     #[arg(long, default_value_t = NodePullSettings::DEFAULT_CONCURRENCY)]
     unpack_concurrency: usize,
     /// Deadline of an unpack Pod (activeDeadlineSeconds).
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = duration::parse)]
     unpack_timeout: Duration,
     /// How long an unpack Pod may stay unschedulable before the bundle reports
     /// UnpackPodUnschedulable and the Pod is removed.
-    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    #[arg(long, default_value = "1m", value_parser = duration::parse)]
     unpack_schedule_timeout: Duration,
     /// ServiceAccount (NAMESPACE/NAME) bundles are applied as when neither they nor their class
     /// name one; without it, such bundles are applied with the provisioner's own identity.
@@ -137,25 +138,6 @@ struct Flags {
 enum LogFormat {
     Text,
     Json,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "" | "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(format!("invalid duration {text:?}: use ms, s, m or h")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
 #[tokio::main]

@@ -10,7 +10,8 @@ use std::time::Duration;
 const UNITS: &str = "ns, us, µs, ms, s, m, h";
 
 /// A [`Duration`] that reads and prints as a Go duration. `Display` prints the shortest form
-/// that reads back: `1h30m`, `1m30s`, `1.5s`, `250ms`, `0s`.
+/// that reads back: `1h30m`, `1m30s`, `1.5s`, `250ms`, `0s`; a precision keeps that many
+/// decimals of a second (`{:.0}` prints whole seconds, as elapsed times are reported).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GoDuration(pub Duration);
 
@@ -28,22 +29,23 @@ pub enum DurationProblem {
 
 /// A text that is not a Go duration (or, for [`parse_nonzero`], a zero one).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {text:?}: {}; write numbers each followed by a unit among {UNITS} (e.g. 1h30m, 2.5s, 250ms)", problem_text(*.problem))]
+#[error("invalid duration {text:?}: {}", problem_text(*.problem))]
 pub struct DurationError {
     pub text: String,
     pub problem: DurationProblem,
 }
 
-fn problem_text(problem: DurationProblem) -> &'static str {
-    match problem {
+fn problem_text(problem: DurationProblem) -> String {
+    let what = match problem {
+        DurationProblem::Zero => return "it must be more than zero".to_string(),
+        DurationProblem::TooLarge => return "it is too large".to_string(),
         DurationProblem::Empty => "it is empty",
         DurationProblem::Signed => "a duration has no sign",
         DurationProblem::MissingNumber => "a unit without a number",
         DurationProblem::MissingUnit => "a number without a unit",
         DurationProblem::UnknownUnit => "an unknown unit",
-        DurationProblem::TooLarge => "it is too large",
-        DurationProblem::Zero => "it must be more than zero",
-    }
+    };
+    format!("{what}; write numbers each followed by a unit among {UNITS} (e.g. 1h30m, 2.5s, 250ms)")
 }
 
 fn unit_nanos(unit: &str) -> Option<u128> {
@@ -130,7 +132,10 @@ fn decimal(out: &mut fmt::Formatter<'_>, value: u64, fraction: u64, digits: usiz
 
 impl fmt::Display for GoDuration {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (seconds, nanos) = (self.0.as_secs(), u64::from(self.0.subsec_nanos()));
+        let (seconds, mut nanos) = (self.0.as_secs(), u64::from(self.0.subsec_nanos()));
+        if let Some(digits) = out.precision() {
+            nanos -= nanos % 10u64.pow(9 - digits.min(9) as u32);
+        }
         if seconds == 0 && nanos > 0 {
             return match nanos {
                 1_000_000.. => {
@@ -267,14 +272,23 @@ mod tests {
             assert_eq!(text, expected);
             assert_eq!(parse(&text), Ok(duration), "{text} reads back");
         }
+        let elapsed = GoDuration(Duration::from_millis(65_750));
+        assert_eq!(
+            format!("{elapsed:.0} {elapsed:.1} {elapsed:.3}"),
+            "1m5s 1m5.7s 1m5.75s"
+        );
+        assert_eq!(
+            format!("{:.0}", GoDuration(Duration::from_millis(400))),
+            "0s"
+        );
     }
 
     #[test]
     fn flags_refuse_zero_where_asked_and_kubectl_takes_bare_seconds() {
         assert_eq!(parse_nonzero("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(
-            parse_nonzero("0s").unwrap_err().problem,
-            DurationProblem::Zero
+            parse_nonzero("0s").unwrap_err().to_string(),
+            "invalid duration \"0s\": it must be more than zero"
         );
         assert_eq!(parse_or_seconds("5"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_or_seconds("0"), Ok(Duration::ZERO));

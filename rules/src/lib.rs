@@ -3,3 +3,4 @@
 //! Nothing here talks to an API server; every rule is tested without one.
 
 pub mod duration;
+pub mod health_policy;

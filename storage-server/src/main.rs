@@ -8,9 +8,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
+use gantry_rules::duration::{self, DurationError, GoDuration};
 use gantry_storage::server::HEADER_READ_TIMEOUT;
 use gantry_storage::{AuthConfig, Config, Server, TlsFiles, TransferLimits};
 use tracing_subscriber::EnvFilter;
+
+fn nonzero(text: &str) -> Result<GoDuration, DurationError> {
+    duration::parse_nonzero(text).map(GoDuration)
+}
 
 #[derive(Clone, Copy, ValueEnum)]
 enum LogFormat {
@@ -43,21 +48,21 @@ struct Args {
     /// Audiences a token must be issued for (default: the API server's).
     #[arg(long = "token-audience")]
     token_audiences: Vec<String>,
-    /// Seconds to cache authentication and authorisation decisions.
-    #[arg(long, default_value_t = 10)]
-    auth_cache_ttl: u64,
+    /// How long to cache authentication and authorisation decisions (0 disables the cache).
+    #[arg(long, default_value_t = GoDuration(Duration::from_secs(10)))]
+    auth_cache_ttl: GoDuration,
     /// Largest accepted upload, in bytes (larger ones get 413).
     #[arg(long, default_value_t = 1 << 30)]
     max_body_bytes: u64,
     /// Memory for caching tarballs of up to 64 KiB, in bytes (0 disables the cache).
     #[arg(long, default_value_t = 8 << 20)]
     cache_bytes: u64,
-    /// Seconds a client may take to send a request head (and to finish a TLS handshake).
-    #[arg(long, default_value_t = HEADER_READ_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-    header_read_timeout: u64,
-    /// Seconds an upload may send nothing, or a download be left unread, before it is cut off.
-    #[arg(long, default_value_t = TransferLimits::DEFAULT.idle_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-    idle_timeout: u64,
+    /// How long a client may take to send a request head (and to finish a TLS handshake).
+    #[arg(long, default_value_t = GoDuration(HEADER_READ_TIMEOUT), value_parser = nonzero)]
+    header_read_timeout: GoDuration,
+    /// How long an upload may send nothing, or a download be left unread, before it is cut off.
+    #[arg(long, default_value_t = GoDuration(TransferLimits::DEFAULT.idle_timeout), value_parser = nonzero)]
+    idle_timeout: GoDuration,
     /// Bytes per second an upload or download must average (after --idle-timeout's grace)
     /// before it is cut off; 0 disables the check.
     #[arg(long, default_value_t = TransferLimits::DEFAULT.min_rate)]
@@ -115,7 +120,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         AuthConfig::Kubernetes {
             client: gantry_storage::auth::kube_client(args.kubeconfig.as_deref()).await?,
-            cache_ttl: Duration::from_secs(args.auth_cache_ttl),
+            cache_ttl: args.auth_cache_ttl.0,
             audiences: args.token_audiences,
         }
     };
@@ -131,9 +136,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tls,
         max_body_bytes: args.max_body_bytes,
         cache_bytes: args.cache_bytes,
-        header_read_timeout: Duration::from_secs(args.header_read_timeout),
+        header_read_timeout: args.header_read_timeout.0,
         transfer: TransferLimits {
-            idle_timeout: Duration::from_secs(args.idle_timeout),
+            idle_timeout: args.idle_timeout.0,
             min_rate: args.min_transfer_rate,
         },
     })

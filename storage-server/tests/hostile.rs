@@ -136,7 +136,7 @@ async fn trickle(
 #[tokio::test]
 async fn request_heads_sent_slowly_or_never_are_cut_off() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--header-read-timeout", "2"]);
+    let server = Server::start(dir.path(), &["--header-read-timeout", "2s"]);
     server.wait_ready().await;
     let baseline = fds(server.pid());
     let rss_before = rss_kib(server.pid());
@@ -187,7 +187,7 @@ async fn trickling_and_stalled_uploads_are_cut_off_and_leave_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(
         dir.path(),
-        &["--idle-timeout", "2", "--min-transfer-rate", "65536"],
+        &["--idle-timeout", "2s", "--min-transfer-rate", "65536"],
     );
     server.wait_ready().await;
     let stored = content(100_000, 1);
@@ -317,7 +317,7 @@ async fn downloads_left_unread_or_read_slowly_are_cut_off() {
     // A 12 MiB tarball must go within 2 s + 12 MiB / 4 MiB/s = 5 s.
     let server = Server::start(
         dir.path(),
-        &["--idle-timeout", "2", "--min-transfer-rate", "4194304"],
+        &["--idle-timeout", "2s", "--min-transfer-rate", "4194304"],
     );
     server.wait_ready().await;
     let data = content(12 << 20, 3);

@@ -828,8 +828,8 @@ async fn recreate(api: &Api<DynamicObject>, object: &PlannedObject, identity: &s
             return Err(Error::Apply {
                 object: object.to_string(),
                 message: format!(
-                    "deleted to be recreated (gantry.dev/force: enabled), and still there after {}s (finalizers: {})",
-                    RECREATE_TIMEOUT.as_secs(),
+                    "deleted to be recreated (gantry.dev/force: enabled), and still there after {} (finalizers: {})",
+                    gantry_rules::duration::GoDuration(RECREATE_TIMEOUT),
                     finalizers.join(", ")
                 ),
             });

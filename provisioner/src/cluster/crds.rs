@@ -120,7 +120,7 @@ pub async fn wait_served(
         if Instant::now() >= deadline {
             return Err(Error::CrdNotEstablished {
                 crd: crd.to_string(),
-                seconds: timeout.as_secs(),
+                timeout: timeout.into(),
             });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -21,9 +21,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gantry_api::{
-    Bundle, BundleStatus, DeletionPolicy, EffectiveHealth, InventoryEntry, ProvisionerClass,
-};
+use gantry_api::{Bundle, BundleStatus, DeletionPolicy, InventoryEntry, ProvisionerClass};
+use gantry_rules::duration::GoDuration;
+use gantry_rules::health_policy::EffectiveHealth;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
@@ -293,7 +293,7 @@ fn record_failure(pass: &mut Pass<'_>, fingerprint: u64, failure: &Failure) -> A
     let Some(stall) = failure.error.stall() else {
         let ceiling = timing::retry_ceiling(pass.bundle);
         let (attempt, delay) = ctx.backoff.failure(&pass.name, fingerprint, ceiling);
-        tracing::warn!(reason, attempt, retry_in = ?delay, "{failure}");
+        tracing::warn!(reason, attempt, retry_in = %GoDuration(delay), "{failure}");
         pass.set_condition(
             type_,
             false,
@@ -321,7 +321,7 @@ fn record_failure(pass: &mut Pass<'_>, fingerprint: u64, failure: &Failure) -> A
             let cap = ctx.settings.backoff_cap;
             let recheck = format!(
                 " (a change of RBAC that may concern it wakes it; otherwise it is checked again every {})",
-                apply::humantime(cap)
+                GoDuration(cap)
             );
             (
                 if woken {

@@ -6,13 +6,13 @@
 use std::time::Duration;
 
 use gantry_api::Bundle;
-use gantry_api::health::parse_duration;
+use gantry_rules::duration;
 
 use crate::state::Settings;
 
 fn parsed(value: Option<&String>) -> Option<Duration> {
     value
-        .and_then(|text| parse_duration(text))
+        .and_then(|text| duration::parse(text).ok())
         .filter(|d| *d >= Duration::from_secs(1))
 }
 

@@ -16,7 +16,8 @@
 //! `gantry_api::conditions`.
 
 use gantry_api::conditions::{ReasonKind, reasons, types};
-use gantry_api::{BundlePhase, BundleStatus, Condition, EffectiveHealth};
+use gantry_api::{BundlePhase, BundleStatus, Condition};
+use gantry_rules::health_policy::EffectiveHealth;
 
 use super::{condition, is_true, set_condition, set_short_message};
 

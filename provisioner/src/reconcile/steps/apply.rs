@@ -3,7 +3,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashSet;
-use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
@@ -136,7 +135,7 @@ pub(crate) async fn apply_and_prune(
             object: objects(plan.objects.len()),
             message: format!(
                 "not done within {} (the bundle's spec.timeout, else --apply-timeout)",
-                humantime(timeout)
+                gantry_rules::duration::GoDuration(timeout)
             ),
         })??;
     count_and_watch(ctx, applier, &outcome, plan).await;
@@ -237,23 +236,6 @@ async fn record_before_applying(pass: &mut Pass<'_>, planned: &[InventoryEntry])
     pass.status.inventory.extend(unrecorded);
     // Written only when something changed: new entries, or `Installing`.
     pass.show_progress().await
-}
-
-/// A duration as a user wrote it: `90s`, `5m`, `1h30m`.
-pub(crate) fn humantime(duration: Duration) -> String {
-    let seconds = duration.as_secs();
-    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
-    let mut text = String::new();
-    if h > 0 {
-        text.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        text.push_str(&format!("{m}m"));
-    }
-    if s > 0 || text.is_empty() {
-        text.push_str(&format!("{s}s"));
-    }
-    text
 }
 
 /// Each object's policy, in the plan's order; every object whose annotations Gantry does not
@@ -496,12 +478,5 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn durations_read_as_written() {
-        assert_eq!(humantime(Duration::from_secs(90)), "1m30s");
-        assert_eq!(humantime(Duration::from_secs(2)), "2s");
-        assert_eq!(humantime(Duration::from_secs(3600)), "1h");
     }
 }

@@ -10,7 +10,7 @@
 use gantry_api::{DriftMode, ProvisionerClass};
 use gantry_image::EffectiveLimits;
 
-use super::apply::{count_and_watch, humantime, object_policies, without_ignored};
+use super::apply::{count_and_watch, object_policies, without_ignored};
 use super::{plan, unpack};
 use crate::cluster::apply::{ApplySettings, check, write};
 use crate::cluster::identity::Applier;
@@ -82,7 +82,10 @@ pub(crate) async fn installed_content(
         .await
         .map_err(|_| Error::Apply {
             object: objects(planned.objects.len()),
-            message: format!("repair not done within {}", humantime(timeout)),
+            message: format!(
+                "repair not done within {}",
+                gantry_rules::duration::GoDuration(timeout)
+            ),
         })??;
     // After a restart the watches start here: a failing bundle has no successful pass to
     // start them.

@@ -8,8 +8,8 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch};
 use serde_json::json;
 
-use gantry_api::EffectiveHealth;
 use gantry_api::health::effective_health_check_exprs;
+use gantry_rules::health_policy::EffectiveHealth;
 
 use crate::error::{Error, Result};
 use crate::policy::class_selection::{Selection, select, validate};

@@ -179,7 +179,7 @@ pub(crate) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
                 reasons::UNINSTALL_FAILED,
                 format!(
                     "not done within {} (the bundle's spec.timeout, else --apply-timeout), still {message}; {needed}",
-                    super::apply::humantime(deadline)
+                    gantry_rules::duration::GoDuration(deadline)
                 ),
             );
         } else {

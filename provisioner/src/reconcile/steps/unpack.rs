@@ -381,8 +381,8 @@ async fn node_manifest_digest(
         Err(_) => {
             tracing::info!(
                 %image,
-                "platform manifest of a node pull unknown: the registry did not answer within {}s",
-                MANIFEST_LOOKUP_TIMEOUT.as_secs()
+                "platform manifest of a node pull unknown: the registry did not answer within {}",
+                gantry_rules::duration::GoDuration(MANIFEST_LOOKUP_TIMEOUT)
             );
             None
         }

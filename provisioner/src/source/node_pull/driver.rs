@@ -6,6 +6,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use gantry_api::{Bundle, ProvisionerClass};
 use gantry_image::{EffectiveLimits, Platform, parse_reference, pinned};
+use gantry_rules::duration::GoDuration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -156,8 +157,8 @@ pub async fn unpack_on_node(
         } => Err(Error::UnpackPodUnschedulable {
             image: image.to_string(),
             message: format!(
-                "unpack Pod {name} could not be scheduled within {}s: {why}",
-                waited_for.as_secs()
+                "unpack Pod {name} could not be scheduled within {:.0}: {why}",
+                GoDuration(waited_for)
             ),
         }),
         PodState::Waiting {
@@ -165,8 +166,8 @@ pub async fn unpack_on_node(
         } => Err(unpack_error(
             image,
             format!(
-                "unpack Pod {name} did not finish within {}s",
-                waited_for.as_secs()
+                "unpack Pod {name} did not finish within {:.0}",
+                GoDuration(waited_for)
             ),
         )),
     }

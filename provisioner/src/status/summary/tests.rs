@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{BundlePhase, BundleStatus, EffectiveHealth};
+use gantry_api::{BundlePhase, BundleStatus};
+use gantry_rules::health_policy::EffectiveHealth;
 
 use super::*;
 use crate::status::set_condition;

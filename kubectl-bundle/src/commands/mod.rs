@@ -42,14 +42,14 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Validate a bundle directory and push it as a plain+v0 image; prints `repo@sha256:...`.
-    Push(image::PushArgs),
+    Push(image::push::PushArgs),
     /// Pull a bundle image, verify and validate it, and write its manifests to a directory.
-    Pull(image::PullArgs),
+    Pull(image::pull::PullArgs),
     /// Check a bundle directory as push does, without a registry.
-    Validate(image::ValidateArgs),
+    Validate(image::dir::ValidateArgs),
     /// Copy a bundle image pushed with --pin-images, and every image its lock names, to
     /// another registry, and push the bundle naming the copies.
-    Relocate(image::RelocateArgs),
+    Relocate(image::relocate::RelocateArgs),
     /// List bundles with their class, phase, readiness, health, digest and approval.
     List(list::ListArgs),
     /// Show bundles: conditions, digests, requested permissions, inventory, recent Events.
@@ -121,10 +121,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let done = match cli.command {
         // Its exit status tells whether anything would change, as `kubectl diff`'s does.
         Command::Diff(args) => return Ok(diff::diff(global, args).await),
-        Command::Push(args) => image::push(args).await,
-        Command::Pull(args) => image::pull(args).await,
-        Command::Validate(args) => image::validate(global, args).await,
-        Command::Relocate(args) => image::relocate(args).await,
+        Command::Push(args) => image::push::push(args).await,
+        Command::Pull(args) => image::pull::pull(args).await,
+        Command::Validate(args) => image::dir::validate(global, args).await,
+        Command::Relocate(args) => image::relocate::relocate(args).await,
         Command::List(args) => list::list(global, args).await,
         Command::Status(args) => status::status(global, args).await,
         Command::Events(args) => inspect::events(global, args).await,

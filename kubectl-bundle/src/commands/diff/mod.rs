@@ -96,7 +96,7 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
     // A patch that does not parse fails every object: said once.
     let patches = bundle_patches(&bundle)?;
     let objects = if let Some(dir) = args.dir.clone() {
-        tokio::task::spawn_blocking(move || super::image::load_dir(&dir))
+        tokio::task::spawn_blocking(move || super::image::dir::load_dir(&dir))
             .await
             .context("reading the bundle directory")??
     } else {

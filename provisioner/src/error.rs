@@ -5,23 +5,22 @@
 use gantry_api::conditions::{reasons, types};
 
 use gantry_image::{ImageError, RegistryProtocol};
+use gantry_rules::allowed_images::ImageNotAllowed;
+use gantry_rules::class_selection::ClassMissing;
+use gantry_rules::identity::ServiceAccountRefused;
+use gantry_rules::plan::PlanError;
 
 /// Why a reconcile did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("ProvisionerClass {0} does not exist")]
-    ClassNotFound(String),
-
-    #[error(
-        "the bundle names no class and no ProvisionerClass is annotated gantry.dev/is-default-class=\"true\""
-    )]
-    NoDefaultClass,
+    #[error(transparent)]
+    ClassMissing(#[from] ClassMissing),
 
     #[error("ProvisionerClass {class} is invalid: {message}")]
     InvalidClass { class: String, message: String },
 
     #[error("{0}")]
-    InvalidHealthExpression(#[from] crate::policy::health_rules::InvalidExpression),
+    InvalidHealthExpression(#[from] gantry_rules::health_rules::InvalidExpression),
 
     #[error("ProvisionerClass {class} requires images by digest, and {image} names a tag")]
     DigestRequired { class: String, image: String },
@@ -145,24 +144,11 @@ pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
 
-    #[error("{image} is not allowed by ProvisionerClass {class}: its allowedImages are {}", .allowed.join(", "))]
-    ImageNotAllowed {
-        image: String,
-        class: String,
-        allowed: Vec<String>,
-    },
+    #[error(transparent)]
+    ImageNotAllowed(#[from] ImageNotAllowed),
 
-    #[error(
-        "the provisioner requires a ServiceAccount (--require-service-account), and neither the bundle nor ProvisionerClass {class} names one"
-    )]
-    ServiceAccountRequired { class: String },
-
-    #[error("spec.serviceAccountName {name} is not allowed by ProvisionerClass {class}: {why}")]
-    ServiceAccountNotAllowed {
-        name: String,
-        class: String,
-        why: String,
-    },
+    #[error(transparent)]
+    ServiceAccount(#[from] ServiceAccountRefused),
 
     /// The applying identity may not read or write an object (the API server's Forbidden).
     #[error("{identity} may not apply {object}: {message}")]
@@ -256,9 +242,12 @@ impl Failure {
     }
 }
 
-/// `.map_err(at(Step::X))`: tags an error with its step.
-pub fn at(step: Step) -> impl Fn(Error) -> Failure {
-    move |error| Failure { step, error }
+/// `.map_err(at(Step::X))`: tags an error (the provisioner's, or a rule's) with its step.
+pub fn at<E: Into<Error>>(step: Step) -> impl Fn(E) -> Failure {
+    move |error| Failure {
+        step,
+        error: error.into(),
+    }
 }
 
 /// A failure no retry can fix until something it depends on changes: on what it waits.
@@ -298,9 +287,8 @@ impl Error {
             | Error::DigestRequired { .. }
             | Error::InvalidImageReference { .. }
             | Error::NamespaceRequired(_)
-            | Error::ImageNotAllowed { .. }
-            | Error::ServiceAccountRequired { .. }
-            | Error::ServiceAccountNotAllowed { .. } => Some(Stall::Spec),
+            | Error::ImageNotAllowed(_)
+            | Error::ServiceAccount(_) => Some(Stall::Spec),
             Error::InvalidBundle { .. }
             | Error::InvalidBundleReported { .. }
             | Error::UnsafeCrdUpgrade { .. }
@@ -316,8 +304,7 @@ impl Error {
                 ..
             } => Some(Stall::Digest),
             Error::Forbidden { .. } => Some(Stall::Access),
-            Error::ClassNotFound(_)
-            | Error::NoDefaultClass
+            Error::ClassMissing(_)
             | Error::PullSecret { .. }
             | Error::Pull { .. }
             | Error::Storage(_)
@@ -342,7 +329,7 @@ impl Error {
     pub fn condition(&self) -> (&'static str, &'static str) {
         use types::{INSTALLED, UNPACKED};
         match self {
-            Error::ClassNotFound(_) | Error::NoDefaultClass => (UNPACKED, reasons::CLASS_NOT_FOUND),
+            Error::ClassMissing(_) => (UNPACKED, reasons::CLASS_NOT_FOUND),
             Error::InvalidClass { .. } => (UNPACKED, reasons::INVALID_PARAMETERS),
             Error::InvalidHealthExpression(_) => (UNPACKED, reasons::INVALID_HEALTH_EXPRESSION),
             Error::DigestRequired { .. } => (UNPACKED, reasons::DIGEST_REQUIRED),
@@ -372,9 +359,11 @@ impl Error {
             Error::InvalidObject { .. } => (INSTALLED, reasons::INVALID_OBJECT),
             Error::Prune { .. } => (INSTALLED, reasons::PRUNE_FAILED),
             Error::Uninstall { .. } => (INSTALLED, reasons::UNINSTALL_FAILED),
-            Error::ImageNotAllowed { .. } => (UNPACKED, reasons::IMAGE_NOT_ALLOWED),
-            Error::ServiceAccountRequired { .. } => (INSTALLED, reasons::SERVICE_ACCOUNT_REQUIRED),
-            Error::ServiceAccountNotAllowed { .. } => {
+            Error::ImageNotAllowed(_) => (UNPACKED, reasons::IMAGE_NOT_ALLOWED),
+            Error::ServiceAccount(ServiceAccountRefused::Required { .. }) => {
+                (INSTALLED, reasons::SERVICE_ACCOUNT_REQUIRED)
+            }
+            Error::ServiceAccount(ServiceAccountRefused::NotAllowed { .. }) => {
                 (INSTALLED, reasons::SERVICE_ACCOUNT_NOT_ALLOWED)
             }
             Error::Forbidden { .. } => (INSTALLED, reasons::FORBIDDEN),
@@ -394,6 +383,18 @@ impl Error {
             Error::InvalidBundle { image, source }
         } else {
             Error::Pull { image, source }
+        }
+    }
+}
+
+/// A plan's failures are the provisioner's: an object that cannot be planned fails as its
+/// apply would.
+impl From<PlanError> for Error {
+    fn from(error: PlanError) -> Self {
+        match error {
+            PlanError::Object { object, message } => Error::Apply { object, message },
+            PlanError::NamespaceRequired(objects) => Error::NamespaceRequired(objects),
+            PlanError::Patch(patch) => Error::InvalidPatch(patch),
         }
     }
 }
@@ -472,6 +473,49 @@ mod tests {
     }
 
     #[test]
+    fn the_rules_failures_keep_their_conditions_and_messages() {
+        let cases: [(Error, &str, &str); 5] = [
+            (
+                ClassMissing::NoDefaultClass.into(),
+                reasons::CLASS_NOT_FOUND,
+                "the bundle names no class and no ProvisionerClass is annotated gantry.dev/is-default-class=\"true\"",
+            ),
+            (
+                ServiceAccountRefused::Required { class: "c".into() }.into(),
+                reasons::SERVICE_ACCOUNT_REQUIRED,
+                "the provisioner requires a ServiceAccount (--require-service-account), and neither the bundle nor ProvisionerClass c names one",
+            ),
+            (
+                PlanError::Object {
+                    object: "a.yaml document 0".into(),
+                    message: "metadata must be a map".into(),
+                }
+                .into(),
+                reasons::APPLY_FAILED,
+                "applying a.yaml document 0: metadata must be a map",
+            ),
+            (
+                PlanError::NamespaceRequired(vec!["ConfigMap a".into()]).into(),
+                reasons::NAMESPACE_REQUIRED,
+                "namespaced objects carry no namespace and spec.installNamespace is not set: ConfigMap a",
+            ),
+            (
+                PlanError::Patch(gantry_api::patches::PatchError::Invalid {
+                    index: 2,
+                    message: "no operations".into(),
+                })
+                .into(),
+                reasons::INVALID_PATCH,
+                "spec.patches[2].patch: no operations",
+            ),
+        ];
+        for (error, reason, message) in cases {
+            assert_eq!(error.reason(), reason, "{error}");
+            assert_eq!(error.to_string(), message);
+        }
+    }
+
+    #[test]
     fn a_specific_error_keeps_its_own_condition_whatever_the_step() {
         let failure = at(Step::Apply)(Error::Conflict {
             object: "ConfigMap a/b".into(),
@@ -495,11 +539,11 @@ mod tests {
                 Stall::Spec,
             ),
             (
-                Error::ImageNotAllowed {
+                Error::ImageNotAllowed(ImageNotAllowed {
                     image: "r/x:1".into(),
                     class: "c".into(),
                     allowed: vec!["r/y".into()],
-                },
+                }),
                 Stall::Spec,
             ),
             (
@@ -576,7 +620,7 @@ mod tests {
                 object: "ConfigMap a/b".into(),
                 owner: "other".into(),
             },
-            Error::ClassNotFound("c".into()),
+            Error::ClassMissing(ClassMissing::ClassNotFound("c".into())),
             Error::CrdNotEstablished {
                 crd: "widgets.example.com".into(),
                 timeout: std::time::Duration::from_secs(60).into(),

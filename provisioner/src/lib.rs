@@ -5,8 +5,8 @@
 //! `status` (conditions, the summary that decides `Ready`, writes and Events) uses `state`;
 //! `state` (the shared [`Context`](state::Context), caches, backoff, metrics) holds parts of
 //! `cluster` (applying, access reviews, live views, discovery, inventory, drift, identities)
-//! and `source` (registry, storage server, node pulls); `policy` (planning, permissions, class
-//! selection, allowed images, kstatus rules) is pure and used by all of them.
+//! and `source` (registry, storage server, node pulls). The pure rules (planning, permissions,
+//! class selection, allowed images, kstatus) are gantry-rules', used by all of them.
 #![forbid(unsafe_code)]
 
 mod cluster;
@@ -21,7 +21,7 @@ mod state;
 mod status;
 
 pub use error::Error;
-pub use policy::identity::ServiceAccountDefaults;
+pub use gantry_rules::identity::ServiceAccountDefaults;
 pub use source::node_pull::NodePullSettings;
 pub use source::pulled::PulledContents;
 pub use source::storage::{StorageClient, Token};

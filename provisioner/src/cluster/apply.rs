@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::cluster::access::AccessReviews;
 use crate::cluster::crds::{served_kinds, wait_served};
-use crate::cluster::discovery::KindCache;
+use crate::cluster::discovery::{KindCache, object_api};
 use crate::cluster::dry_run::{self, Sent, with_ignored_fields};
 use crate::cluster::errors::{api_message, is_forbidden, is_invalid, is_not_found};
 use crate::cluster::live::{
@@ -25,9 +25,9 @@ use crate::cluster::live::{
 };
 use crate::cluster::preflight::{GroupKey, allowed_by_kind, forbidden, group_key};
 use crate::error::{Error, Result};
-use crate::policy::managed_fields::{conflicting_fields, immutable_fields, remove_field};
-use crate::policy::object_policy::{ObjectPolicy, Ssa};
-use crate::policy::plan::{Plan, PlannedObject};
+use gantry_rules::managed_fields::{conflicting_fields, immutable_fields, remove_field};
+use gantry_rules::object_policy::{ObjectPolicy, Ssa};
+use gantry_rules::plan::{Plan, PlannedObject};
 
 /// How long an object recreated for `gantry.dev/force: enabled` may take to be gone (its
 /// dependents go first: foreground deletion) before it is created again.
@@ -68,7 +68,7 @@ impl Observed {
 
 /// Whether objects of `object`'s kind carry a status health looks at.
 fn carries_status(object: &PlannedObject) -> bool {
-    !crate::policy::kstatus::has_no_status(&object.gvk.group, &object.gvk.kind)
+    !gantry_rules::kstatus::has_no_status(&object.gvk.group, &object.gvk.kind)
 }
 
 /// Settings of the applier.
@@ -330,7 +330,7 @@ async fn owners(
             let selector = selector.as_str();
             async move {
                 let params = ListParams::default().labels(selector);
-                let listed = match object.api(client).list_metadata(&params).await {
+                let listed = match object_api(client, object).list_metadata(&params).await {
                     Ok(list) => Some(
                         list.items
                             .into_iter()
@@ -533,7 +533,7 @@ async fn read_live(
     object: &PlannedObject,
     identity: &str,
 ) -> Result<Option<Value>> {
-    match object.api(client).get(&object.name).await {
+    match object_api(client, object).get(&object.name).await {
         Ok(live) => Ok(Some(serde_json::to_value(live).unwrap_or(Value::Null))),
         // A plain 404 (no Status body) means the kind is not served yet.
         Err(e) if is_not_found(&e) => Ok(None),
@@ -600,7 +600,7 @@ async fn list_own(
             async move {
                 let first = &plan.objects[members[0]];
                 let params = ListParams::default().labels(selector);
-                let Ok(list) = first.api(client).list(&params).await else {
+                let Ok(list) = object_api(client, first).list(&params).await else {
                     return Vec::new();
                 };
                 let by_name: HashMap<&str, usize> = members
@@ -652,14 +652,14 @@ async fn apply_one(
 ) -> Result<Applied> {
     if let Some(observed) = unchanged {
         if label {
-            label_as_managed(&object.api(client), object, identity).await?;
+            label_as_managed(&object_api(client, object), object, identity).await?;
         }
         return Ok(Applied {
             written: label,
             observed,
         });
     }
-    let api = object.api(client);
+    let api = object_api(client, object);
     let force = policy.ssa != Ssa::Merge;
     // Fields `spec.ignore` leaves to other controllers go out with their live values: left out,
     // a field the provisioner owned alone would be removed by the API server.
@@ -844,8 +844,8 @@ async fn recreate(api: &Api<DynamicObject>, object: &PlannedObject, identity: &s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::plan::plan_objects;
-    use crate::policy::plan::tests::{config_map, crd, namespace, object, served};
+    use gantry_rules::plan::plan_objects;
+    use gantry_rules::plan::testing::{config_map, crd, namespace, object, served};
     use serde_json::json;
 
     #[test]

@@ -1,4 +1,5 @@
-//! Kinds to API resources, cached: one group-version lookup per kind not seen before.
+//! Kinds to API resources, cached: one group-version lookup per kind not seen before; and the
+//! API of a kind's objects.
 
 use std::collections::HashMap;
 
@@ -6,11 +7,12 @@ use gantry_image::BundleObject;
 use std::sync::Mutex;
 
 use kube::Client;
-use kube::core::GroupVersionKind;
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{Scope, pinned_kind};
 
 use crate::cluster::errors::is_not_found;
-use crate::policy::plan::{Kind, bundle_crd_kinds, gvk_of};
+use gantry_rules::plan::{Kind, PlannedObject, bundle_crd_kinds, gvk_of};
 
 /// Cache of kinds the API server serves.
 #[derive(Default)]
@@ -79,4 +81,31 @@ pub async fn served_kinds(
         }
     }
     Ok(served)
+}
+
+/// The API of `kind`'s objects in `namespace` (ignored for cluster-scoped kinds).
+pub fn kind_api(client: &Client, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+    api(client, &kind.resource, kind.namespaced, namespace)
+}
+
+/// The API of `object`'s kind, in its namespace.
+pub fn object_api(client: &Client, object: &PlannedObject) -> Api<DynamicObject> {
+    api(
+        client,
+        &object.resource,
+        object.namespaced,
+        object.namespace.as_deref(),
+    )
+}
+
+fn api(
+    client: &Client,
+    resource: &ApiResource,
+    namespaced: bool,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    match namespace.filter(|_| namespaced) {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
 }

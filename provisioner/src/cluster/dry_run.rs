@@ -19,12 +19,13 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
 
 use crate::cluster::access::AccessReviews;
+use crate::cluster::discovery::object_api;
 use crate::cluster::errors::{api_message, is_forbidden, is_invalid, is_not_found};
 use crate::cluster::preflight::{GroupKey, forbidden, group_key, is_rbac, review};
 use crate::error::{Error, Result};
-use crate::policy::managed_fields::immutable_fields;
-use crate::policy::object_policy::{ObjectPolicy, Ssa};
-use crate::policy::plan::PlannedObject;
+use gantry_rules::managed_fields::immutable_fields;
+use gantry_rules::object_policy::{ObjectPolicy, Ssa};
+use gantry_rules::plan::PlannedObject;
 
 /// An object an apply will touch, as the dry run needs it.
 #[derive(Clone, Copy)]
@@ -176,7 +177,7 @@ async fn judge_one(
     authorize: Option<&AccessReviews>,
 ) -> Result<Verdict> {
     let Sent { object, policy, .. } = *sent;
-    let api = object.api(client);
+    let api = object_api(client, object);
     // `fieldValidation=Ignore`: the server's default (`Warn`) decodes the body a second time only
     // to warn of unknown fields, which never refuses it; the real apply keeps the default.
     let mut params = PatchParams::apply(FIELD_MANAGER)
@@ -283,8 +284,8 @@ pub(crate) async fn with_ignored_fields(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::plan::plan_objects;
-    use crate::policy::plan::tests::{config_map, namespace, served};
+    use gantry_rules::plan::plan_objects;
+    use gantry_rules::plan::testing::{config_map, namespace, served};
 
     #[test]
     fn late_objects_are_taken_once_and_only_when_ready() {

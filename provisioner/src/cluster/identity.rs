@@ -10,7 +10,7 @@ use gantry_api::{Bundle, ProvisionerClass, ServiceAccountReference};
 use kube::{Client, Config};
 
 use crate::error::{Error, Result};
-use crate::policy::identity::{ServiceAccountDefaults, service_account_for};
+use gantry_rules::identity::{ServiceAccountDefaults, service_account_for};
 
 /// The identity a bundle's objects are handled with, and its client.
 #[derive(Clone)]

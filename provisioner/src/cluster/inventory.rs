@@ -7,10 +7,10 @@ use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::cluster::discovery::KindCache;
+use crate::cluster::discovery::{KindCache, kind_api};
 use crate::cluster::errors::api_message;
 use crate::cluster::errors::is_not_found;
-use crate::policy::plan::describe;
+use gantry_rules::plan::describe;
 
 /// One step of an uninstall: its objects are deleted together, and the next wave starts only
 /// once they are all gone.
@@ -245,7 +245,7 @@ async fn live_object(
     let Some(kind) = kinds.resolve(client, &gvk).await.map_err(failed)? else {
         return Ok(None);
     };
-    let api = kind.api(client, entry.namespace.as_deref());
+    let api = kind_api(client, &kind, entry.namespace.as_deref());
     // Only metadata counts here; a CRD's whole body would weigh megabytes.
     match api.get_metadata_opt(&entry.name).await {
         Ok(live) => Ok(live.map(|live| (api, live))),

@@ -4,8 +4,8 @@
 //! tens of megabytes of `Value`s, and nobody's managedFields are kept.
 
 use crate::cluster::errors::is_not_found;
-use crate::policy::managed_fields::{Owned, without_fields_of_others};
 use gantry_api::FIELD_MANAGER;
+use gantry_rules::managed_fields::{Owned, without_fields_of_others};
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::Request;

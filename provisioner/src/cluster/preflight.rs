@@ -12,7 +12,7 @@ use kube::Client;
 use crate::cluster::access::{AccessReviews, Question};
 use crate::cluster::errors::api_message;
 use crate::error::{Error, Result};
-use crate::policy::plan::PlannedObject;
+use gantry_rules::plan::PlannedObject;
 
 /// A kind (by its resource) in a namespace (`None`: cluster-scoped).
 pub type GroupKey = (String, String, String, Option<String>);

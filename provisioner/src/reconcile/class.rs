@@ -8,9 +8,9 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use crate::error::Result;
-use crate::policy::class_selection::validate;
 use crate::state::Context;
 use crate::status::{set_condition, write_class_status};
+use gantry_rules::class_selection::validate;
 
 #[tracing::instrument(name = "reconcile_class", skip_all, fields(class = %class.name_any()))]
 pub async fn reconcile(class: Arc<ProvisionerClass>, ctx: Arc<Context>) -> Result<Action> {

@@ -31,13 +31,13 @@ use crate::cluster::apply::Observed;
 use crate::cluster::identity::Applier;
 use crate::cluster::inventory::{Removal, remove};
 use crate::error::{Failure, Result, Stall, Step, at};
-use crate::policy::allowed_images;
 use crate::source::registry::is_digest_reference;
 use crate::state::Context;
 use crate::state::forbidden::Identity;
 use crate::state::metrics::{ReasonLabels, ResultLabels};
 use crate::status::{self, Facts, Hold, condition, remove_condition, set_condition, summarize};
 use gantry_api::conditions::types;
+use gantry_rules::allowed_images;
 
 /// How soon a pass that found the bundle store behind the provisioner's last write looks again.
 const STORE_CATCH_UP: Duration = Duration::from_millis(100);

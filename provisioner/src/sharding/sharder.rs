@@ -42,11 +42,11 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 
 use crate::cluster::errors::is_not_found;
-use crate::policy::class_selection::{Selection, select_by_name};
 use crate::policy::ring::Ring;
 use crate::sharding::membership::{expiry, is_live};
 use crate::sharding::placements::{Placement, PlacementView, Placements};
 use crate::state::metrics::Metrics;
+use gantry_rules::class_selection::{Selection, select_by_name};
 use k8s_openapi::jiff::Timestamp;
 
 /// Slot label writes in flight at once (each new bundle gets one).

@@ -30,13 +30,13 @@ use crate::cluster::events::EventRecorder;
 use crate::cluster::identity::Appliers;
 use crate::cluster::shard::{Fence, ReplicaLayer, Slots};
 use crate::error::Result;
-use crate::policy::identity::ServiceAccountDefaults;
 use crate::source::node_pull::NodePullSettings;
 use crate::source::pulled::PulledContents;
 use crate::source::registry::{RegistryClients, SharedClient, registry_client};
 use crate::source::storage::StorageClient;
 use crate::state::claims::Claims;
 use crate::state::dependents::Dependents;
+use gantry_rules::identity::ServiceAccountDefaults;
 
 /// Settings of the controller (from flags).
 #[derive(Clone, Debug)]

@@ -14,5 +14,3 @@ pub use history::{record_history, refresh_history_approval};
 pub use message::set_short_message;
 pub use summary::{Facts, Hold, summarize};
 pub use writes::{show_progress, write_bundle_status, write_class_status};
-
-pub use crate::policy::objects;

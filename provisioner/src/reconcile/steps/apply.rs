@@ -20,15 +20,16 @@ use super::unpack::Content;
 use crate::cluster::apply::{ApplyOutcome, ApplySettings, Observed, check, write};
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
-use crate::policy::object_policy::{ObjectPolicy, Ssa};
-use crate::policy::plan::Plan;
 use crate::reconcile::{
     Flow, Pass, correction_forced, installed_fingerprint, remove_objects, timing,
 };
 use crate::state::Context;
 use crate::status::{
-    condition, objects, publish, record_history, refresh_history_approval, remove_condition,
+    condition, publish, record_history, refresh_history_approval, remove_condition,
 };
+use gantry_rules::object_policy::{ObjectPolicy, Ssa};
+use gantry_rules::objects;
+use gantry_rules::plan::Plan;
 
 /// Applies, prunes, records the inventory and sets `Installed`. Continues with, per object of
 /// the inventory, whether the API server said it is being deleted.
@@ -422,8 +423,8 @@ pub(super) async fn count_and_watch(
 mod tests {
     use super::*;
 
-    use crate::policy::plan::plan_objects;
-    use crate::policy::plan::tests::{object, served};
+    use gantry_rules::plan::plan_objects;
+    use gantry_rules::plan::testing::{object, served};
     use serde_json::json;
 
     fn annotated(name: &str, annotations: serde_json::Value) -> gantry_image::BundleObject {

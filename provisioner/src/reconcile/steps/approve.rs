@@ -11,10 +11,10 @@ use kube::runtime::events::EventType;
 use super::crd_check;
 use super::unpack::Content;
 use crate::error::Result;
-use crate::policy::plan::Plan;
 use crate::reconcile::{Flow, Outcome, Pass, next_visit};
 use crate::source::registry::digest_of;
 use crate::status::{condition, publish};
+use gantry_rules::plan::Plan;
 
 /// Sets `Approved`. Content that is not approved (yet) stops the pass; a tag may still move
 /// while a person decides, so the bundle comes back to resolve it again.

@@ -11,9 +11,9 @@ use kube::api::DynamicObject;
 
 use crate::cluster::crds;
 use crate::error::Result;
-use crate::policy::crd_upgrade::{self, Change};
-use crate::policy::plan::Plan;
 use crate::state::Context;
+use gantry_rules::crd_upgrade::{self, Change};
+use gantry_rules::plan::Plan;
 
 /// The unsafe changes found for one CRD of a plan.
 pub(crate) struct CrdFindings {

@@ -23,15 +23,16 @@ use kube::runtime::events::EventType;
 use serde_json::Value;
 
 use crate::cluster::apply::Observed;
+use crate::cluster::discovery::kind_api;
 use crate::cluster::live;
-use crate::policy::health::{explain_pods, judge, object_health, pod_selector, timeout_start};
-use crate::policy::health_rules;
-use crate::policy::kstatus::{self, Assessment, State, assess};
-use crate::policy::plan::describe;
 use crate::reconcile::Pass;
 use crate::state::Context;
 use crate::state::metrics::HealthLabels;
 use crate::status::{condition, publish, set_condition};
+use gantry_rules::health::{explain_pods, judge, object_health, pod_selector, timeout_start};
+use gantry_rules::health_rules;
+use gantry_rules::kstatus::{self, Assessment, State, assess};
+use gantry_rules::plan::describe;
 
 /// The health step, after a successful apply: assesses every object of the inventory, sets
 /// `Healthy`, and says when to come back at the latest (the end of the health timeout).
@@ -119,7 +120,7 @@ async fn assess_live(
         Ok(None) => return not_readable("its kind is not served"),
         Err(error) => return not_readable(&error.to_string()),
     };
-    let api = kind.api(client, entry.namespace.as_deref());
+    let api = kind_api(client, &kind, entry.namespace.as_deref());
     let with_spec = live::spec_needed(&entry.group, &entry.kind);
     let object = match live::for_health(client, &api, &entry.name, with_spec).await {
         Ok(Some(live)) => live,

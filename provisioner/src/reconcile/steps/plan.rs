@@ -11,11 +11,11 @@ use super::unpack::Content;
 use crate::cluster::discovery::served_kinds;
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
-use crate::policy::permissions::{Scope, requested_permissions};
-use crate::policy::plan::{Plan, plan_patched};
 use crate::reconcile::{Flow, Pass};
 use crate::state::Context;
 use crate::status::publish;
+use gantry_rules::permissions::{Scope, requested_permissions};
+use gantry_rules::plan::{Plan, plan_patched};
 
 /// Plans the content and fills in `status.requestedPermissions`.
 pub(crate) async fn plan(

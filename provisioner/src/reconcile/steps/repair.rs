@@ -16,7 +16,7 @@ use crate::cluster::apply::{ApplySettings, check, write};
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
 use crate::reconcile::{Pass, correction_forced, timing};
-use crate::status::objects;
+use gantry_rules::objects;
 
 /// Repairs what drifted of the installed content; `false` when there is nothing to repair from
 /// (nothing installed yet, or installed before the installed content was recorded) or the

@@ -12,9 +12,9 @@ use gantry_api::health::effective_health_check_exprs;
 use gantry_rules::health_policy::EffectiveHealth;
 
 use crate::error::{Error, Result};
-use crate::policy::class_selection::{Selection, select, validate};
-use crate::policy::health_rules;
 use crate::reconcile::{Flow, Outcome, Pass};
+use gantry_rules::class_selection::{Selection, select, validate};
+use gantry_rules::health_rules;
 
 /// Picks the class; a class of another provisioner stops the pass before anything is written.
 /// Records the class in `status.className`, the default one included.
@@ -25,7 +25,7 @@ pub(crate) async fn class(pass: &mut Pass<'_>) -> Result<Flow<Arc<ProvisionerCla
         &pass.ctx.settings.provisioner_id,
     ) {
         Selection::NotOurs => return Ok(Flow::Stop(Outcome::Untouched)),
-        Selection::Missing(error) => return Err(error),
+        Selection::Missing(error) => return Err(error.into()),
         Selection::Serve(class) => class,
     };
     pass.status.class_name = Some(class.name_any());

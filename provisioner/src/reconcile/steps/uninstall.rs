@@ -21,10 +21,10 @@ use crate::cluster::errors::is_not_found;
 use crate::cluster::identity::Applier;
 use crate::cluster::inventory::{Wave, still_present, uninstall_waves};
 use crate::error::{Error, Result};
-use crate::policy::class_selection::{Selection, select};
-use crate::policy::identity::service_account_for;
 use crate::reconcile::{Outcome, Pass, remove_objects, timing};
 use crate::status::publish;
+use gantry_rules::class_selection::{Selection, select};
+use gantry_rules::identity::{ServiceAccountRefused, service_account_for};
 
 /// How often a bundle whose objects are still being deleted looks again.
 const UNINSTALL_RECHECK: Duration = Duration::from_secs(2);
@@ -253,14 +253,15 @@ fn uninstall_applier(pass: &Pass<'_>) -> Result<Applier> {
                 .and_then(|p| p.service_account.clone())
                 .or_else(|| ctx.settings.service_accounts.default.clone());
             if recorded.is_none() && ctx.settings.service_accounts.required {
-                return Err(Error::ServiceAccountRequired {
+                return Err(ServiceAccountRefused::Required {
                     class: pass
                         .bundle
                         .spec
                         .provisioner_class_name
                         .clone()
                         .unwrap_or_else(|| "(default)".into()),
-                });
+                }
+                .into());
             }
             recorded
         }

@@ -60,7 +60,7 @@ pub(crate) async fn unpack_and_store(
         reasons::UNPACK_SUCCEEDED,
         format!(
             "{} from {resolved_image}",
-            crate::status::objects(objects.len())
+            gantry_rules::objects(objects.len())
         ),
     );
     Ok(Flow::Continue(Content {

@@ -89,7 +89,7 @@ pub enum Command {
     /// Print the plugin's version, the API server's and the controller's.
     Version(system::VersionArgs),
     /// Check that Gantry can serve bundles: CRDs, provisioner, leader, storage, classes.
-    Check(system::CheckArgs),
+    Check(system::check::CheckArgs),
     /// Install Gantry (CRDs, RBAC, storage server, provisioner, default classes) from the
     /// manifests of this plugin's version, and wait until it is ready.
     Install(install::InstallArgs),
@@ -138,7 +138,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reconcile(args) => control::reconcile(global, args).await,
         Command::Ui(args) => ui::ui(global, args).await,
         Command::Version(args) => system::version(global, args).await,
-        Command::Check(args) => system::check(global, args).await,
+        Command::Check(args) => system::check::check(global, args).await,
         Command::Install(args) => install::install(global, args).await,
         Command::Uninstall(args) => install::uninstall(global, args).await,
         Command::Completion { shell } => {

@@ -13,7 +13,8 @@ use gantry_image::{EffectiveLimits, ImageError, Platform, PushStats, PushedImage
 use super::dir::{check_bundle_dir, load_dir};
 use super::{OtherRegistryArgs, RegistryArgs, client_for_all, explain, with_progress};
 use crate::commands::output::{count, table};
-use crate::commands::pin::{ImagesLock, LOCK_ANNOTATION, LockedImage, image_uses, rewrite_dir};
+use crate::commands::pin::rewrite::rewrite_dir;
+use crate::commands::pin::{ImagesLock, LOCK_ANNOTATION, LockedImage, image_uses};
 
 #[derive(Args, Debug)]
 #[command(

@@ -12,7 +12,8 @@ use gantry_image::{CopyStats, PullRequest, RegistryClient, parse_reference};
 use super::push::{print_lock, push_with_progress};
 use super::{OtherRegistryArgs, RegistryArgs, client_for_all, explain, with_progress};
 use crate::commands::output::count;
-use crate::commands::pin::{ImagesLock, LOCK_ANNOTATION, LockedImage, rewrite_dir};
+use crate::commands::pin::rewrite::rewrite_dir;
+use crate::commands::pin::{ImagesLock, LOCK_ANNOTATION, LockedImage};
 
 #[derive(Args, Debug)]
 #[command(

@@ -201,7 +201,9 @@ fn rollout(object: &Value, want: i64, fields: &[(&str, &str)]) -> Option<Assessm
         .then(|| Assessment::in_progress(format!("Pending termination: {}", replicas - want)))
 }
 
-fn deployment(object: &Value) -> Assessment {
+/// A Deployment's rollout, as kstatus reads it ([`assess`] looks at deletion and the generic
+/// conditions first).
+pub fn deployment(object: &Value) -> Assessment {
     if let Some(c) = condition(object, "Progressing")
         && str_at(c, "/reason") == "ProgressDeadlineExceeded"
     {
@@ -226,7 +228,9 @@ fn deployment(object: &Value) -> Assessment {
     Assessment::current(format!("Deployment is available. Replicas: {want}"))
 }
 
-fn stateful_set(object: &Value) -> Assessment {
+/// A StatefulSet's rollout, as kstatus reads it ([`assess`] looks at deletion and the generic
+/// conditions first).
+pub fn stateful_set(object: &Value) -> Assessment {
     if str_at(object, "/spec/updateStrategy/type") == "OnDelete" {
         return Assessment::current("StatefulSet is using the OnDelete update strategy");
     }

@@ -6,15 +6,13 @@
 //! cluster, read with the kubeconfig flags among ARGS as the verb itself would read them;
 //! `approve` and `deny` offer only the bundles they can decide on.
 
-use std::time::Duration;
+mod bundles;
 
 use clap::{Arg, Command};
 use gantry_api::Bundle;
 use gantry_api::conditions::{reasons, types};
-use kube::ResourceExt;
-use kube::api::{Api, ListParams};
 
-use super::cluster::{GlobalArgs, parse_timeout};
+use bundles::{bundle_names, cluster_flags};
 
 /// cobra's `ShellCompDirectiveDefault`: the shell may complete file names.
 const FILES: u8 = 0;
@@ -26,9 +24,6 @@ const NO_FILES: u8 = 4;
 /// The ids of the positional arguments that take bundle names (`status NAME`,
 /// `suspend NAME...`).
 const BUNDLE_NAME_ARGS: [&str; 2] = ["name", "names"];
-
-/// How long completion waits for the cluster: a shell waits on it.
-const CLUSTER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What completes the word being typed.
 #[derive(Debug, PartialEq)]
@@ -207,72 +202,6 @@ fn formats(known: &[&str], word: &str) -> Completion {
         NO_FILES
     };
     Completion::Candidates(matching, directive)
-}
-
-/// The kubeconfig flags among `words` (the last value of each), as the verb would take them;
-/// a request timeout of [`CLUSTER_TIMEOUT`] unless one is given.
-fn cluster_flags(words: &[String]) -> GlobalArgs {
-    let flag = |name: &str| -> Option<String> {
-        let with_equals = format!("--{name}=");
-        let mut found = None;
-        for (i, w) in words.iter().enumerate() {
-            if w == &format!("--{name}") {
-                found = words.get(i + 1).cloned().or(found);
-            } else if let Some(value) = w.strip_prefix(&with_equals) {
-                found = Some(value.to_string());
-            }
-        }
-        found
-    };
-    GlobalArgs {
-        kubeconfig: flag("kubeconfig").map(Into::into),
-        context: flag("context"),
-        cluster: flag("cluster"),
-        user: flag("user"),
-        request_timeout: Some(
-            flag("request-timeout")
-                .and_then(|t| parse_timeout(&t).ok())
-                .filter(|t| !t.is_zero())
-                .unwrap_or(CLUSTER_TIMEOUT),
-        ),
-        ..Default::default()
-    }
-}
-
-/// The names of the cluster's Bundles that are `offered`, sorted; none when the cluster cannot
-/// be read.
-async fn bundle_names(global: &GlobalArgs, offered: Offered) -> Vec<String> {
-    let list = async {
-        let client = global.client().await?;
-        let bundles: Api<Bundle> = Api::all(client);
-        let params = ListParams::default();
-        // Names alone, unless the status decides.
-        let names: Vec<String> = if offered == Offered::All {
-            let listed = bundles.list_metadata(&params).await?;
-            listed
-                .items
-                .into_iter()
-                .filter_map(|b| b.metadata.name)
-                .collect()
-        } else {
-            let listed = bundles.list(&params).await?;
-            listed
-                .items
-                .iter()
-                .filter(|b| offered.offers(b))
-                .map(|b| b.name_any())
-                .collect()
-        };
-        anyhow::Ok(names)
-    };
-    let wait = global.request_timeout.unwrap_or(CLUSTER_TIMEOUT);
-    match tokio::time::timeout(wait, list).await {
-        Ok(Ok(mut names)) => {
-            names.sort();
-            names
-        }
-        _ => Vec::new(),
-    }
 }
 
 fn find_long<'a>(command: &'a Command, flag: &str) -> Option<&'a Arg> {
@@ -491,20 +420,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn cluster_flags_come_from_the_words() {
-        let flags = cluster_flags(&words(
-            "status --kubeconfig /k --context=c --request-timeout 2s",
-        ));
-        assert_eq!(flags.kubeconfig, Some("/k".into()));
-        assert_eq!(flags.context.as_deref(), Some("c"));
-        assert_eq!(flags.request_timeout, Some(Duration::from_secs(2)));
-        assert_eq!(
-            cluster_flags(&words("status")).request_timeout,
-            Some(CLUSTER_TIMEOUT)
-        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub struct RegistryArgs {
     #[arg(long, value_name = "FILE")]
     pub ca_file: Option<PathBuf>,
 }
+
 /// Registries other than the ones named on the command line.
 #[derive(Args, Debug)]
 pub struct OtherRegistryArgs {
@@ -34,6 +35,7 @@ pub struct OtherRegistryArgs {
     #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
     pub insecure_registries: Vec<String>,
 }
+
 /// A client with the user's docker credentials, plain HTTP for IMAGE's registry when asked.
 pub(crate) fn client_for(image: &str, args: &RegistryArgs) -> anyhow::Result<RegistryClient> {
     client_for_all(&[image], args, &[])
@@ -68,6 +70,7 @@ fn client_for_all(
     }
     Ok(RegistryClient::new(options)?)
 }
+
 /// A registry error as one message, "ACTION REFERENCE: what failed": the reference said once
 /// (the one the error names, else IMAGE), and the fix when the registry speaks the other
 /// protocol than the one used.

@@ -29,6 +29,7 @@ pub struct PullArgs {
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
+
 pub async fn pull(args: PullArgs) -> anyhow::Result<()> {
     if args.dir.file_name().is_some_and(|n| n == "manifests") {
         bail!(

@@ -30,6 +30,7 @@ pub struct RelocateArgs {
     #[command(flatten)]
     pub other_registries: OtherRegistryArgs,
 }
+
 /// `TARGET_REPO/<repository of reference, without its registry>`.
 fn relocated_repository(target_repo: &str, reference: &gantry_image::Reference) -> String {
     format!(

@@ -61,6 +61,7 @@ impl Apis {
         }))
     }
 }
+
 /// Applies one object with server-side apply; what that did.
 pub(super) async fn apply(apis: &mut Apis, object: &Value) -> anyhow::Result<&'static str> {
     let what = display(object);
@@ -102,6 +103,7 @@ fn comparable(object: &DynamicObject) -> Value {
     }
     value
 }
+
 /// An object being deleted.
 pub(super) struct Deleted {
     pub(super) api: Api<DynamicObject>,

@@ -34,60 +34,32 @@ impl Step {
     }
 }
 
+/// `manifests/FILE`, embedded, with its step.
+macro_rules! manifest {
+    ($file:literal, $step:ident) => {
+        (
+            $file,
+            Step::$step,
+            include_str!(concat!("../../../../manifests/", $file)),
+        )
+    };
+}
+
 /// `manifests/`, file by file in name order, with the step each file belongs to. A unit test
 /// checks that every file of `manifests/` is here.
 const MANIFESTS: [(&str, Step, &str); 10] = [
-    (
-        "00-namespace.yaml",
-        Step::Access,
-        include_str!("../../../../manifests/00-namespace.yaml"),
-    ),
-    (
-        "01-crds.yaml",
-        Step::Crds,
-        include_str!("../../../../manifests/01-crds.yaml"),
-    ),
-    (
-        "02-serviceaccounts.yaml",
-        Step::Access,
-        include_str!("../../../../manifests/02-serviceaccounts.yaml"),
-    ),
-    (
-        "03-rbac-provisioner.yaml",
-        Step::Access,
-        include_str!("../../../../manifests/03-rbac-provisioner.yaml"),
-    ),
-    (
-        "04-rbac-storage.yaml",
-        Step::Access,
-        include_str!("../../../../manifests/04-rbac-storage.yaml"),
-    ),
-    (
-        "05-rbac-bundle-content.yaml",
-        Step::Access,
-        include_str!("../../../../manifests/05-rbac-bundle-content.yaml"),
-    ),
-    (
-        "06-rbac-users.yaml",
-        Step::Access,
-        include_str!("../../../../manifests/06-rbac-users.yaml"),
-    ),
-    (
-        "10-storage-server.yaml",
-        Step::Storage,
-        include_str!("../../../../manifests/10-storage-server.yaml"),
-    ),
-    (
-        "11-provisioner.yaml",
-        Step::Provisioner,
-        include_str!("../../../../manifests/11-provisioner.yaml"),
-    ),
-    (
-        "20-classes.yaml",
-        Step::Classes,
-        include_str!("../../../../manifests/20-classes.yaml"),
-    ),
+    manifest!("00-namespace.yaml", Access),
+    manifest!("01-crds.yaml", Crds),
+    manifest!("02-serviceaccounts.yaml", Access),
+    manifest!("03-rbac-provisioner.yaml", Access),
+    manifest!("04-rbac-storage.yaml", Access),
+    manifest!("05-rbac-bundle-content.yaml", Access),
+    manifest!("06-rbac-users.yaml", Access),
+    manifest!("10-storage-server.yaml", Storage),
+    manifest!("11-provisioner.yaml", Provisioner),
+    manifest!("20-classes.yaml", Classes),
 ];
+
 /// The options that change what is applied.
 #[derive(Debug, Default)]
 pub(super) struct Options<'a> {
@@ -179,6 +151,7 @@ pub(super) fn display(object: &Value) -> String {
         .unwrap_or_default();
     format!("{kind}{group}/{}", name_of(object).0)
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,6 +69,7 @@ pub struct UninstallArgs {
     #[arg(long, default_value = "5m", value_parser = parse_timeout, value_name = "DURATION")]
     timeout: Duration,
 }
+
 pub async fn install(global: &GlobalArgs, args: InstallArgs) -> anyhow::Result<()> {
     if let Some(registry) = &args.registry {
         validate_registry(registry)?;

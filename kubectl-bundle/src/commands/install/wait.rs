@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::Api;
+use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -92,18 +92,20 @@ fn workload_ready(kind: &str, object: &Value) -> Result<String, String> {
     Ok(format!("{ready}/{wanted} replicas {word}"))
 }
 
-async fn read_workload(client: &Client, kind: &str, namespace: &str, name: &str) -> Value {
-    let read = match kind {
-        "StatefulSet" => Api::<StatefulSet>::namespaced(client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map(|o| o.map(|o| serde_json::to_value(o).unwrap_or_default())),
-        _ => Api::<Deployment>::namespaced(client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map(|o| o.map(|o| serde_json::to_value(o).unwrap_or_default())),
+/// The API of the Deployments or the StatefulSets (`kind`) of `namespace`.
+fn workload_api(client: &Client, kind: &str, namespace: &str) -> Api<DynamicObject> {
+    let resource = match kind {
+        "StatefulSet" => ApiResource::erase::<StatefulSet>(&()),
+        _ => ApiResource::erase::<Deployment>(&()),
     };
-    read.ok().flatten().unwrap_or(Value::Null)
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+async fn read_workload(client: &Client, kind: &str, namespace: &str, name: &str) -> Value {
+    let read = workload_api(client, kind, namespace).get_opt(name).await;
+    read.ok()
+        .flatten()
+        .map_or(Value::Null, |o| serde_json::to_value(o).unwrap_or_default())
 }
 
 /// Waits for each workload in turn, until `deadline`.
@@ -117,33 +119,16 @@ pub(super) async fn wait_workloads(
         let kind = workload["kind"].as_str().unwrap_or_default();
         let (name, namespace) = name_of(workload);
         let namespace = namespace.unwrap_or("default");
-        let ready = |o: Option<&Value>| o.is_some_and(|o| workload_ready(kind, o).is_ok());
-        let waited = match kind {
-            "StatefulSet" => {
-                let api = Api::<StatefulSet>::namespaced(client.clone(), namespace);
-                let condition = move |o: Option<&StatefulSet>| {
-                    ready(o.and_then(|o| serde_json::to_value(o).ok()).as_ref())
-                };
-                tokio::time::timeout_at(
-                    deadline,
-                    kube::runtime::wait::await_condition(api, name, condition),
-                )
-                .await
-                .map(|r| r.map(|_| ()))
-            }
-            _ => {
-                let api = Api::<Deployment>::namespaced(client.clone(), namespace);
-                let condition = move |o: Option<&Deployment>| {
-                    ready(o.and_then(|o| serde_json::to_value(o).ok()).as_ref())
-                };
-                tokio::time::timeout_at(
-                    deadline,
-                    kube::runtime::wait::await_condition(api, name, condition),
-                )
-                .await
-                .map(|r| r.map(|_| ()))
-            }
+        let ready = |o: Option<&DynamicObject>| {
+            o.and_then(|o| serde_json::to_value(o).ok())
+                .is_some_and(|o| workload_ready(kind, &o).is_ok())
         };
+        let api = workload_api(client, kind, namespace);
+        let waited = tokio::time::timeout_at(
+            deadline,
+            kube::runtime::wait::await_condition(api, name, ready),
+        )
+        .await;
         let what = format!("{} {namespace}/{name}", kind.to_lowercase());
         match waited {
             Ok(result) => {

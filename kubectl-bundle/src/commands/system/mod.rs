@@ -150,6 +150,7 @@ pub async fn version(global: &GlobalArgs, args: VersionArgs) -> anyhow::Result<(
     }
     Ok(())
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -314,6 +314,7 @@ fn events_section(events: anyhow::Result<Vec<Event>>) -> Markup {
         }
     }
 }
+
 pub async fn bundle(
     State(ui): State<Arc<Ui>>,
     Extension(session): Extension<Session>,

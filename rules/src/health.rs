@@ -8,6 +8,7 @@ use gantry_api::{Condition, InventoryEntry, NOT_HEALTHY_LIMIT, NotHealthyObject,
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
+use super::conditions::{ConditionStatus, find};
 use super::kstatus::{Assessment, State, container_problems};
 
 /// The longest `Healthy` message: conditions allow 32 KiB; a screenful is enough.
@@ -195,20 +196,16 @@ fn truncate(mut message: String) -> String {
 /// Where the health timeout counts from: the last install (`Installed` turning true), or the
 /// moment the objects stopped being healthy, whichever is later.
 pub fn timeout_start(conditions: &[Condition], now: Timestamp) -> Timestamp {
-    let installed = condition(conditions, types::INSTALLED)
+    let installed = find(conditions, types::INSTALLED)
         .map(|c| c.last_transition_time.0)
         .unwrap_or(now);
-    let unhealthy_since = match condition(conditions, types::HEALTHY) {
+    let unhealthy_since = match find(conditions, types::HEALTHY) {
         // Healthy until this very assessment.
-        Some(c) if c.status == "True" => now,
+        Some(c) if c.status == ConditionStatus::True => now,
         Some(c) => c.last_transition_time.0,
         None => installed,
     };
     installed.max(unhealthy_since)
-}
-
-fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
 }
 
 #[cfg(test)]

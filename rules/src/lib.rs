@@ -4,6 +4,7 @@
 
 pub mod allowed_images;
 pub mod class_selection;
+pub mod conditions;
 pub mod crd_upgrade;
 pub mod duration;
 pub mod health;

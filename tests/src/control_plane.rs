@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use gantry_rules::conditions::ConditionStatus;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -751,7 +752,7 @@ async fn crd_served(client: &Client, crds: &Api<CustomResourceDefinition>, name:
         .is_some_and(|conditions| {
             conditions
                 .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
+                .any(|c| c.type_ == "Established" && c.status == ConditionStatus::True)
         });
     if !established {
         return false;

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use gantry_rules::conditions::ConditionStatus;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -111,7 +112,10 @@ pub async fn wait_served(
             .is_some_and(|cs| {
                 cs.iter().any(|c| {
                     c.get("type").and_then(Value::as_str) == Some("Established")
-                        && c.get("status").and_then(Value::as_str) == Some("True")
+                        && c.get("status")
+                            .and_then(Value::as_str)
+                            .map(ConditionStatus::from)
+                            == Some(ConditionStatus::True)
                 })
             });
         if established && kinds.resolve(client, gvk).await?.is_some() {

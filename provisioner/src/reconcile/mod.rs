@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gantry_api::{Bundle, BundleStatus, DeletionPolicy, InventoryEntry, ProvisionerClass};
+use gantry_rules::conditions::{ConditionStatus, find, is_true};
 use gantry_rules::duration::GoDuration;
 use gantry_rules::health_policy::EffectiveHealth;
 use kube::ResourceExt;
@@ -35,7 +36,7 @@ use crate::source::registry::is_digest_reference;
 use crate::state::Context;
 use crate::state::forbidden::Identity;
 use crate::state::metrics::{ReasonLabels, ResultLabels};
-use crate::status::{self, Facts, Hold, condition, remove_condition, set_condition, summarize};
+use crate::status::{self, Facts, Hold, remove_condition, set_condition, summarize};
 use gantry_api::conditions::types;
 use gantry_rules::allowed_images;
 
@@ -562,10 +563,9 @@ fn installed_fingerprint(
     status: &BundleStatus,
 ) -> Option<u64> {
     let generation = bundle.metadata.generation;
-    let installed = condition(&status.conditions, types::INSTALLED)
-        .is_some_and(|c| c.status == "True" && c.observed_generation == generation);
-    let approved =
-        condition(&status.conditions, types::APPROVED).is_some_and(|c| c.status == "True");
+    let installed = find(&status.conditions, types::INSTALLED)
+        .is_some_and(|c| c.status == ConditionStatus::True && c.observed_generation == generation);
+    let approved = is_true(&status.conditions, types::APPROVED);
     if !installed || !approved || status.resolved_image.as_deref() != Some(resolved_image) {
         return None;
     }

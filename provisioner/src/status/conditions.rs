@@ -1,6 +1,7 @@
-//! The conditions of a status: set, find, remove.
+//! The conditions of a status: set and remove (`gantry_rules::conditions` reads them).
 
 use gantry_api::Condition;
+use gantry_rules::conditions::ConditionStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -13,7 +14,7 @@ pub fn set_condition(
     message: impl Into<String>,
     generation: Option<i64>,
 ) {
-    let status = if status { "True" } else { "False" }.to_string();
+    let status = ConditionStatus::from(status).to_string();
     let message = message.into();
     if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
         if existing.status != status {
@@ -38,16 +39,6 @@ pub fn set_condition(
 /// Removes condition `type_`.
 pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) {
     conditions.retain(|c| c.type_ != type_);
-}
-
-/// Finds condition `type_`.
-pub fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
-/// Whether condition `type_` is True.
-pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    condition(conditions, type_).is_some_and(|c| c.status == "True")
 }
 
 fn now() -> Time {

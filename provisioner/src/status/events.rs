@@ -2,10 +2,10 @@
 
 use gantry_api::conditions::{ReasonKind, reasons, types};
 use gantry_api::{Bundle, BundleStatus};
+use gantry_rules::conditions::{ConditionStatus, find};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
-use super::condition;
 use super::message::without_retry_note;
 use crate::state::Context;
 
@@ -16,15 +16,17 @@ pub(super) fn ready_transition(
     current: &BundleStatus,
     desired: &BundleStatus,
 ) -> Option<(EventType, String, String)> {
-    let before = condition(&current.conditions, types::READY).map(|c| (&c.status, &c.reason));
-    let after = condition(&desired.conditions, types::READY)?;
+    let before = find(&current.conditions, types::READY).map(|c| (&c.status, &c.reason));
+    let after = find(&desired.conditions, types::READY)?;
     if [reasons::UNPACKING, reasons::INSTALLING].contains(&after.reason.as_str()) {
         return None;
     }
     if before == Some((&after.status, &after.reason)) {
         return None;
     }
-    let type_ = if after.status != "True" && ReasonKind::of(&after.reason) == ReasonKind::Failure {
+    let type_ = if after.status != ConditionStatus::True
+        && ReasonKind::of(&after.reason) == ReasonKind::Failure
+    {
         EventType::Warning
     } else {
         EventType::Normal

@@ -2,9 +2,9 @@
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{ApprovalDecision, BundleStatus, HISTORY_LIMIT, HistoryApproval, HistoryEntry};
+use gantry_rules::conditions::find;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::condition;
 use crate::source::registry::digest_of;
 
 /// Puts `image`, just installed, first in `status.history` (how it was approved comes from
@@ -43,7 +43,7 @@ pub fn refresh_history_approval(status: &mut BundleStatus, image: &str) {
 
 /// Sets how `entry` was approved from `Approved` and the approver's decision on its digest.
 fn approve(entry: &mut HistoryEntry, status: &BundleStatus) {
-    let automatic = condition(&status.conditions, types::APPROVED)
+    let automatic = find(&status.conditions, types::APPROVED)
         .is_some_and(|c| c.reason == reasons::AUTOMATIC_APPROVAL);
     let decision = status.approval.as_ref().filter(|a| {
         !automatic && a.digest == entry.digest && a.decision == ApprovalDecision::Approved

@@ -2,15 +2,14 @@
 
 use gantry_api::BundleStatus;
 use gantry_api::conditions::types;
-
-use super::condition;
+use gantry_rules::conditions::find;
 
 /// The longest `status.message`, in characters.
 const SHORT_MESSAGE_CHARS: usize = 100;
 
 /// Sets `status.message`, the `Ready` message in one short line for `kubectl get`.
 pub fn set_short_message(status: &mut BundleStatus) {
-    status.message = condition(&status.conditions, types::READY)
+    status.message = find(&status.conditions, types::READY)
         .map(|c| short_message(&c.message))
         .filter(|m| !m.is_empty());
 }

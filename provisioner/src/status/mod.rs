@@ -8,7 +8,7 @@ mod message;
 pub mod summary;
 mod writes;
 
-pub use conditions::{condition, is_true, remove_condition, set_condition};
+pub use conditions::{remove_condition, set_condition};
 pub use events::publish;
 pub use history::{record_history, refresh_history_approval};
 pub use message::set_short_message;

@@ -17,9 +17,10 @@
 
 use gantry_api::conditions::{ReasonKind, reasons, types};
 use gantry_api::{BundlePhase, BundleStatus, Condition};
+use gantry_rules::conditions::{ConditionStatus, find, is_true};
 use gantry_rules::health_policy::EffectiveHealth;
 
-use super::{condition, is_true, set_condition, set_short_message};
+use super::{set_condition, set_short_message};
 
 /// What held a pass back before it did anything (suspended, waiting for dependencies).
 #[derive(Clone, Debug)]
@@ -133,8 +134,8 @@ fn deleting(conditions: &[Condition], _: &BundleStatus, facts: &Facts<'_>) -> Op
     if !facts.deleting {
         return None;
     }
-    let (reason, message) = match condition(conditions, types::INSTALLED) {
-        Some(c) if c.status != "True" => (c.reason.clone(), c.message.clone()),
+    let (reason, message) = match find(conditions, types::INSTALLED) {
+        Some(c) if c.status != ConditionStatus::True => (c.reason.clone(), c.message.clone()),
         _ => (
             reasons::UNINSTALLING.to_string(),
             "deletion requested: removing the bundle's objects".to_string(),
@@ -162,8 +163,10 @@ fn held(_: &[Condition], status: &BundleStatus, facts: &Facts<'_>) -> Option<Sum
 fn failed_step(conditions: &[Condition], status: &BundleStatus, _: &Facts<'_>) -> Option<Summary> {
     let failed = STEPS
         .into_iter()
-        .filter_map(|t| condition(conditions, t))
-        .find(|c| c.status == "False" && ReasonKind::of(&c.reason) != ReasonKind::Progress)?;
+        .filter_map(|t| find(conditions, t))
+        .find(|c| {
+            c.status == ConditionStatus::False && ReasonKind::of(&c.reason) != ReasonKind::Progress
+        })?;
     // New content that failed before it was applied leaves the previous content in place:
     // `UpdateFailing`, and `Ready` says what stays installed.
     let previous = status
@@ -192,8 +195,8 @@ fn waiting(conditions: &[Condition], _: &BundleStatus, _: &Facts<'_>) -> Option<
     }
     let waiting = STEPS
         .into_iter()
-        .filter_map(|t| condition(conditions, t))
-        .find(|c| c.status != "True")?;
+        .filter_map(|t| find(conditions, t))
+        .find(|c| c.status != ConditionStatus::True)?;
     let phase = match waiting.reason.as_str() {
         reasons::AWAITING_APPROVAL => BundlePhase::AwaitingApproval,
         reasons::UNPACKING => BundlePhase::Unpacking,
@@ -212,8 +215,8 @@ fn health_gate(conditions: &[Condition], _: &BundleStatus, facts: &Facts<'_>) ->
     if !facts.health.wait || !STEPS.into_iter().all(|t| is_true(conditions, t)) {
         return None;
     }
-    let (reason, message) = match condition(conditions, types::HEALTHY) {
-        Some(c) if c.status == "True" => return None,
+    let (reason, message) = match find(conditions, types::HEALTHY) {
+        Some(c) if c.status == ConditionStatus::True => return None,
         Some(c) => (c.reason.clone(), c.message.clone()),
         None => (
             reasons::PROGRESSING.to_string(),
@@ -241,7 +244,7 @@ fn installed(conditions: &[Condition], _: &BundleStatus, _: &Facts<'_>) -> Optio
         phase: BundlePhase::Installed,
         ready: true,
         reason: reasons::INSTALL_SUCCEEDED.to_string(),
-        message: condition(conditions, types::INSTALLED)
+        message: find(conditions, types::INSTALLED)
             .map(|c| c.message.clone())
             .unwrap_or_default(),
     })

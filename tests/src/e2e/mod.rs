@@ -16,6 +16,7 @@ use gantry_api::{
     ProvisionerClass, ProvisionerClassSpec, RECONCILE_REQUESTED_ANNOTATION,
 };
 use gantry_image::{EffectiveLimits, Platform, PushedImage, RegistryClient, RegistryOptions};
+use gantry_rules::conditions::{ConditionStatus, find};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -231,24 +232,21 @@ pub async fn create_bundle(client: &Client, name: &str, spec: BundleSpec) -> Bun
 
 /// Condition `type_` of the bundle's status.
 pub fn condition<'a>(bundle: &'a Bundle, type_: &str) -> Option<&'a gantry_api::Condition> {
-    bundle
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
+    find(&bundle.status.as_ref()?.conditions, type_)
 }
 
 /// Whether `Ready` is True at the bundle's generation.
 pub fn is_ready(bundle: &Bundle) -> bool {
-    condition(bundle, types::READY)
-        .is_some_and(|c| c.status == "True" && c.observed_generation == bundle.metadata.generation)
+    condition(bundle, types::READY).is_some_and(|c| {
+        c.status == ConditionStatus::True && c.observed_generation == bundle.metadata.generation
+    })
 }
 
 /// Whether condition `type_` is False with `reason`.
 pub fn reason_is(type_: &'static str, reason: &'static str) -> impl Fn(&Bundle) -> bool {
     move |bundle| {
-        condition(bundle, type_).is_some_and(|c| c.status == "False" && c.reason == reason)
+        condition(bundle, type_)
+            .is_some_and(|c| c.status == ConditionStatus::False && c.reason == reason)
     }
 }
 

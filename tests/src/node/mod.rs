@@ -22,6 +22,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use gantry_rules::conditions::ConditionStatus;
 use k8s_openapi::api::core::v1::{Namespace, Node, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
@@ -441,7 +442,7 @@ fn node_ready(node: &Node) -> bool {
         .is_some_and(|conditions| {
             conditions
                 .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .any(|c| c.type_ == "Ready" && c.status == ConditionStatus::True)
         })
 }
 

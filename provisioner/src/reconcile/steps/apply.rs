@@ -24,9 +24,8 @@ use crate::reconcile::{
     Flow, Pass, correction_forced, installed_fingerprint, remove_objects, timing,
 };
 use crate::state::Context;
-use crate::status::{
-    condition, publish, record_history, refresh_history_approval, remove_condition,
-};
+use crate::status::{publish, record_history, refresh_history_approval, remove_condition};
+use gantry_rules::conditions::{ConditionStatus, find, is_true};
 use gantry_rules::object_policy::{ObjectPolicy, Ssa};
 use gantry_rules::objects;
 use gantry_rules::plan::Plan;
@@ -56,8 +55,9 @@ pub(crate) async fn apply_and_prune(
     let plan = plan.as_ref();
     // Objects live as desired are skipped only when this exact content (and spec) was
     // installed before: a new content or spec is written in full, so fields it dropped go away.
-    let installed_before = condition(&pass.status.conditions, types::INSTALLED)
-        .is_some_and(|c| c.status == "True" && c.observed_generation == pass.generation);
+    let installed_before = find(&pass.status.conditions, types::INSTALLED).is_some_and(|c| {
+        c.status == ConditionStatus::True && c.observed_generation == pass.generation
+    });
     // Compared with what is installed, not with what this pass found: content unpacked by an
     // earlier pass (approved since, or interrupted by a restart) is new content too.
     let write_all = !installed_before
@@ -196,8 +196,7 @@ async fn report_drift(pass: &mut Pass<'_>, drift: Option<(Vec<String>, usize)>) 
                 objects(count),
                 pass.name
             );
-            let announced = condition(&pass.written.conditions, types::DRIFTED)
-                .is_some_and(|c| c.status == "True");
+            let announced = is_true(&pass.written.conditions, types::DRIFTED);
             pass.set_condition(
                 types::DRIFTED,
                 true,

@@ -13,7 +13,8 @@ use super::unpack::Content;
 use crate::error::Result;
 use crate::reconcile::{Flow, Outcome, Pass, next_visit};
 use crate::source::registry::digest_of;
-use crate::status::{condition, publish};
+use crate::status::publish;
+use gantry_rules::conditions::find;
 use gantry_rules::plan::Plan;
 
 /// Sets `Approved`. Content that is not approved (yet) stops the pass; a tag may still move
@@ -39,7 +40,7 @@ pub(crate) async fn approve(
     );
     // A denial is announced once, not on every visit.
     let announce = verdict.reason == reasons::DENIED
-        && !condition(&pass.status.conditions, types::APPROVED)
+        && !find(&pass.status.conditions, types::APPROVED)
             .is_some_and(|c| c.reason == reasons::DENIED && c.message == verdict.message);
     pass.set_condition(
         types::APPROVED,

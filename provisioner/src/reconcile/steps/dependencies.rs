@@ -14,7 +14,7 @@ use kube::runtime::controller::Action;
 use crate::error::Result;
 use crate::reconcile::{Flow, Outcome, Pass};
 use crate::status::Hold;
-use crate::status::condition;
+use gantry_rules::conditions::{ConditionStatus, find};
 
 /// How far a chain of dependencies is followed looking for a cycle.
 const MAX_DEPTH: usize = 64;
@@ -183,12 +183,17 @@ fn not_ready(bundle: &Bundle) -> Option<String> {
     let ready = bundle
         .status
         .as_ref()
-        .and_then(|s| condition(&s.conditions, types::READY));
+        .and_then(|s| find(&s.conditions, types::READY));
     match ready {
-        Some(c) if c.status == "True" && c.observed_generation == bundle.metadata.generation => {
+        Some(c)
+            if c.status == ConditionStatus::True
+                && c.observed_generation == bundle.metadata.generation =>
+        {
             None
         }
-        Some(c) if c.status == "True" => Some("its latest spec is not reconciled yet".to_string()),
+        Some(c) if c.status == ConditionStatus::True => {
+            Some("its latest spec is not reconciled yet".to_string())
+        }
         Some(c) => Some(format!("{}: {}", c.reason, c.message)),
         None => Some("it has no status yet".to_string()),
     }

@@ -28,7 +28,8 @@ use crate::cluster::live;
 use crate::reconcile::Pass;
 use crate::state::Context;
 use crate::state::metrics::HealthLabels;
-use crate::status::{condition, publish, set_condition};
+use crate::status::{publish, set_condition};
+use gantry_rules::conditions::find;
 use gantry_rules::health::{explain_pods, judge, object_health, pod_selector, timeout_start};
 use gantry_rules::health_rules;
 use gantry_rules::kstatus::{self, Assessment, State, assess};
@@ -188,9 +189,9 @@ fn not_readable(why: &str) -> Assessment {
 
 /// Records a change of `Healthy` (its status or reason) in the metrics and as an Event.
 async fn report_transition(pass: &Pass<'_>) {
-    let before = condition(&pass.written.conditions, types::HEALTHY)
+    let before = find(&pass.written.conditions, types::HEALTHY)
         .map(|c| (c.status.clone(), c.reason.clone()));
-    let Some(after) = condition(&pass.status.conditions, types::HEALTHY) else {
+    let Some(after) = find(&pass.status.conditions, types::HEALTHY) else {
         return;
     };
     if before.as_ref() == Some(&(after.status.clone(), after.reason.clone())) {

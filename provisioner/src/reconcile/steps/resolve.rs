@@ -9,9 +9,9 @@ use crate::reconcile::{
     Flow, Outcome, Pass, installed_fingerprint, next_visit, reconcile_pending, timing,
 };
 use crate::source::registry::{SharedClient, digest_of, is_digest_reference};
-use crate::status::condition;
 use crate::status::record_history;
 use gantry_api::conditions::types;
+use gantry_rules::conditions::{ConditionStatus, find};
 
 /// A resolved reference.
 pub(crate) struct Resolved {
@@ -86,7 +86,9 @@ pub(crate) async fn resolve(
             .is_fresh(&pass.name, &check, ctx.settings.resync_interval)
     {
         backfill_installed(&mut pass.status, &resolved.image);
-        if condition(&pass.status.conditions, types::HEALTHY).is_some_and(|c| c.status != "True") {
+        if find(&pass.status.conditions, types::HEALTHY)
+            .is_some_and(|c| c.status != ConditionStatus::True)
+        {
             return Ok(Flow::Continue(Resolution::Unhealthy));
         }
         return Ok(Flow::Stop(Outcome::Done(Action::requeue(next_visit(
@@ -120,7 +122,7 @@ fn backfill_installed(status: &mut BundleStatus, installed: &str) {
     status.installed_image = Some(installed.to_string());
     if status.history.is_empty() {
         let since =
-            condition(&status.conditions, types::INSTALLED).map(|c| c.last_transition_time.clone());
+            find(&status.conditions, types::INSTALLED).map(|c| c.last_transition_time.clone());
         if let Some(since) = since {
             record_history(status, installed, since);
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use gantry_api::conditions::{ReasonKind, reasons, types};
 use gantry_api::{ProvisionerClass, PullMode};
 use gantry_image::{BundleObject, EffectiveLimits, Platform, PullRequest, read_canonical};
+use gantry_rules::conditions::{ConditionStatus, find};
 use kube::ResourceExt;
 
 use super::resolve::Resolved;
@@ -15,7 +16,6 @@ use crate::source::node_pull::driver::{NodeUnpacked, unpack_on_node};
 use crate::source::pulled::{PullKey, PulledContent};
 use crate::source::registry::{SharedClient, digest_of, is_digest_reference};
 use crate::state::Context;
-use crate::status::condition;
 
 /// The content to install.
 pub(crate) struct Content {
@@ -130,8 +130,8 @@ async fn pull_and_store(
     // A retry of a digest that failed keeps showing the failure: the phase does not flap
     // between `Unpacking` and the failure on every attempt.
     let retrying = pass.written.resolved_image.as_deref() == Some(resolved_image)
-        && condition(&pass.status.conditions, types::UNPACKED).is_some_and(|c| {
-            c.status == "False" && ReasonKind::of(&c.reason) == ReasonKind::Failure
+        && find(&pass.status.conditions, types::UNPACKED).is_some_and(|c| {
+            c.status == ConditionStatus::False && ReasonKind::of(&c.reason) == ReasonKind::Failure
         });
     if !retrying {
         pass.set_condition(

@@ -5,6 +5,7 @@ use std::hash::{Hash, Hasher};
 
 use gantry_api::Bundle;
 use gantry_image::{EffectiveLimits, Platform};
+use gantry_rules::conditions::ConditionStatus;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::Resource;
 use serde_json::json;
@@ -351,7 +352,7 @@ pub fn state(pod: &Pod) -> PodState {
         .conditions
         .iter()
         .flatten()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .find(|c| c.type_ == "PodScheduled" && c.status == ConditionStatus::False)
         .map(|c| c.message.clone().unwrap_or_else(|| "not scheduled".into()));
     PodState::Waiting { unschedulable }
 }

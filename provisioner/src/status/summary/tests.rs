@@ -48,7 +48,7 @@ fn outcome(status: &BundleStatus, facts: &Facts<'_>) -> (&'static str, BundlePha
     let (rule, _) = decide(status, facts, RULES);
     let mut written = status.clone();
     summarize(&mut written, facts);
-    let ready = condition(&written.conditions, types::READY).unwrap();
+    let ready = find(&written.conditions, types::READY).unwrap();
     (
         rule,
         written.phase.unwrap(),
@@ -191,7 +191,7 @@ fn a_new_digest_failing_over_installed_content_is_update_failing() {
     let mut written = status.clone();
     summarize(&mut written, &facts(NO_WAIT));
     assert_eq!(written.phase, Some(BundlePhase::UpdateFailing));
-    let ready = condition(&written.conditions, types::READY).unwrap();
+    let ready = find(&written.conditions, types::READY).unwrap();
     assert_eq!(ready.reason, reasons::INVALID_BUNDLE);
     assert!(
         ready

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use gantry_api::Bundle;
+use gantry_rules::conditions::find;
 use gantry_tests::audit::{AuditLog, replica_of, writer_returns, writes_off_shard};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
@@ -109,11 +110,7 @@ pub async fn check(workload: &Workload, storage_root: &Path, audit_log: Option<&
                 if !ready_at(&live, &pinned) {
                     let status = live.status.as_ref();
                     let message = status
-                        .and_then(|s| {
-                            s.conditions
-                                .iter()
-                                .find(|c| c.type_ == gantry_api::conditions::types::READY)
-                        })
+                        .and_then(|s| find(&s.conditions, gantry_api::conditions::types::READY))
                         .map(|c| format!("{} {}: {}", c.status, c.reason, c.message))
                         .unwrap_or_default();
                     ready.1.push(format!(

@@ -14,6 +14,7 @@ use gantry_api::{
     ProvisionerClassSpec,
 };
 use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
+use gantry_rules::conditions::{ConditionStatus, find};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -556,10 +557,8 @@ pub fn ready_at(bundle: &Bundle, pinned: &str) -> bool {
     let Some(status) = bundle.status.as_ref() else {
         return false;
     };
-    let ready = status.conditions.iter().any(|c| {
-        c.type_ == gantry_api::conditions::types::READY
-            && c.status == "True"
-            && c.observed_generation == bundle.metadata.generation
+    let ready = find(&status.conditions, gantry_api::conditions::types::READY).is_some_and(|c| {
+        c.status == ConditionStatus::True && c.observed_generation == bundle.metadata.generation
     });
     ready && status.resolved_image.as_deref() == Some(pinned)
 }

@@ -36,7 +36,7 @@ struct UiServer {
     base: String,
     /// The printed URL, with its token.
     url: String,
-    /// What it printed after the URL (the commands' own lines), read so it never blocks.
+    /// What it printed after the URL, read so it never blocks.
     output: Arc<Mutex<String>>,
 }
 
@@ -569,13 +569,10 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
         .await;
     browser.expect_path(&format!("/bundles/{name}")).await;
     assert_eq!(bundle(&client, &name).await.spec.image, review.pinned);
+    // The page rolls back itself: no command's lines on the server's output.
     assert!(
-        server
-            .output
-            .lock()
-            .unwrap()
-            .contains("it stays pinned until spec.image changes again"),
-        "the rollback command ran"
+        !server.output.lock().unwrap().contains("spec.image"),
+        "the rollback printed on the server's output"
     );
     browser.quit().await;
     drop(server);
@@ -950,12 +947,8 @@ async fn requests_without_the_token_or_from_another_origin_are_refused() {
         .unwrap();
     assert_eq!(approval.digest, digest);
     assert!(
-        server
-            .output
-            .lock()
-            .unwrap()
-            .contains(&format!("bundle {name} approved for {digest}")),
-        "the approve command ran"
+        !server.output.lock().unwrap().contains("approved for"),
+        "the approval printed on the server's output"
     );
 }
 

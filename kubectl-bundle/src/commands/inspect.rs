@@ -45,7 +45,7 @@ pub struct TreeArgs {
 }
 
 /// When an event last happened: its series, its last timestamp, its event time, its creation.
-fn last_seen(event: &Event) -> Option<Timestamp> {
+pub(crate) fn last_seen(event: &Event) -> Option<Timestamp> {
     event
         .series
         .as_ref()

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gantry_api::Bundle;
+use gantry_api::{Bundle, InventoryEntry};
 use kube::ResourceExt;
 use kube::api::Api;
 
@@ -87,6 +87,18 @@ pub async fn diff(global: &GlobalArgs, args: DiffArgs) -> ExitCode {
 /// Identifies an object whatever version names it: group, kind, namespace, name.
 pub(crate) type ObjectKey = (String, String, Option<String>, String);
 
+/// The key of an inventory entry.
+pub(crate) fn key_of(entry: &InventoryEntry) -> ObjectKey {
+    let InventoryEntry {
+        group,
+        kind,
+        namespace,
+        name,
+        ..
+    } = entry.clone();
+    (group, kind, namespace, name)
+}
+
 async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
     let client = global.client().await?;
     let bundles: Api<Bundle> = Api::all(client.clone());
@@ -123,12 +135,7 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
         }
     }
     for entry in &status.inventory {
-        let key = (
-            entry.group.clone(),
-            entry.kind.clone(),
-            entry.namespace.clone(),
-            entry.name.clone(),
-        );
+        let key = key_of(entry);
         if desired.contains(&key) {
             continue;
         }

@@ -236,7 +236,7 @@ fn str_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
         .unwrap_or_default()
 }
 
-fn title(kind: &str, namespace: Option<&str>, name: &str) -> String {
+pub(crate) fn title(kind: &str, namespace: Option<&str>, name: &str) -> String {
     match namespace {
         Some(ns) => format!("{kind} {ns}/{name}"),
         None => format!("{kind} {name}"),

@@ -30,17 +30,14 @@ struct Outcome {
 }
 
 fn outcome(what: impl Into<String>, result: anyhow::Result<String>) -> Outcome {
-    match result {
-        Ok(detail) => Outcome {
-            what: what.into(),
-            ok: true,
-            detail,
-        },
-        Err(e) => Outcome {
-            what: what.into(),
-            ok: false,
-            detail: causes(&e),
-        },
+    let (ok, detail) = match result {
+        Ok(detail) => (true, detail),
+        Err(e) => (false, causes(&e)),
+    };
+    Outcome {
+        what: what.into(),
+        ok,
+        detail,
     }
 }
 

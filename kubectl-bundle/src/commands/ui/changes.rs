@@ -164,12 +164,7 @@ pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChang
     let desired: Vec<&diff::ObjectKey> = compared.iter().map(|(key, _)| key).collect();
     let mut changes = Vec::new();
     for entry in &status.inventory {
-        let key = (
-            entry.group.clone(),
-            entry.kind.clone(),
-            entry.namespace.clone(),
-            entry.name.clone(),
-        );
+        let key = diff::key_of(entry);
         if desired.contains(&&key) {
             continue;
         }
@@ -229,10 +224,7 @@ pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChang
 }
 
 fn title_of((_, kind, namespace, name): &diff::ObjectKey) -> String {
-    match namespace {
-        Some(ns) => format!("{kind} {ns}/{name}"),
-        None => format!("{kind} {name}"),
-    }
+    diff::object::title(kind, namespace.as_deref(), name)
 }
 
 /// Whether a unified diff starts from nothing: an object that does not exist yet.

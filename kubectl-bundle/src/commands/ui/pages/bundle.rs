@@ -13,7 +13,6 @@ use gantry_api::{
     RequestedPermissions,
 };
 use k8s_openapi::api::core::v1::Event;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use maud::{Markup, html};
 
@@ -21,9 +20,10 @@ use super::{
     Live, condition, kind_of, layout, not_found, page, phase_badge, read_bundle, reason_text,
     status_badge, when,
 };
+use crate::commands::diff::object::title;
+use crate::commands::inspect::last_seen;
 use crate::commands::review::{approval_state, class_name, decision_text, resolved_digest, short};
-use crate::commands::ui::Ui;
-use crate::commands::ui::auth::Session;
+use crate::commands::ui::{Ui, auth::Session};
 use crate::commands::{causes, health, history, inspect};
 
 /// The bundle's state at a glance; live on the bundle and review pages.
@@ -188,10 +188,7 @@ fn objects(status: &BundleStatus) -> Markup {
     }
     let health_of = |entry: &InventoryEntry| -> (Markup, Option<String>) {
         let kind = kind_of(&entry.group, &entry.kind);
-        let title = match &entry.namespace {
-            Some(ns) => format!("{kind} {ns}/{}", entry.name),
-            None => format!("{kind} {}", entry.name),
-        };
+        let title = title(&kind, entry.namespace.as_deref(), &entry.name);
         let why = unhealthy
             .iter()
             .find_map(|line| line.strip_prefix(&format!("{title}: ")));
@@ -267,18 +264,6 @@ fn history_section(name: &str, status: &BundleStatus, session: &Session) -> Mark
             }
         }
     }
-}
-
-/// When an Event last happened.
-fn last_seen(event: &Event) -> Option<Timestamp> {
-    event
-        .series
-        .as_ref()
-        .and_then(|s| s.last_observed_time.as_ref())
-        .map(|t| t.0)
-        .or(event.last_timestamp.as_ref().map(|t| t.0))
-        .or(event.event_time.as_ref().map(|t| t.0))
-        .or(event.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
 fn events_section(events: anyhow::Result<Vec<Event>>) -> Markup {

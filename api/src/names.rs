@@ -81,5 +81,5 @@ pub const SLOT_TABLE_ANNOTATION: &str = "gantry.dev/slot-table";
 /// no Deployment runs it.
 pub const STORAGE_URL_ANNOTATION: &str = "gantry.dev/storage-url";
 /// Annotation of a shard's Lease: the slots its controllers serve and the slot table's epoch
-/// that set reflects ([`crate::slots::ServedSlots`], `EPOCH;RANGES`).
+/// that set reflects (`EPOCH;RANGES`, e.g. `12;0-84,200`).
 pub const SERVED_SLOTS_ANNOTATION: &str = "gantry.dev/served-slots";

@@ -4,8 +4,6 @@
 //! is then one write of the table, whatever the number of bundles, not a write per bundle.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -32,12 +30,12 @@ pub fn parse_slot(value: &str) -> Option<u16> {
 /// Which shard owns each slot, as the sharder last wrote it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotTable {
-    /// Raised by every write of the table: a shard's [`ServedSlots`] says which it acted on.
+    /// Raised by every write of the table: a shard's served slots say which it acted on.
     pub epoch: u64,
     /// Each slot's owner, indexed by slot; `None`: unowned (never assigned, or being let go).
     pub owners: Vec<Option<String>>,
     /// Slots taken from a live shard, with the epoch of the write that took them: such a slot is
-    /// given to its next shard only once every live shard's [`ServedSlots`] has acted on that
+    /// given to its next shard only once every live shard's served slots have acted on that
     /// epoch or a later one and does not name it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub released: BTreeMap<u16, u64>,
@@ -86,85 +84,6 @@ impl SlotTable {
     }
 }
 
-/// What a shard's controllers serve: the slots, and the epoch of the slot table they reflect.
-/// Written in the shard's Lease ([`crate::SERVED_SLOTS_ANNOTATION`]) as `EPOCH;RANGES`, e.g.
-/// `12;0-84,200`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServedSlots {
-    pub epoch: u64,
-    pub slots: BTreeSet<u16>,
-}
-
-impl fmt::Display for ServedSlots {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{};{}", self.epoch, ranges(&self.slots))
-    }
-}
-
-impl FromStr for ServedSlots {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
-        let (epoch, slots) = text
-            .split_once(';')
-            .ok_or_else(|| format!("served slots {text:?}: no ';' after the epoch"))?;
-        let epoch = epoch
-            .parse()
-            .map_err(|_| format!("served slots {text:?}: the epoch is not a number"))?;
-        Ok(Self {
-            epoch,
-            slots: parse_ranges(slots)?,
-        })
-    }
-}
-
-/// `slots` as ranges: `0-84,200`.
-pub fn ranges(slots: &BTreeSet<u16>) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut run: Option<(u16, u16)> = None;
-    for &slot in slots {
-        run = match run {
-            Some((first, last)) if last + 1 == slot => Some((first, slot)),
-            Some(done) => {
-                parts.push(range_text(done));
-                Some((slot, slot))
-            }
-            None => Some((slot, slot)),
-        };
-    }
-    if let Some(done) = run {
-        parts.push(range_text(done));
-    }
-    parts.join(",")
-}
-
-fn range_text((first, last): (u16, u16)) -> String {
-    if first == last {
-        first.to_string()
-    } else {
-        format!("{first}-{last}")
-    }
-}
-
-/// The slots of a text [`ranges`] wrote.
-pub fn parse_ranges(text: &str) -> Result<BTreeSet<u16>, String> {
-    let mut slots = BTreeSet::new();
-    for part in text.split(',').filter(|p| !p.is_empty()) {
-        let bad = || format!("slot range {part:?} is not SLOT or FIRST-LAST below {SLOTS}");
-        let (first, last) = match part.split_once('-') {
-            Some((first, last)) => (parse_slot(first), parse_slot(last)),
-            None => (parse_slot(part), parse_slot(part)),
-        };
-        let (Some(first), Some(last)) = (first, last) else {
-            return Err(bad());
-        };
-        if first > last {
-            return Err(bad());
-        }
-        slots.extend(first..=last);
-    }
-    Ok(slots)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,27 +99,6 @@ mod tests {
         }
         // About 100 each.
         assert!(counts.iter().all(|c| (50..=160).contains(c)), "{counts:?}");
-    }
-
-    #[test]
-    fn served_slots_round_trip_as_ranges() {
-        let served = ServedSlots {
-            epoch: 12,
-            slots: [0, 1, 2, 3, 7, 9, 10, 255].into(),
-        };
-        assert_eq!(served.to_string(), "12;0-3,7,9-10,255");
-        assert_eq!("12;0-3,7,9-10,255".parse::<ServedSlots>(), Ok(served));
-        assert_eq!(
-            "3;".parse::<ServedSlots>(),
-            Ok(ServedSlots {
-                epoch: 3,
-                slots: BTreeSet::new()
-            })
-        );
-        assert!("3;5-2".parse::<ServedSlots>().is_err());
-        assert!("3;256".parse::<ServedSlots>().is_err());
-        assert!("x;1".parse::<ServedSlots>().is_err());
-        assert!("1".parse::<ServedSlots>().is_err());
     }
 
     #[test]

@@ -11,7 +11,6 @@
 
 mod cluster;
 mod error;
-mod policy;
 mod reconcile;
 pub mod run;
 mod server;

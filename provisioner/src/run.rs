@@ -5,21 +5,16 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
-
-use gantry_api::STORAGE_URL_ANNOTATION;
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, Patch};
-use kube::runtime::events::Reporter;
-use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
 
 use kube::Client;
+use kube::runtime::events::Reporter;
 
-use crate::cluster::shard::{Fence, ReplicaLayer, Slots};
-use crate::cluster::writes::own_patch;
-use crate::reconcile::controllers::{self, Controllers, Shard};
+use crate::reconcile::controllers::{self, Controllers};
 use crate::server::{self, Readiness};
-use crate::sharding::{membership, sharder, slot_table};
+use crate::sharding::fence::{Fence, ReplicaLayer};
+use crate::sharding::lease::{Leader, LeaderError};
+use crate::sharding::replica::Replica;
+use crate::sharding::{Shard, ShardMetrics};
 use crate::source::node_pull::driver::remove_left_behind;
 use crate::source::storage::{StorageClient, Token};
 use crate::state::Settings;
@@ -75,10 +70,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    #[error("leader election: {0}")]
-    LeaderElection(#[from] LeaseManagerError),
-    #[error("leader election stopped")]
-    LeaderElectionStopped,
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
 }
 
 /// Runs the provisioner until `shutdown` completes (or, when leading, the Lease is lost).
@@ -132,76 +125,52 @@ pub async fn run(
         concurrency: options.reconcile_concurrency,
         shard,
     };
+    let leader = options.lease_name.as_ref().map(|name| Leader {
+        client: client.clone(),
+        namespace: options.settings.namespace.clone(),
+        name: name.clone(),
+        identity: options.identity.clone(),
+        storage_url: options.storage_url.clone(),
+        leading: metrics.leader.clone(),
+    });
+    if leader.is_none() {
+        metrics.leader.set(1);
+    }
     if options.sharding {
         readiness.set(true);
-        let shards = Shards {
-            client: &client,
-            config: &config,
-            options: &options,
-            metrics: &metrics,
+        let replica = Replica {
+            client: client.clone(),
+            config: config.clone(),
+            namespace: options.settings.namespace.clone(),
+            identity: options.identity.clone(),
+            provisioner_id: options.settings.provisioner_id.clone(),
+            reconcile_concurrency: options.reconcile_concurrency,
+            leader,
+            metrics: ShardMetrics {
+                handovers: metrics.shard_handovers.clone(),
+                unowned_seconds: metrics.shard_unowned_seconds.clone(),
+                releases: metrics.shard_releases.clone(),
+                reconcile_share: metrics.shard_reconcile_share.clone(),
+            },
         };
-        return shards.run(&controllers, shutdown).await;
+        let run_controllers =
+            |client, shard, until| controllers::run(controllers(client, Some(shard)), until);
+        return Ok(replica.run(run_controllers, shutdown).await?);
     }
     let controllers = controllers(client.clone(), None);
-    let Some(lease_name) = &options.lease_name else {
+    let Some(leader) = leader else {
         readiness.set(true);
-        metrics.leader.set(1);
         remove_left_behind(&controllers.client, &options.settings.namespace).await;
         controllers::run(controllers, shutdown).await;
         return Ok(());
     };
-
-    let identity = &options.identity;
-    let manager = LeaseManagerBuilder::new(client, lease_name)
-        .with_namespace(&options.settings.namespace)
-        .with_identity(identity)
-        .with_duration(15)
-        .with_grace(5)
-        .build()
-        .await?;
-    let (mut leading, lease_task) = manager.watch().await;
+    let lead = |stopped| async move {
+        // Unpack Pods of a previous leader are nobody's now.
+        remove_left_behind(&controllers.client, &options.settings.namespace).await;
+        controllers::run(controllers, stopped).await;
+    };
     // A standby replica is ready: it serves its endpoints and waits for the Lease.
-    readiness.set(true);
-    tracing::info!(%identity, lease = %lease_name, "waiting to lead");
-    tokio::pin!(shutdown);
-    loop {
-        if *leading.borrow_and_update() {
-            break;
-        }
-        tokio::select! {
-            changed = leading.changed() => {
-                if changed.is_err() { return Err(StartError::LeaderElectionStopped); }
-            }
-            _ = &mut shutdown => { return Ok(()); }
-        }
-    }
-    tracing::info!(%identity, "leading");
-    metrics.leader.set(1);
-    publish_storage_url(&controllers.client, &options, lease_name).await;
-    // Unpack Pods of a previous leader are nobody's now.
-    remove_left_behind(&controllers.client, &options.settings.namespace).await;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<&'static str>();
-    let watch_lease = async move {
-        tokio::select! {
-            _ = &mut shutdown => { let _ = stop_tx.send("shutdown"); }
-            _ = async {
-                while leading.changed().await.is_ok() {
-                    if !*leading.borrow() { break; }
-                }
-            } => { let _ = stop_tx.send("lost the lease"); }
-        }
-        drop(leading);
-    };
-    let stopped = async move {
-        let _ = stop_rx.await;
-    };
-    tokio::join!(watch_lease, controllers::run(controllers, stopped));
-    metrics.leader.set(0);
-    // Give the Lease up so a standby takes over at once.
-    if let Ok(Ok(manager)) = lease_task.await {
-        let _ = manager.release().await;
-    }
-    Ok(())
+    Ok(leader.run(|| readiness.set(true), lead, shutdown).await?)
 }
 
 async fn kube_config(kubeconfig: Option<&std::path::Path>) -> Result<kube::Config, StartError> {
@@ -219,248 +188,6 @@ async fn kube_config(kubeconfig: Option<&std::path::Path>) -> Result<kube::Confi
         None => kube::Config::infer().await?,
     };
     Ok(config)
-}
-
-/// A replica of a sharded provisioner: announces its shard, reconciles the bundles labelled
-/// with it (restarting its controllers after its Lease lapsed), and runs the sharder while it
-/// holds the leader Lease.
-struct Shards<'a> {
-    client: &'a Client,
-    config: &'a kube::Config,
-    options: &'a Options,
-    metrics: &'a Arc<Metrics>,
-}
-
-impl Shards<'_> {
-    async fn run(
-        &self,
-        controllers: &impl Fn(Client, Option<Shard>) -> Controllers,
-        shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    ) -> Result<(), StartError> {
-        let identity = self.options.identity.clone();
-        let namespace = self.options.settings.namespace.clone();
-        let fence = Fence::for_shard();
-        let layer = ReplicaLayer::new(fence.clone(), &identity);
-        let fenced = layer.client(self.config.clone())?;
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let stopped = |rx: &tokio::sync::watch::Receiver<bool>| {
-            let mut rx = rx.clone();
-            async move {
-                let _ = rx.wait_for(|stopping| *stopping).await;
-            }
-        };
-        let slots = Slots::new(usize::from(self.options.reconcile_concurrency));
-        let (announce_stop, announce_stopped) = tokio::sync::oneshot::channel::<()>();
-        let announce = tokio::spawn(membership::announce(
-            self.client.clone(),
-            namespace.clone(),
-            identity.clone(),
-            fence.clone(),
-            slots.report(),
-            async move {
-                let _ = announce_stopped.await;
-            },
-        ));
-        tracing::info!(%identity, "shard announced; reconciling the bundles of its slots");
-        let follow = slot_table::follow(
-            self.client.clone(),
-            namespace.clone(),
-            identity.clone(),
-            slots.clone(),
-            self.metrics.clone(),
-            stopped(&stop_rx),
-        );
-
-        let owner = async {
-            loop {
-                let shard = Shard {
-                    identity: identity.clone(),
-                    layer: layer.clone(),
-                    fence: fence.clone(),
-                    slots: slots.clone(),
-                };
-                let (ended, why) = tokio::sync::oneshot::channel::<bool>();
-                let until = {
-                    let stop = stopped(&stop_rx);
-                    let fence = fence.clone();
-                    async move {
-                        let lapsed = tokio::select! {
-                            _ = stop => false,
-                            _ = fence.lapse() => true,
-                        };
-                        let _ = ended.send(lapsed);
-                    }
-                };
-                controllers::run(controllers(fenced.clone(), Some(shard)), until).await;
-                if !why.await.unwrap_or(false) {
-                    break;
-                }
-                // Passes begun before the lapse are over; new ones start from fresh caches
-                // and a new list of the bundles of the slots that are this shard's now (read
-                // afresh: the table's watch may be behind), once the Lease is current again (a
-                // start before that would lapse at once).
-                tracing::warn!(
-                    "the shard Lease lapsed: the controllers start again once it is renewed"
-                );
-                let mut stop = std::pin::pin!(stopped(&stop_rx));
-                loop {
-                    if fence.is_current() {
-                        match slot_table::refresh(
-                            self.client,
-                            &namespace,
-                            &identity,
-                            &slots,
-                            self.metrics,
-                        )
-                        .await
-                        {
-                            Ok(()) => break,
-                            Err(e) => tracing::debug!("reading the slot table: {e}"),
-                        }
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                        _ = &mut stop => return,
-                    }
-                }
-                fence.restart();
-            }
-        };
-        let sharder = self.lead(stopped(&stop_rx));
-        let signal = async move {
-            shutdown.await;
-            let _ = stop_tx.send(true);
-        };
-        let ((), (), (), led) = tokio::join!(signal, owner, follow, sharder);
-        // Releasing the shard Lease hands the bundles over at once.
-        let _ = announce_stop.send(());
-        let _ = announce.await;
-        led
-    }
-
-    /// Waits for the leader Lease, then runs the sharder while holding it.
-    async fn lead(&self, stop: impl Future<Output = ()>) -> Result<(), StartError> {
-        tokio::pin!(stop);
-        let Some(lease_name) = &self.options.lease_name else {
-            self.metrics.leader.set(1);
-            sharder::run(
-                self.client.clone(),
-                self.options.settings.namespace.clone(),
-                self.options.settings.provisioner_id.clone(),
-                self.metrics.clone(),
-                stop,
-            )
-            .await;
-            return Ok(());
-        };
-        // Leader election that stops (the API server unreachable for long) starts again: this
-        // replica goes on reconciling its own bundles meanwhile.
-        loop {
-            let built = LeaseManagerBuilder::new(self.client.clone(), lease_name)
-                .with_namespace(&self.options.settings.namespace)
-                .with_identity(&self.options.identity)
-                .with_duration(15)
-                .with_grace(5)
-                .build()
-                .await;
-            let manager = match built {
-                Ok(manager) => manager,
-                Err(e) => {
-                    tracing::warn!("leader election: {e}");
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(2)) => continue,
-                        _ = &mut stop => return Ok(()),
-                    }
-                }
-            };
-            let (mut leading, lease_task) = manager.watch().await;
-            let stopping = self.while_leading(&mut leading, &mut stop).await;
-            drop(leading);
-            let manager = lease_task.await;
-            if stopping {
-                // Give the Lease up so that another replica runs the sharder at once.
-                if let Ok(Ok(manager)) = manager {
-                    let _ = manager.release().await;
-                }
-                return Ok(());
-            }
-            tracing::warn!("leader election stopped: starting it again");
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = &mut stop => return Ok(()),
-            }
-        }
-    }
-
-    /// Runs the sharder whenever `leading` says so; `true` once `stop` completed, `false` when
-    /// leader election ended.
-    async fn while_leading(
-        &self,
-        leading: &mut tokio::sync::watch::Receiver<bool>,
-        stop: &mut (impl Future<Output = ()> + Unpin),
-    ) -> bool {
-        loop {
-            while !*leading.borrow_and_update() {
-                tokio::select! {
-                    changed = leading.changed() => if changed.is_err() { return false; },
-                    _ = &mut *stop => return true,
-                }
-            }
-            tracing::info!(identity = %self.options.identity, "leading: running the sharder");
-            self.metrics.leader.set(1);
-            if let Some(lease_name) = &self.options.lease_name {
-                publish_storage_url(self.client, self.options, lease_name).await;
-            }
-            let mut ended = false;
-            let lost = async {
-                loop {
-                    if leading.changed().await.is_err() {
-                        ended = true;
-                        break;
-                    }
-                    if !*leading.borrow() {
-                        break;
-                    }
-                }
-            };
-            let mut stopping = false;
-            tokio::select! {
-                _ = sharder::run(
-                    self.client.clone(),
-                    self.options.settings.namespace.clone(),
-                    self.options.settings.provisioner_id.clone(),
-                    self.metrics.clone(),
-                    std::future::pending::<()>(),
-                ) => {}
-                _ = lost => {}
-                _ = &mut *stop => { stopping = true; }
-            }
-            self.metrics.leader.set(0);
-            if stopping {
-                return true;
-            }
-            tracing::warn!("lost the leader Lease: the sharder stops");
-            if ended {
-                return false;
-            }
-        }
-    }
-}
-
-/// Writes `--storage-url` on the leader Lease just taken, for `kubectl bundle check` to find
-/// the storage server where no Deployment runs it. Leading does not depend on it: a failure is
-/// logged.
-async fn publish_storage_url(client: &Client, options: &Options, lease_name: &str) {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &options.settings.namespace);
-    let patch = serde_json::json!({
-        "metadata": { "annotations": { STORAGE_URL_ANNOTATION: options.storage_url } }
-    });
-    if let Err(e) = leases
-        .patch(lease_name, &own_patch(), &Patch::Merge(&patch))
-        .await
-    {
-        tracing::warn!(lease = %lease_name, "publishing the storage URL on the Lease: {e}");
-    }
 }
 
 /// Keeps `runtime_tasks` current, for soak runs that watch for leaked tasks.

@@ -110,7 +110,7 @@ mod tests {
     use tokio::net::TcpListener;
     use tokio::sync::Barrier;
 
-    use crate::cluster::shard::{Fence, ReplicaLayer};
+    use crate::sharding::fence::{Fence, ReplicaLayer};
 
     /// Requests in flight at once: the server answers none of them until all have arrived, so
     /// a client that gives each its own connection (HTTP/1.1) opens this many.

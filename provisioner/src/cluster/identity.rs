@@ -4,7 +4,7 @@
 //! stored content).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use gantry_api::{Bundle, ProvisionerClass, ServiceAccountReference};
 use kube::{Client, Config};
@@ -63,9 +63,13 @@ pub struct Appliers {
     config: Option<Config>,
     own: Client,
     impersonating: Mutex<HashMap<ServiceAccountReference, Client>>,
-    /// The replica's layer (its fence and User-Agent), put on every client built here.
-    layer: Option<crate::cluster::shard::ReplicaLayer>,
+    /// How every client is built here (a replica's puts its fence and User-Agent on it);
+    /// `None`: kube's own.
+    build: Option<BuildClient>,
 }
+
+/// Builds a client for a configuration.
+pub type BuildClient = Arc<dyn Fn(Config) -> kube::Result<Client> + Send + Sync>;
 
 impl Appliers {
     pub fn new(config: Option<Config>, own: Client) -> Self {
@@ -73,13 +77,13 @@ impl Appliers {
             config,
             own,
             impersonating: Mutex::new(HashMap::new()),
-            layer: None,
+            build: None,
         }
     }
 
-    /// Clients built from now on carry `layer` (the own client already does).
-    pub fn with_layer(mut self, layer: crate::cluster::shard::ReplicaLayer) -> Self {
-        self.layer = Some(layer);
+    /// Clients from now on are built by `build` (the own client already was).
+    pub fn with_build(mut self, build: BuildClient) -> Self {
+        self.build = Some(build);
         self
     }
 
@@ -106,8 +110,8 @@ impl Appliers {
         // ServiceAccount user given without groups.
         config.auth_info.impersonate = Some(account.username());
         config.auth_info.impersonate_groups = None;
-        let client = match &self.layer {
-            Some(layer) => layer.client(config),
+        let client = match &self.build {
+            Some(build) => build(config),
             None => Client::try_from(config),
         }
         .map_err(|e| Error::Impersonation(format!("a client for {account}: {e}")))?;

@@ -16,6 +16,4 @@ pub mod identity;
 pub mod inventory;
 pub mod live;
 pub mod preflight;
-pub mod reconcile_share;
-pub mod shard;
 pub mod writes;

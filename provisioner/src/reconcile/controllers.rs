@@ -19,10 +19,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::cluster::shard::{Fence, ReplicaLayer, Slots};
 use crate::error::Error;
 use crate::reconcile::class;
-use crate::reconcile::slot_watch::slot_watch;
+use crate::sharding::Shard;
+use crate::sharding::slot_watch::slot_watch;
 use crate::source::storage::StorageClient;
 use crate::state::metrics::{Metrics, ShardLabels};
 use crate::state::{Context, Settings};
@@ -40,16 +40,6 @@ pub struct Controllers {
     pub concurrency: u16,
     /// With `--sharding`: this replica's shard; only bundles labelled with it are reconciled.
     pub shard: Option<Shard>,
-}
-
-/// A replica's shard: its identity, the layer and fence of its clients, and the slots it
-/// serves.
-#[derive(Clone)]
-pub struct Shard {
-    pub identity: String,
-    pub layer: ReplicaLayer,
-    pub fence: Fence,
-    pub slots: Slots,
 }
 
 /// Runs both controllers until `shutdown` completes.
@@ -92,12 +82,7 @@ pub async fn run(
         None => watcher::watcher(bundles_api.clone(), watcher::Config::default()).boxed(),
     };
     let ctx = match shard {
-        Some(Shard {
-            identity,
-            layer,
-            fence,
-            slots,
-        }) => ctx.for_shard(identity, layer, fence, slots),
+        Some(shard) => ctx.for_shard(shard),
         None => ctx,
     };
     let ctx = Arc::new(ctx);

@@ -8,7 +8,6 @@
 
 pub mod class;
 pub mod controllers;
-mod slot_watch;
 mod steps;
 mod timing;
 

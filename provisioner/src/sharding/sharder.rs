@@ -1,6 +1,6 @@
 //! The sharder, run by the elected replica: gives every slot (and with it the bundles of that
 //! slot, [`gantry_api::slots`]) to a live shard with the consistent-hash ring
-//! ([`crate::policy::ring`]), in one object, the slot table (the Lease
+//! ([`super::ring`]), in one object, the slot table (the Lease
 //! `gantry-shard-slots`), and writes each Bundle's slot label once.
 //!
 //! A slot moves from a live shard in two writes of the table, so that no bundle is ever
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::writes::own_patch;
 use futures::{StreamExt, stream};
-use gantry_api::slots::{SLOTS, ServedSlots, SlotTable, slot_of};
+use gantry_api::slots::{SLOTS, SlotTable, slot_of};
 use gantry_api::{
     Bundle, DRAIN_LABEL, ProvisionerClass, SERVED_SLOTS_ANNOTATION, SHARD_LABEL, SLOT_LABEL,
     SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE, UNINSTALL_FINALIZER,
@@ -42,10 +42,12 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 
 use crate::cluster::errors::is_not_found;
-use crate::policy::ring::Ring;
-use crate::sharding::membership::{expiry, is_live};
+use crate::sharding::ShardMetrics;
+use crate::sharding::lease::{expiry, is_live};
 use crate::sharding::placements::{Placement, PlacementView, Placements};
-use crate::state::metrics::Metrics;
+use crate::sharding::ring::Ring;
+use crate::sharding::slot_table::table_of;
+use crate::sharding::slots::ServedSlots;
 use gantry_rules::class_selection::{Selection, select_by_name};
 use k8s_openapi::jiff::Timestamp;
 
@@ -125,7 +127,7 @@ pub async fn run(
     client: Client,
     namespace: String,
     provisioner_id: String,
-    metrics: Arc<Metrics>,
+    metrics: ShardMetrics,
     stop: impl Future<Output = ()>,
 ) {
     let leases_api: Api<Lease> = Api::namespaced(client.clone(), &namespace);
@@ -355,21 +357,6 @@ fn reports<'a>(leases: impl IntoIterator<Item = &'a Lease>) -> BTreeMap<String, 
         .collect()
 }
 
-/// The slot table as the Lease holds it (`None`: no such Lease, or it holds no table).
-pub fn table_of(lease: &Lease) -> Option<SlotTable> {
-    let text = lease.annotations().get(SLOT_TABLE_ANNOTATION)?;
-    match SlotTable::parse(text) {
-        Ok(table) => Some(table),
-        Err(e) => {
-            tracing::warn!(
-                lease = SLOT_TABLE_LEASE,
-                "the slot table is unreadable: {e}"
-            );
-            None
-        }
-    }
-}
-
 /// Reads the slot table, creating it (no slot owned) when there is none. A new table starts
 /// above every epoch a shard reports, so that no shard takes it for an old one.
 async fn load_table(
@@ -429,7 +416,7 @@ async fn round<F, Fut>(
     leases: &Store<Lease>,
     fresh_leases: F,
     bundles: &[(Placement, bool)],
-    metrics: &Metrics,
+    metrics: &ShardMetrics,
     memory: &mut Memory,
 ) -> bool
 where
@@ -520,13 +507,13 @@ fn record_moves(
     before: &SlotTable,
     after: &SlotTable,
     live: &BTreeSet<String>,
-    metrics: &Metrics,
+    metrics: &ShardMetrics,
     unowned: &mut HashMap<u16, Instant>,
 ) {
     for slot in 0..SLOTS {
         let (was, is) = (before.owner(slot), after.owner(slot));
         if was.is_some() && was != is {
-            metrics.shard_handovers.inc();
+            metrics.handovers.inc();
         }
         if let Some(shard) = is
             && was != is
@@ -534,7 +521,7 @@ fn record_moves(
             && let Some(since) = unowned.remove(&slot)
         {
             metrics
-                .shard_unowned_seconds
+                .unowned_seconds
                 .observe(since.elapsed().as_secs_f64());
         }
     }

@@ -1,20 +1,20 @@
 //! A shard follows the slot table: every version of it the watch shows (and, when its
 //! controllers restart after a lapse, a fresh read) sets the slots it serves
-//! ([`crate::cluster::shard::Slots`]).
+//! ([`Slots`]). The table is the annotation of one Lease ([`table_of`]).
 
 use std::future::Future;
 
 use futures::StreamExt;
-use gantry_api::SLOT_TABLE_LEASE;
+use gantry_api::slots::SlotTable;
+use gantry_api::{SLOT_TABLE_ANNOTATION, SLOT_TABLE_LEASE};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::Client;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
 
 use crate::cluster::errors::is_not_found;
-use crate::cluster::shard::Slots;
-use crate::sharding::sharder::table_of;
-use crate::state::metrics::Metrics;
+use crate::sharding::ShardMetrics;
+use crate::sharding::slots::Slots;
 
 /// Serves what the table gives `identity` until `stop` completes. A table the watch shows
 /// late (older than one served) is ignored by [`Slots::serve`].
@@ -23,7 +23,7 @@ pub async fn follow(
     namespace: String,
     identity: String,
     slots: Slots,
-    metrics: std::sync::Arc<Metrics>,
+    metrics: ShardMetrics,
     stop: impl Future<Output = ()>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &namespace);
@@ -61,7 +61,7 @@ pub async fn refresh(
     namespace: &str,
     identity: &str,
     slots: &Slots,
-    metrics: &Metrics,
+    metrics: &ShardMetrics,
 ) -> Result<(), kube::Error> {
     let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
     match api.get(SLOT_TABLE_LEASE).await {
@@ -76,21 +76,16 @@ pub async fn refresh(
     }
 }
 
-async fn serve(
-    slots: &Slots,
-    identity: &str,
-    table: &gantry_api::slots::SlotTable,
-    metrics: &Metrics,
-) {
+async fn serve(slots: &Slots, identity: &str, table: &SlotTable, metrics: &ShardMetrics) {
     let mine = table.slots_of(identity);
     let count = mine.len();
     let released = slots.serve(mine, table.epoch).await;
     metrics
-        .shard_reconcile_share
+        .reconcile_share
         .set(i64::try_from(slots.share()).unwrap_or(i64::MAX));
     if released > 0 {
         metrics
-            .shard_releases
+            .releases
             .inc_by(u64::try_from(released).unwrap_or(0));
     }
     tracing::debug!(
@@ -100,4 +95,19 @@ async fn serve(
         share = slots.share(),
         "serving the slot table"
     );
+}
+
+/// The slot table as the Lease holds it (`None`: no such Lease, or it holds no table).
+pub fn table_of(lease: &Lease) -> Option<SlotTable> {
+    let text = lease.annotations().get(SLOT_TABLE_ANNOTATION)?;
+    match SlotTable::parse(text) {
+        Ok(table) => Some(table),
+        Err(e) => {
+            tracing::warn!(
+                lease = SLOT_TABLE_LEASE,
+                "the slot table is unreadable: {e}"
+            );
+            None
+        }
+    }
 }

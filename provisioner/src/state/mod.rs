@@ -28,8 +28,10 @@ use crate::cluster::discovery::KindCache;
 use crate::cluster::drift::DriftWatches;
 use crate::cluster::events::EventRecorder;
 use crate::cluster::identity::Appliers;
-use crate::cluster::shard::{Fence, ReplicaLayer, Slots};
 use crate::error::Result;
+use crate::sharding::Shard;
+use crate::sharding::fence::Fence;
+use crate::sharding::slots::Slots;
 use crate::source::node_pull::NodePullSettings;
 use crate::source::pulled::PulledContents;
 use crate::source::registry::{RegistryClients, SharedClient, registry_client};
@@ -181,15 +183,17 @@ impl Context {
 
     /// The context of a shard: its identity, its fence, the slots it serves, and clients that
     /// carry them.
-    pub fn for_shard(
-        mut self,
-        shard: String,
-        layer: ReplicaLayer,
-        fence: Fence,
-        slots: Slots,
-    ) -> Self {
-        self.appliers = self.appliers.with_layer(layer);
-        self.shard = Some(shard);
+    pub fn for_shard(mut self, shard: Shard) -> Self {
+        let Shard {
+            identity,
+            layer,
+            fence,
+            slots,
+        } = shard;
+        self.appliers = self
+            .appliers
+            .with_build(Arc::new(move |config| layer.client(config)));
+        self.shard = Some(identity);
         self.fence = fence;
         self.slots = Some(slots);
         self

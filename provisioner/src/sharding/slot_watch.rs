@@ -24,7 +24,7 @@ use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
-use crate::cluster::shard::slot_selector;
+use crate::sharding::slots::slot_selector;
 
 /// Watches running side by side at most; one more is a merge into a single watch.
 const MAX_WATCHES: usize = 4;

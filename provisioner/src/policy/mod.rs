@@ -1,3 +1,0 @@
-//! The ring of shards (the other rules are gantry-rules').
-
-pub mod ring;

@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+use crate::conditions::ConditionStatus;
+
 /// Where an object stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum State {
@@ -125,8 +127,13 @@ fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
 }
 
-fn condition_is(object: &Value, type_: &str, status: &str) -> bool {
-    condition(object, type_).is_some_and(|c| str_at(c, "/status") == status)
+/// The condition `type_` of `object`, if it has `status`.
+fn condition_with<'a>(
+    object: &'a Value,
+    type_: &str,
+    status: ConditionStatus,
+) -> Option<&'a Value> {
+    condition(object, type_).filter(|c| ConditionStatus::from(str_at(c, "/status")) == status)
 }
 
 /// `reason: message` of a condition, or what is there of it.
@@ -160,10 +167,10 @@ fn generic(object: &Value) -> Option<Assessment> {
             "{kind} generation is {generation}, but latest observed generation is {observed}"
         )));
     }
-    if let Some(c) = condition(object, "Stalled").filter(|c| str_at(c, "/status") == "True") {
+    if let Some(c) = condition_with(object, "Stalled", ConditionStatus::True) {
         return Some(Assessment::failed(explain(c)));
     }
-    if let Some(c) = condition(object, "Reconciling").filter(|c| str_at(c, "/status") == "True") {
+    if let Some(c) = condition_with(object, "Reconciling", ConditionStatus::True) {
         return Some(Assessment::in_progress(explain(c)));
     }
     None
@@ -222,7 +229,7 @@ pub fn deployment(object: &Value) -> Assessment {
     if let Some(behind) = rollout(object, want, &fields) {
         return behind;
     }
-    if !condition_is(object, "Available", "True") && want > 0 {
+    if condition_with(object, "Available", ConditionStatus::True).is_none() && want > 0 {
         return Assessment::in_progress("Deployment not Available");
     }
     Assessment::current(format!("Deployment is available. Replicas: {want}"))
@@ -293,8 +300,7 @@ fn replica_set(object: &Value) -> Assessment {
     if let Some(not_observed) = not_observed(object) {
         return not_observed;
     }
-    if let Some(c) = condition(object, "ReplicaFailure").filter(|c| str_at(c, "/status") == "True")
-    {
+    if let Some(c) = condition_with(object, "ReplicaFailure", ConditionStatus::True) {
         return Assessment::in_progress(format!("Replica Failure: {}", explain(c)));
     }
     let want = spec_replicas(object);
@@ -311,14 +317,14 @@ fn replica_set(object: &Value) -> Assessment {
 fn job(object: &Value) -> Assessment {
     let count = |field: &str| int_at(object, &format!("/status/{field}")).unwrap_or(0);
     let completions = int_at(object, "/spec/completions").unwrap_or(1);
-    if let Some(c) = condition(object, "Failed").filter(|c| str_at(c, "/status") == "True") {
+    if let Some(c) = condition_with(object, "Failed", ConditionStatus::True) {
         return Assessment::failed(format!(
             "Job Failed. failed: {}/{completions}: {}",
             count("failed"),
             explain(c)
         ));
     }
-    if condition_is(object, "Complete", "True") {
+    if condition_with(object, "Complete", ConditionStatus::True).is_some() {
         return Assessment::current(format!(
             "Job Completed. succeeded: {}/{completions}",
             count("succeeded")
@@ -347,7 +353,7 @@ fn pod(object: &Value) -> Assessment {
         }
         _ => {}
     }
-    if condition_is(object, "Ready", "True") {
+    if condition_with(object, "Ready", ConditionStatus::True).is_some() {
         return Assessment::current("Pod is Ready");
     }
     let problems = container_problems(object);
@@ -357,7 +363,7 @@ fn pod(object: &Value) -> Assessment {
             with_reasons(&problems)
         ));
     }
-    if let Some(c) = condition(object, "PodScheduled").filter(|c| str_at(c, "/status") == "False") {
+    if let Some(c) = condition_with(object, "PodScheduled", ConditionStatus::False) {
         return Assessment::in_progress(format!("Pod could not be scheduled: {}", explain(c)));
     }
     let phase = if phase.is_empty() { "Pending" } else { phase };
@@ -431,11 +437,10 @@ fn service(object: &Value) -> Assessment {
 }
 
 fn crd(object: &Value) -> Assessment {
-    if let Some(c) = condition(object, "NamesAccepted").filter(|c| str_at(c, "/status") == "False")
-    {
+    if let Some(c) = condition_with(object, "NamesAccepted", ConditionStatus::False) {
         return Assessment::failed(format!("CRD names not accepted: {}", explain(c)));
     }
-    if condition_is(object, "Established", "True") {
+    if condition_with(object, "Established", ConditionStatus::True).is_some() {
         Assessment::current("CRD is established")
     } else {
         Assessment::in_progress("CRD is not established")
@@ -489,7 +494,7 @@ fn other(object: &Value, group: &str, kind: &str) -> Assessment {
             str_at(object, "/kind")
         ));
     }
-    if str_at(c, "/status") == "True" {
+    if ConditionStatus::from(str_at(c, "/status")) == ConditionStatus::True {
         Assessment::current(format!("Resource is {type_}"))
     } else {
         Assessment::in_progress(format!("Resource is not {type_}: {}", explain(c)))

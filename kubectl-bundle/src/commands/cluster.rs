@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Args;
 use gantry_api::Bundle;
+use gantry_rules::duration::DurationError;
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -46,18 +47,10 @@ pub struct GlobalArgs {
     pub verbosity: Option<u8>,
 }
 
-/// kubectl's request timeout: a duration (`30s`, `1m30s`, `250ms`), or a bare number of seconds.
-pub fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if let Ok(seconds) = text.parse::<u64>() {
-        return Ok(Duration::from_secs(seconds));
-    }
-    text.parse::<k8s_openapi::jiff::SignedDuration>()
-        .ok()
-        .and_then(|d| Duration::try_from(d).ok())
-        .ok_or_else(|| {
-            format!("invalid duration {text:?}: use a number with a unit, e.g. 30s, 1m, 1h")
-        })
+/// kubectl's request timeout: a Go duration (`30s`, `1m30s`, `250ms`), or a bare number of
+/// seconds.
+pub fn parse_timeout(text: &str) -> Result<Duration, DurationError> {
+    gantry_rules::duration::parse_or_seconds(text.trim())
 }
 
 impl GlobalArgs {

@@ -9,6 +9,7 @@ use clap::Args;
 use futures::{StreamExt, TryStreamExt};
 use gantry_api::conditions::{ReasonKind, reasons, types};
 use gantry_api::{Bundle, RECONCILE_FORCE_ANNOTATION, RECONCILE_REQUESTED_ANNOTATION};
+use gantry_rules::conditions::{ConditionStatus, find};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -204,16 +205,14 @@ fn outcome(bundle: &Bundle, requested: &str) -> Option<Outcome> {
     if status.last_handled_reconcile_at.as_deref() != Some(requested) {
         return None;
     }
-    let ready = status.conditions.iter().find(|c| c.type_ == types::READY)?;
+    let ready = find(&status.conditions, types::READY)?;
     // A suspended bundle keeps the Ready status it had: the reason says it is held.
     if ready.reason == reasons::SUSPENDED {
         return Some(Outcome::Suspended);
     }
-    if ready.status == "True" && ready.observed_generation == bundle.metadata.generation {
-        return Some(Outcome::Ready);
-    }
-    if ready.status == "True" {
-        return None;
+    if ready.status == ConditionStatus::True {
+        let current = ready.observed_generation == bundle.metadata.generation;
+        return current.then_some(Outcome::Ready);
     }
     match ready.reason.as_str() {
         reasons::AWAITING_APPROVAL => Some(Outcome::AwaitingApproval(ready.message.clone())),

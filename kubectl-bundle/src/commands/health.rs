@@ -3,6 +3,7 @@
 
 use gantry_api::conditions::types;
 use gantry_api::{BundleStatus, Condition};
+use gantry_rules::conditions::ConditionStatus;
 
 /// The message a condition shows in the table: for `Healthy`, its summary line (the objects
 /// are listed below the table).
@@ -19,7 +20,7 @@ pub fn unhealthy_objects(status: &BundleStatus) -> Vec<&str> {
     status
         .conditions
         .iter()
-        .filter(|c| c.type_ == types::HEALTHY && c.status != "True")
+        .filter(|c| c.type_ == types::HEALTHY && c.status != ConditionStatus::True)
         .flat_map(|c| c.message.lines().skip(1))
         .filter_map(|line| line.strip_prefix("- "))
         .collect()

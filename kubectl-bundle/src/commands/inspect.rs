@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use anyhow::Context;
 use clap::Args;
 use gantry_api::{Bundle, BundleStatus, InventoryEntry};
+use gantry_rules::conditions::ConditionStatus;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -174,7 +175,9 @@ pub fn readiness(status: Option<&Value>) -> String {
             .or(conditions.first());
         if let Some(c) = chosen {
             let mut part = format!("{}={}", field(c, "type"), field(c, "status"));
-            if field(c, "status") != "True" && !field(c, "reason").is_empty() {
+            if ConditionStatus::from(field(c, "status").as_str()) != ConditionStatus::True
+                && !field(c, "reason").is_empty()
+            {
                 part.push_str(&format!(" ({})", field(c, "reason")));
             }
             parts.push(part);

@@ -11,6 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 use gantry_api::Bundle;
 use gantry_api::conditions::types;
 use gantry_api::slots::SlotTable;
+use gantry_rules::conditions::find;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -22,7 +23,7 @@ use super::output::{
     OutputFormat, clean, custom_columns_text, list_of, parse_output, print_structured, print_table,
     table,
 };
-use super::review::{approval_state, class_name, condition, resolved_digest, short};
+use super::review::{approval_state, class_name, resolved_digest, short};
 
 #[derive(Args, Debug)]
 #[command(
@@ -90,11 +91,11 @@ fn list_row(bundle: &Bundle, wide: Option<Option<&SlotTable>>) -> Vec<String> {
         bundle.name_any(),
         class_name(bundle),
         status.phase.map(|p| p.to_string()).unwrap_or_default(),
-        condition(&status, types::READY)
+        find(&status.conditions, types::READY)
             .map(|c| c.status.clone())
             .unwrap_or_default(),
         // Ready can be True while the objects are not healthy (a class that does not wait).
-        condition(&status, types::HEALTHY)
+        find(&status.conditions, types::HEALTHY)
             .map(|c| c.status.clone())
             .unwrap_or_default(),
         // As `flux get` shows it: spec.suspend, True or False.

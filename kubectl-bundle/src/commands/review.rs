@@ -3,13 +3,8 @@
 //! decision in one line, its class, and the changes its spec makes to the content.
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{
-    Approval, ApprovalDecision, Bundle, BundleStatus, Condition, RequestedPermissions,
-};
-
-pub(crate) fn condition<'a>(status: &'a BundleStatus, type_: &str) -> Option<&'a Condition> {
-    status.conditions.iter().find(|c| c.type_ == type_)
-}
+use gantry_api::{Approval, ApprovalDecision, Bundle, BundleStatus, RequestedPermissions};
+use gantry_rules::conditions::find;
 
 pub(crate) fn resolved_digest(status: &BundleStatus) -> Option<&str> {
     status
@@ -37,7 +32,7 @@ pub(crate) fn approval_state(status: &BundleStatus) -> &'static str {
     {
         Some(a) if a.decision == ApprovalDecision::Approved => "Approved",
         Some(_) => "Denied",
-        None => match condition(status, types::APPROVED) {
+        None => match find(&status.conditions, types::APPROVED) {
             Some(c) if c.reason == reasons::AUTOMATIC_APPROVAL => "Automatic",
             Some(c) if c.reason == reasons::AWAITING_APPROVAL => "Pending",
             _ => "-",

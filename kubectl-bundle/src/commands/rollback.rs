@@ -8,9 +8,10 @@ use anyhow::{Context, bail};
 use clap::Args;
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{
-    Bundle, CRD_UPGRADE_ALLOWED_ANNOTATION, Condition, HistoryApproval, HistoryEntry,
+    Bundle, CRD_UPGRADE_ALLOWED_ANNOTATION, HistoryApproval, HistoryEntry,
     RECONCILE_REQUESTED_ANNOTATION,
 };
+use gantry_rules::conditions::{self, ConditionStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -265,11 +266,11 @@ fn outcome(bundle: Option<&Bundle>, image: &str) -> Outcome {
         return Outcome::Refused(message);
     }
     let status = bundle.status.as_ref();
-    let current = |c: &&Condition| c.observed_generation == bundle.metadata.generation;
     let ready = status
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == types::READY))
-        .filter(current)
-        .is_some_and(|c| c.status == "True");
+        .and_then(|s| conditions::find(&s.conditions, types::READY))
+        .is_some_and(|c| {
+            c.observed_generation == bundle.metadata.generation && c.status == ConditionStatus::True
+        });
     if ready && status.and_then(|s| s.installed_image.as_deref()) == Some(image) {
         Outcome::Ready
     } else {
@@ -348,6 +349,7 @@ async fn wait_rolled_back(
 mod tests {
     use super::*;
     use crate::commands::history::tests::entry;
+    use gantry_api::Condition;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
 

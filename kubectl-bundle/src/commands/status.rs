@@ -10,6 +10,7 @@ use clap::Args;
 use futures::{StreamExt, TryStreamExt};
 use gantry_api::Bundle;
 use gantry_api::conditions::types;
+use gantry_rules::conditions::{ConditionStatus, find};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::Api;
 use kube::runtime::watcher;
@@ -19,8 +20,8 @@ use super::cluster::{GlobalArgs, get_bundles};
 use super::inspect::{bundle_events, events_table};
 use super::output::{OutputFormat, clean, list_of, parse_output, print_structured, table};
 use super::review::{
-    approval_state, class_name, condition, decision_text, ignore_lines, images_lines,
-    patches_lines, permissions_table,
+    approval_state, class_name, decision_text, ignore_lines, images_lines, patches_lines,
+    permissions_table,
 };
 
 #[derive(Args, Debug)]
@@ -138,7 +139,9 @@ fn summary(bundle: &Bundle, events: &anyhow::Result<Vec<Event>>) -> String {
         &status.phase.map(|p| p.to_string()).unwrap_or_default(),
     );
     // A stalled bundle is not retried: say so before anything else, with what must change.
-    if let Some(stalled) = condition(&status, types::STALLED).filter(|c| c.status == "True") {
+    if let Some(stalled) =
+        find(&status.conditions, types::STALLED).filter(|c| c.status == ConditionStatus::True)
+    {
         field(
             "Stalled:",
             &format!(

@@ -6,14 +6,15 @@
 mod wait;
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
 use clap::Args;
 use gantry_api::conditions::types;
-use gantry_api::{
-    Approval, ApprovalDecision, ApprovalPolicy, Bundle, DEFAULT_CLASS_ANNOTATION, ProvisionerClass,
-};
+use gantry_api::{Approval, ApprovalDecision, ApprovalPolicy, Bundle, ProvisionerClass};
+use gantry_rules::class_selection::default_class;
+use gantry_rules::conditions::is_true;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -23,7 +24,7 @@ use serde_json::json;
 
 use super::cluster::{BundleNotRead, GlobalArgs, read_bundle};
 use super::review::{
-    condition, ignore_lines, images_lines, patches_lines, permissions_table, resolved_digest,
+    ignore_lines, images_lines, patches_lines, permissions_table, resolved_digest,
 };
 use wait::wait_decided;
 
@@ -133,8 +134,8 @@ pub struct Shown {
     pub class: Option<ProvisionerClass>,
 }
 
-/// Reads bundle `name` and the class serving it: the one it names, else the default class
-/// (annotated `gantry.dev/is-default-class: "true"`; the newest when several are).
+/// Reads bundle `name` and the class serving it: the one it names, else the default class, as
+/// the provisioner chooses it.
 pub async fn fetch(client: &Client, name: &str) -> Result<Shown, DecisionError> {
     let bundle = read_bundle(&Api::all(client.clone()), name).await?;
     let classes: Api<ProvisionerClass> = Api::all(client.clone());
@@ -147,29 +148,13 @@ pub async fn fetch(client: &Client, name: &str) -> Result<Shown, DecisionError> 
                 source,
             })?
     } else {
-        let mut defaults: Vec<ProvisionerClass> = classes
-            .list(&ListParams::default())
-            .await
-            .map_err(|source| DecisionError::Cluster {
-                doing: "listing ProvisionerClasses".into(),
-                source,
-            })?
-            .items
-            .into_iter()
-            .filter(|c| {
-                c.annotations()
-                    .get(DEFAULT_CLASS_ANNOTATION)
-                    .map(String::as_str)
-                    == Some("true")
-            })
-            .collect();
-        defaults.sort_by_key(|c| {
-            (
-                c.creation_timestamp().map(|t| t.0),
-                std::cmp::Reverse(c.name_any()),
-            )
-        });
-        defaults.pop()
+        let listed = classes.list(&ListParams::default()).await;
+        let listed = listed.map_err(|source| DecisionError::Cluster {
+            doing: "listing ProvisionerClasses".into(),
+            source,
+        })?;
+        let classes: Vec<Arc<ProvisionerClass>> = listed.items.into_iter().map(Arc::new).collect();
+        default_class(&classes).map(Arc::unwrap_or_clone)
     };
     Ok(Shown { bundle, class })
 }
@@ -202,7 +187,7 @@ pub fn decide(
         });
     }
     let status = bundle.status.clone().unwrap_or_default();
-    let unpacked = condition(&status, types::UNPACKED).is_some_and(|c| c.status == "True");
+    let unpacked = is_true(&status.conditions, types::UNPACKED);
     let Some(digest) = resolved_digest(&status).filter(|_| unpacked) else {
         return Err(DecisionError::NotUnpacked(name));
     };

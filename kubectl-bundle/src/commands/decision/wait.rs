@@ -6,10 +6,11 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{Approval, ApprovalDecision, Bundle, BundlePhase};
+use gantry_rules::conditions::{ConditionStatus, find};
 use kube::Client;
 use kube::api::Api;
 
-use crate::commands::review::{condition, decision_text, resolved_digest};
+use crate::commands::review::{decision_text, resolved_digest};
 
 /// Where a bundle stands, as far as one approval is concerned.
 #[derive(Debug, PartialEq, Eq)]
@@ -73,8 +74,10 @@ fn after_approval(bundle: Option<&Bundle>, approval: &Approval) -> AfterApproval
             Some(reason) => format!("{digest} denied: {reason}"),
             None => format!("{digest} denied"),
         };
-        let handled = condition(&status, types::APPROVED).is_some_and(|c| {
-            c.status == "False" && c.reason == reasons::DENIED && c.message == expected
+        let handled = find(&status.conditions, types::APPROVED).is_some_and(|c| {
+            c.status == ConditionStatus::False
+                && c.reason == reasons::DENIED
+                && c.message == expected
         });
         return if handled && status.phase == Some(BundlePhase::Denied) {
             AfterApproval::Denied
@@ -82,18 +85,18 @@ fn after_approval(bundle: Option<&Bundle>, approval: &Approval) -> AfterApproval
             AfterApproval::Waiting
         };
     }
-    let seen = condition(&status, types::APPROVED).is_some_and(|c| {
-        c.status == "True"
+    let seen = find(&status.conditions, types::APPROVED).is_some_and(|c| {
+        c.status == ConditionStatus::True
             && c.reason == reasons::APPROVED
             && c.message.starts_with(&format!("{digest} approved"))
     });
     if !seen {
         return AfterApproval::Waiting;
     }
-    let ready = condition(&status, types::READY);
-    if ready
-        .is_some_and(|c| c.status == "True" && c.observed_generation == bundle.metadata.generation)
-    {
+    let ready = find(&status.conditions, types::READY);
+    if ready.is_some_and(|c| {
+        c.status == ConditionStatus::True && c.observed_generation == bundle.metadata.generation
+    }) {
         return AfterApproval::Ready;
     }
     match status.phase {
@@ -144,7 +147,7 @@ pub(super) async fn wait_decided(
                     .map(|p| format!(" (phase {p}"))
                     .unwrap_or_else(|| " (".into()),
                 status
-                    .and_then(|s| condition(s, types::APPROVED))
+                    .and_then(|s| find(&s.conditions, types::APPROVED))
                     .map(|c| format!(", Approved {}: {}: {})", c.status, c.reason, c.message))
                     .unwrap_or_else(|| ")".into())
             )
@@ -155,7 +158,7 @@ pub(super) async fn wait_decided(
                 "bundle {name} is not Ready after {timeout:?}{}: see `kubectl bundle status {name}` and `kubectl bundle events {name}`",
                 now.as_ref()
                     .and_then(|b| b.status.as_ref())
-                    .and_then(|s| condition(s, types::READY))
+                    .and_then(|s| find(&s.conditions, types::READY))
                     .map(|c| format!(" (Ready {}: {}: {})", c.status, c.reason, c.message))
                     .unwrap_or_default()
             )

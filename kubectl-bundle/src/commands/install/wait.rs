@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use gantry_rules::kstatus;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -61,35 +62,28 @@ pub(super) async fn wait_established(
     Ok(())
 }
 
-/// Whether a Deployment or StatefulSet is ready: its current generation rolled out, every
-/// replica updated and available; `Err` says why not.
+/// Whether a Deployment or StatefulSet is ready, by kstatus's rules as the provisioner applies
+/// them (its current generation rolled out, every replica updated and available); `Err` says
+/// why not.
 fn workload_ready(kind: &str, object: &Value) -> Result<String, String> {
-    let generation = object["metadata"]["generation"].as_i64().unwrap_or(0);
-    let status = &object["status"];
-    let observed = status["observedGeneration"].as_i64().unwrap_or(0);
-    let wanted = object["spec"]["replicas"].as_i64().unwrap_or(1);
-    let updated = status["updatedReplicas"].as_i64().unwrap_or(0);
-    let ready = if kind == "StatefulSet" {
-        status["readyReplicas"].as_i64().unwrap_or(0)
-    } else {
-        status["availableReplicas"].as_i64().unwrap_or(0)
+    let (word, field) = match kind {
+        "StatefulSet" => ("ready", "readyReplicas"),
+        _ => ("available", "availableReplicas"),
     };
-    let word = if kind == "StatefulSet" {
-        "ready"
-    } else {
-        "available"
-    };
-    if updated < wanted || ready < wanted {
-        return Err(format!(
-            "{ready}/{wanted} replicas {word}, {updated}/{wanted} updated"
-        ));
+    let counted = format!(
+        "{}/{} replicas {word}",
+        object["status"][field].as_i64().unwrap_or(0),
+        object["spec"]["replicas"].as_i64().unwrap_or(1)
+    );
+    // A listed object carries no apiVersion and kind: kstatus chooses its rules by them.
+    let mut object = object.clone();
+    object["apiVersion"] = "apps/v1".into();
+    object["kind"] = kind.into();
+    let assessed = kstatus::assess(&object);
+    match assessed.state {
+        kstatus::State::Current => Ok(counted),
+        _ => Err(format!("{counted}, {}", assessed.message)),
     }
-    if observed < generation {
-        return Err(format!(
-            "{ready}/{wanted} replicas {word}, but its controller has not seen generation {generation} yet"
-        ));
-    }
-    Ok(format!("{ready}/{wanted} replicas {word}"))
 }
 
 /// The API of the Deployments or the StatefulSets (`kind`) of `namespace`.

@@ -4,6 +4,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use gantry_api::conditions::types;
 use gantry_api::{Bundle, PLAIN_PROVISIONER, ProvisionerClass, STORAGE_URL_ANNOTATION};
+use gantry_rules::conditions::{ConditionStatus, find};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -53,7 +54,7 @@ async fn crd_served(client: &Client, name: &str) -> anyhow::Result<String> {
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| {
             cs.iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
+                .any(|c| c.type_ == "Established" && c.status == ConditionStatus::True)
         });
     let version = gantry_api::VERSION;
     let served = crd
@@ -212,9 +213,9 @@ async fn classes_accepted(client: &Client) -> anyhow::Result<String> {
             let accepted = c
                 .status
                 .as_ref()
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == types::ACCEPTED));
+                .and_then(|s| find(&s.conditions, types::ACCEPTED));
             match accepted {
-                Some(a) if a.status == "True" => None,
+                Some(a) if a.status == ConditionStatus::True => None,
                 Some(a) => Some(format!("{} ({}: {})", c.name_any(), a.reason, a.message)),
                 None => Some(format!(
                     "{} (not reviewed by a provisioner yet)",

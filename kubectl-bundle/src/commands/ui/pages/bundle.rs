@@ -12,13 +12,14 @@ use gantry_api::{
     Bundle, BundleStatus, Condition, HistoryEntry, InventoryEntry, PermissionHighlight,
     RequestedPermissions,
 };
+use gantry_rules::conditions::{ConditionStatus, find};
 use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
 use maud::{Markup, html};
 
 use super::{
-    Live, condition, kind_of, layout, not_found, page, phase_badge, read_bundle, reason_text,
-    status_badge, when,
+    Live, kind_of, layout, not_found, page, phase_badge, read_bundle, reason_text, status_badge,
+    when,
 };
 use crate::commands::diff::object::title;
 use crate::commands::inspect::last_seen;
@@ -30,14 +31,14 @@ use crate::commands::{causes, health, history, inspect};
 pub(super) fn state_panel(bundle: &Bundle) -> Markup {
     let status = bundle.status.clone().unwrap_or_default();
     let name = bundle.name_any();
-    let ready = condition(&status, types::READY);
+    let ready = find(&status.conditions, types::READY);
     html! {
         section.card #state data-live aria-label="State" {
             div.grid {
                 dl.facts {
                     dt { "Phase" } dd { (phase_badge(&status)) }
                     dt { "Ready" } dd { (status_badge(ready)) " " (ready.map(|c| c.reason.as_str()).unwrap_or("")) }
-                    dt { "Healthy" } dd { (status_badge(condition(&status, types::HEALTHY))) }
+                    dt { "Healthy" } dd { (status_badge(find(&status.conditions, types::HEALTHY))) }
                     dt { "Approval" } dd #approval-state {
                         (approval_state(&status))
                         @if let Some(approval) = &status.approval {
@@ -78,7 +79,7 @@ fn timeline(status: &BundleStatus) -> Markup {
             }
             ol.timeline {
                 @for c in conditions {
-                    li.ok[c.status == "True"].bad[c.status == "False"] {
+                    li.ok[c.status == ConditionStatus::True].bad[c.status == ConditionStatus::False] {
                         strong { (c.type_) } " " (status_badge(Some(c))) " "
                         span.mono { (c.reason) } " "
                         span.when { (when(c.last_transition_time.0)) }
@@ -177,7 +178,7 @@ pub(super) fn applied_as(p: &RequestedPermissions) -> Markup {
 
 /// The inventory by namespace, each object with the health the `Healthy` condition gives it.
 fn objects(status: &BundleStatus) -> Markup {
-    let healthy = condition(status, types::HEALTHY);
+    let healthy = find(&status.conditions, types::HEALTHY);
     let unhealthy = health::unhealthy_objects(status);
     let mut by_namespace: BTreeMap<Option<&str>, Vec<&InventoryEntry>> = BTreeMap::new();
     for entry in &status.inventory {

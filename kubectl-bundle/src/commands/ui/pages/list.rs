@@ -8,11 +8,12 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use gantry_api::conditions::types;
 use gantry_api::{Bundle, BundleStatus};
+use gantry_rules::conditions::{ConditionStatus, find, is_true};
 use kube::ResourceExt;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::{Live, condition, layout, page, status_badge, when};
+use super::{Live, layout, page, status_badge, when};
 use crate::commands::causes;
 use crate::commands::health;
 use crate::commands::review::{approval_state, class_name, resolved_digest, short};
@@ -67,13 +68,14 @@ const STATES: [(&str, &str); 8] = [
 ];
 
 fn in_state(bundle: &Bundle, status: &BundleStatus, state: &str) -> bool {
-    let ready = condition(status, types::READY).map(|c| c.status.as_str());
+    let ready = is_true(&status.conditions, types::READY);
     let phase = status.phase.map(|p| p.as_str()).unwrap_or("");
     match state {
         "review" => approval_state(status) == "Pending",
-        "ready" => ready == Some("True"),
-        "not-ready" => ready != Some("True"),
-        "unhealthy" => condition(status, types::HEALTHY).is_some_and(|c| c.status != "True"),
+        "ready" => ready,
+        "not-ready" => !ready,
+        "unhealthy" => find(&status.conditions, types::HEALTHY)
+            .is_some_and(|c| c.status != ConditionStatus::True),
         "failing" => matches!(phase, "Failing" | "UpdateFailing"),
         "denied" => phase == "Denied",
         "suspended" => bundle.spec.suspend,
@@ -86,7 +88,7 @@ fn matches_text(bundle: &Bundle, status: &BundleStatus, text: &str) -> bool {
         return true;
     }
     let text = text.to_lowercase();
-    let message = condition(status, types::READY)
+    let message = find(&status.conditions, types::READY)
         .map(|c| c.message.as_str())
         .unwrap_or("");
     [
@@ -226,7 +228,7 @@ pub async fn list(
 
 fn list_row(bundle: &Bundle, status: &BundleStatus) -> Markup {
     let name = bundle.name_any();
-    let ready = condition(status, types::READY);
+    let ready = find(&status.conditions, types::READY);
     let digest = resolved_digest(status);
     let message = ready
         .map(|c| health::table_message(c).to_string())
@@ -243,7 +245,7 @@ fn list_row(bundle: &Bundle, status: &BundleStatus) -> Markup {
                 }
             }
             td data-label="Ready" { (status_badge(ready)) }
-            td data-label="Healthy" { (status_badge(condition(status, types::HEALTHY))) }
+            td data-label="Healthy" { (status_badge(find(&status.conditions, types::HEALTHY))) }
             td data-label="Class" { (class_name(bundle)) }
             td data-label="Digest" {
                 @match digest {

@@ -10,6 +10,7 @@ pub(super) mod review;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use gantry_api::{Bundle, BundleStatus, Condition};
+use gantry_rules::conditions::ConditionStatus;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use maud::{DOCTYPE, Markup, html};
@@ -70,18 +71,17 @@ fn page(status: StatusCode, markup: Markup) -> Response {
     (status, markup).into_response()
 }
 
-fn condition<'a>(status: &'a BundleStatus, type_: &str) -> Option<&'a Condition> {
-    status.conditions.iter().find(|c| c.type_ == type_)
-}
-
 /// A condition's status as a coloured badge: True, False, Unknown or `-`.
 fn status_badge(condition: Option<&Condition>) -> Markup {
-    match condition.map(|c| c.status.as_str()) {
-        Some("True") => html! { span.badge.ok { "True" } },
-        Some("False") => html! { span.badge.bad { "False" } },
-        Some(other) => html! { span.badge.warn { (other) } },
-        None => html! { span.badge.none { "-" } },
-    }
+    let Some(condition) = condition else {
+        return html! { span.badge.none { "-" } };
+    };
+    let class = match ConditionStatus::from(condition) {
+        ConditionStatus::True => "ok",
+        ConditionStatus::False => "bad",
+        ConditionStatus::Unknown => "warn",
+    };
+    html! { span class={ "badge " (class) } { (condition.status) } }
 }
 
 fn phase_badge(status: &BundleStatus) -> Markup {

@@ -8,12 +8,13 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use gantry_api::conditions::types;
 use gantry_api::{Bundle, RequestedPermissions};
+use gantry_rules::conditions::is_true;
 use kube::ResourceExt;
 use maud::{Markup, html};
 
 use super::bundle::{applied_as, highlights, permissions, state_panel};
 use super::diff::{changes_section, count};
-use super::{Live, condition, layout, not_found, page, read_bundle};
+use super::{Live, layout, not_found, page, read_bundle};
 use crate::commands::review::{approval_state, resolved_digest, short};
 use crate::commands::ui::Ui;
 use crate::commands::ui::auth::Session;
@@ -118,7 +119,7 @@ pub async fn review(
         Err(error) => return not_found(&ui, &name, error, flash),
     };
     let status = bundle.status.clone().unwrap_or_default();
-    let unpacked = condition(&status, types::UNPACKED).is_some_and(|c| c.status == "True");
+    let unpacked = is_true(&status.conditions, types::UNPACKED);
     let digest = resolved_digest(&status)
         .filter(|_| unpacked)
         .map(str::to_string);

@@ -1,19 +1,23 @@
 //! Writing to the cluster: discovery of each manifest's kind, server-side apply, deletion.
 
 use std::collections::HashMap;
+use std::fmt::Debug;
 
 use anyhow::Context;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
 };
 use kube::discovery::{Scope, pinned_kind};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::manifests::{display, name_of};
 
 /// The field manager of everything `install` applies.
 const FIELD_MANAGER: &str = "kubectl-bundle";
+
 /// The API of `object`'s kind, found by discovery once per kind.
 pub(super) struct Apis {
     client: Client,
@@ -105,8 +109,8 @@ fn comparable(object: &DynamicObject) -> Value {
 }
 
 /// An object being deleted.
-pub(super) struct Deleted {
-    pub(super) api: Api<DynamicObject>,
+pub(super) struct Deleted<K = DynamicObject> {
+    pub(super) api: Api<K>,
     pub(super) name: String,
     pub(super) what: String,
     pub(super) uid: String,
@@ -140,4 +144,33 @@ pub(super) async fn delete(
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(format!("{what} not found")),
         Err(e) => Err(e).with_context(|| format!("deleting {what}")),
     }
+}
+
+/// Waits until every object of `deleted` is gone; `None` when `deadline` comes first.
+pub(super) async fn wait_deleted<K>(
+    deleted: &[Deleted<K>],
+    deadline: Instant,
+) -> Option<anyhow::Result<()>>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + 'static,
+{
+    let gone = async {
+        for Deleted {
+            api,
+            name,
+            what,
+            uid,
+        } in deleted
+        {
+            kube::runtime::wait::await_condition(
+                api.clone(),
+                name,
+                kube::runtime::wait::conditions::is_deleted(uid),
+            )
+            .await
+            .with_context(|| format!("watching {what}"))?;
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout_at(deadline, gone).await.ok()
 }

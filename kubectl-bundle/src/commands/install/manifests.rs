@@ -124,6 +124,15 @@ pub(super) fn validate_registry(registry: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The objects of `step`, in order.
+pub(super) fn in_step(objects: &[(Step, Value)], step: Step) -> Vec<&Value> {
+    objects
+        .iter()
+        .filter(|(s, _)| *s == step)
+        .map(|(_, o)| o)
+        .collect()
+}
+
 /// The YAML of `objects`, one document each.
 pub(super) fn export(objects: &[(Step, Value)]) -> anyhow::Result<String> {
     let mut out = String::new();

@@ -18,8 +18,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::cluster::{GlobalArgs, parse_timeout};
-use apply::{Apis, Deleted, apply, delete};
-use manifests::{Options, Step, display, export, name_of, objects, validate_registry};
+use apply::{Apis, Deleted, apply, delete, wait_deleted};
+use manifests::{Options, Step, display, export, in_step, name_of, objects, validate_registry};
 use wait::{humanize, wait_established, wait_workloads};
 
 #[derive(Args, Debug)]
@@ -93,11 +93,7 @@ pub async fn install(global: &GlobalArgs, args: InstallArgs) -> anyhow::Result<(
     let version = env!("CARGO_PKG_VERSION");
     println!("► installing Gantry {version}");
     for step in Step::ORDER {
-        let of_step: Vec<&Value> = objects
-            .iter()
-            .filter(|(s, _)| *s == step)
-            .map(|(_, o)| o)
-            .collect();
+        let of_step = in_step(&objects, step);
         let mut done: Vec<String> = Vec::new();
         for object in &of_step {
             let outcome = apply(&mut apis, object).await?;
@@ -105,11 +101,7 @@ pub async fn install(global: &GlobalArgs, args: InstallArgs) -> anyhow::Result<(
         }
         println!("✚ applied {}: {}", step.what(), done.join(", "));
         if step == Step::Crds {
-            let classes: Vec<&Value> = objects
-                .iter()
-                .filter(|(s, _)| *s == Step::Classes)
-                .map(|(_, o)| o)
-                .collect();
+            let classes = in_step(&objects, Step::Classes);
             wait_established(
                 &client,
                 &mut apis,
@@ -189,28 +181,21 @@ pub async fn uninstall(global: &GlobalArgs, args: UninstallArgs) -> anyhow::Resu
                 match bundles.delete(name, &DeleteParams::default()).await {
                     Ok(either) => {
                         if let Some(uid) = either.left().and_then(|b| b.uid()) {
-                            deleting.push((name.clone(), uid));
+                            deleting.push(Deleted {
+                                api: bundles.clone(),
+                                name: name.clone(),
+                                what: format!("bundle {name}"),
+                                uid,
+                            });
                         }
                     }
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
                     Err(e) => return Err(e).with_context(|| format!("deleting bundle {name}")),
                 }
             }
-            let gone = async {
-                for (name, uid) in &deleting {
-                    kube::runtime::wait::await_condition(
-                        bundles.clone(),
-                        name,
-                        kube::runtime::wait::conditions::is_deleted(uid),
-                    )
-                    .await
-                    .with_context(|| format!("watching bundle {name}"))?;
-                }
-                Ok::<_, anyhow::Error>(())
-            };
-            match tokio::time::timeout_at(deadline, gone).await {
-                Ok(result) => result?,
-                Err(_) => {
+            match wait_deleted(&deleting, deadline).await {
+                Some(result) => result?,
+                None => {
                     let left: Vec<String> = bundles
                         .list(&ListParams::default())
                         .await
@@ -236,7 +221,7 @@ pub async fn uninstall(global: &GlobalArgs, args: UninstallArgs) -> anyhow::Resu
     step_order.reverse();
     for step in step_order {
         let mut done: Vec<String> = Vec::new();
-        for (_, object) in objects.iter().filter(|(s, _)| *s == step) {
+        for object in in_step(&objects, step) {
             done.push(delete(&mut apis, object, &mut deleted).await?);
         }
         println!("✚ deleted {}: {}", step.what(), done.join(", "));
@@ -249,27 +234,9 @@ pub async fn uninstall(global: &GlobalArgs, args: UninstallArgs) -> anyhow::Resu
         "◎ waiting up to {} for the objects to be gone",
         humanize(args.timeout)
     );
-    let gone = async {
-        for Deleted {
-            api,
-            name,
-            what,
-            uid,
-        } in &deleted
-        {
-            kube::runtime::wait::await_condition(
-                api.clone(),
-                name,
-                kube::runtime::wait::conditions::is_deleted(uid),
-            )
-            .await
-            .with_context(|| format!("watching {what}"))?;
-        }
-        Ok::<_, anyhow::Error>(())
-    };
-    match tokio::time::timeout_at(deadline, gone).await {
-        Ok(result) => result?,
-        Err(_) => {
+    match wait_deleted(&deleted, deadline).await {
+        Some(result) => result?,
+        None => {
             let mut left = Vec::new();
             for Deleted {
                 api, name, what, ..

@@ -8,6 +8,7 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
 };
 use kube::discovery::{Scope, pinned_kind};
+use kube::runtime::wait::{await_condition, conditions::is_deleted};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -155,20 +156,10 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Send + 'static,
 {
     let gone = async {
-        for Deleted {
-            api,
-            name,
-            what,
-            uid,
-        } in deleted
-        {
-            kube::runtime::wait::await_condition(
-                api.clone(),
-                name,
-                kube::runtime::wait::conditions::is_deleted(uid),
-            )
-            .await
-            .with_context(|| format!("watching {what}"))?;
+        for d in deleted {
+            await_condition(d.api.clone(), &d.name, is_deleted(&d.uid))
+                .await
+                .with_context(|| format!("watching {}", d.what))?;
         }
         anyhow::Ok(())
     };

@@ -1,16 +1,24 @@
-//! The Bundle reconcile, as ordered steps: select the class, resolve, verify the signature,
-//! unpack and store, plan, approve, apply and prune; and uninstall on deletion.
+//! The Bundle reconcile driver: runs the steps in order (select the class, resolve, verify the
+//! signature, unpack and store, plan, approve, apply and prune; uninstall on deletion), records
+//! the outcome, writes the status once (through [`crate::status`]) and decides when to come
+//! back.
 //!
-//! Each step is a function of its own that returns a [`Flow`]: `Continue` with what the next
-//! step needs, or `Stop` with the [`Outcome`] of the pass (as Flux's sub-reconcilers do). Steps
-//! set conditions on the status being built; the driver here records the outcome, writes the
-//! status once (through [`crate::status`]) and decides when to come back.
+//! Each step (`steps/`, a file each) is a function that returns a [`Flow`]: `Continue` with
+//! what the next step needs, or `Stop` with the [`Outcome`] of the pass (as Flux's
+//! sub-reconcilers do). What the steps share lives beside the driver, not in it: the pass and
+//! its rules of when to come back (`pass.rs`), their work on objects (`objects.rs`), the CRD
+//! upgrade findings against the cluster (`crd_findings.rs`) and the bundle's own timing
+//! (`timing.rs`).
 
 pub mod class;
 pub mod controllers;
+mod crd_findings;
+mod objects;
+mod pass;
 mod steps;
 mod timing;
 
+use pass::{Flow, Outcome, Pass, next_visit, reconcile_requested};
 use steps::{
     apply, approve, dependencies, health, plan, repair, resolve, select, suspend, uninstall,
     unpack, verify,
@@ -20,47 +28,22 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gantry_api::{Bundle, BundleStatus, DeletionPolicy, InventoryEntry, ProvisionerClass};
-use gantry_rules::conditions::{ConditionStatus, find, is_true};
+use gantry_api::{Bundle, ProvisionerClass};
 use gantry_rules::duration::GoDuration;
-use gantry_rules::health_policy::EffectiveHealth;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use crate::cluster::apply::Observed;
 use crate::cluster::identity::Applier;
-use crate::cluster::inventory::{Removal, remove};
 use crate::error::{Failure, Result, Stall, Step, at};
-use crate::source::registry::is_digest_reference;
 use crate::state::Context;
-use crate::state::forbidden::Identity;
 use crate::state::metrics::{ReasonLabels, ResultLabels};
-use crate::status::{self, Facts, Hold, remove_condition, set_condition, summarize};
+use crate::status::{self, remove_condition, summarize};
 use gantry_api::conditions::types;
 use gantry_rules::allowed_images;
 
 /// How soon a pass that found the bundle store behind the provisioner's last write looks again.
 const STORE_CATCH_UP: Duration = Duration::from_millis(100);
-
-/// What a step tells the driver.
-pub(crate) enum Flow<T> {
-    /// Go on with the next step, which needs this.
-    Continue(T),
-    /// The pass ends here.
-    Stop(Outcome),
-}
-
-/// How a pass ended (failures are `Err`).
-pub(crate) enum Outcome {
-    /// Not ours: nothing was read or written.
-    Untouched,
-    /// Uninstalled; the finalizer is gone.
-    Gone,
-    /// Finished, or waiting for a person; come back as the action says.
-    Done(Action),
-    /// Waiting for a change no retry brings (a denied digest): the step set `Stalled`.
-    Stalled(Action),
-}
 
 /// Unwraps a step's [`Flow`]: its value, or the end of the pass; a failure is tagged with
 /// the step.
@@ -71,92 +54,6 @@ macro_rules! proceed {
             Flow::Stop(outcome) => return Ok(outcome),
         }
     };
-}
-
-/// One pass over one bundle: what the steps read, and the status they build.
-pub(crate) struct Pass<'a> {
-    pub bundle: &'a Bundle,
-    pub ctx: &'a Context,
-    pub name: String,
-    pub generation: Option<i64>,
-    /// The status being built.
-    pub status: BundleStatus,
-    /// What the API server holds: progress writes update it.
-    pub written: BundleStatus,
-    /// What held the bundle back (suspended, waiting for dependencies): reported on `Ready`.
-    pub hold: Option<Hold>,
-    /// The health policy of the bundle and its class (the bundle's alone until the class is
-    /// selected): whether `Ready` waits for `Healthy`.
-    pub health: EffectiveHealth,
-    /// The CEL health rules of the bundle and its class (`healthCheckExprs`), once the class
-    /// is selected.
-    pub health_check_exprs: Vec<gantry_api::HealthCheckExpr>,
-    /// Whom the objects are applied as, once chosen.
-    pub identity: Option<Identity>,
-    /// New content or spec awaits an approver (or was denied): nothing of it is written.
-    pub awaiting_approval: bool,
-    /// The apply began writing: a failure from here on may have left part of it applied.
-    pub writing: bool,
-}
-
-impl<'a> Pass<'a> {
-    /// A pass over `bundle`, starting from the status the API server holds.
-    fn new(bundle: &'a Bundle, ctx: &'a Context) -> Self {
-        let current = bundle.status.clone().unwrap_or_default();
-        Pass {
-            bundle,
-            ctx,
-            name: bundle.name_any(),
-            generation: bundle.metadata.generation,
-            status: current.clone(),
-            written: current,
-            hold: None,
-            health: EffectiveHealth::of(None, bundle.spec.health.as_ref()),
-            health_check_exprs: bundle.spec.health_check_exprs.clone(),
-            identity: None,
-            awaiting_approval: false,
-            writing: false,
-        }
-    }
-}
-
-impl Pass<'_> {
-    /// Sets a condition of the status being built, at the bundle's generation.
-    fn set_condition(&mut self, type_: &str, ok: bool, reason: &str, message: impl Into<String>) {
-        set_condition(
-            &mut self.status.conditions,
-            type_,
-            ok,
-            reason,
-            message,
-            self.generation,
-        );
-    }
-
-    /// Shows work in progress (`Unpacking`, `Installing`) before a long step.
-    async fn show_progress(&mut self) -> Result<()> {
-        let mut written = std::mem::take(&mut self.written);
-        let shown = status::show_progress(
-            self.bundle,
-            self.ctx,
-            &self.status,
-            &self.facts(),
-            &mut written,
-        )
-        .await;
-        self.written = written;
-        shown
-    }
-
-    /// What the summary needs besides the conditions.
-    fn facts(&self) -> Facts<'_> {
-        Facts {
-            generation: self.generation,
-            deleting: self.bundle.metadata.deletion_timestamp.is_some(),
-            hold: self.hold.as_ref(),
-            health: self.health,
-        }
-    }
 }
 
 /// Entry point for kube-runtime: runs the steps, records the outcome in status, and decides
@@ -457,56 +354,6 @@ async fn assess_health(pass: &mut Pass<'_>, applier: &Applier, observed: &[Obser
     Outcome::Done(Action::requeue(wake.map_or(visit, |w| w.min(visit))))
 }
 
-/// Removes `entries` (in the order given) that are still managed by the bundle, deleting or
-/// orphaning them as `policy` says. A failure names the object and the API server's message.
-async fn remove_objects<'e>(
-    pass: &Pass<'_>,
-    applier: &Applier,
-    entries: impl IntoIterator<Item = &'e InventoryEntry>,
-    policy: DeletionPolicy,
-) -> Result<(), (String, String)> {
-    let ctx = pass.ctx;
-    for entry in entries {
-        let removed = remove(&applier.client, &ctx.kinds, entry, &pass.name, policy)
-            .await
-            .map_err(|(object, message)| {
-                (object, format!("{message} (as {})", applier.describe()))
-            })?;
-        if removed == Removal::Deleted {
-            ctx.metrics.objects_deleted.inc();
-        }
-    }
-    Ok(())
-}
-
-/// The value of the annotation `gantry.dev/reconcile-requested-at`, if any.
-fn reconcile_requested(bundle: &Bundle) -> Option<&str> {
-    bundle
-        .annotations()
-        .get(gantry_api::RECONCILE_REQUESTED_ANNOTATION)
-        .map(String::as_str)
-}
-
-/// Whether this pass handles a `kubectl bundle reconcile --force` request: one to reconcile
-/// that no pass handled yet, which the force annotation names. It corrects drift even with
-/// `spec.drift: Report`.
-pub(crate) fn correction_forced(pass: &Pass<'_>) -> bool {
-    reconcile_pending(pass)
-        && pass
-            .bundle
-            .annotations()
-            .get(gantry_api::RECONCILE_FORCE_ANNOTATION)
-            .map(String::as_str)
-            == reconcile_requested(pass.bundle)
-}
-
-/// Whether the bundle carries a request to reconcile that no pass handled yet.
-fn reconcile_pending(pass: &Pass<'_>) -> bool {
-    reconcile_requested(pass.bundle).is_some_and(|requested| {
-        pass.status.last_handled_reconcile_at.as_deref() != Some(requested)
-    })
-}
-
 /// What, when it changes, must let a bundle through its backoff: its spec, its approval, its
 /// deletion, a request to reconcile, and its class (the named one, or the default classes).
 fn fingerprint(bundle: &Bundle, ctx: &Context) -> u64 {
@@ -540,44 +387,6 @@ fn fingerprint(bundle: &Bundle, ctx: &Context) -> u64 {
     classes.sort();
     classes.hash(&mut hasher);
     hasher.finish()
-}
-
-/// When to come back without a trigger: for tags, to resolve again (the bundle's
-/// `spec.interval`, else `--resolve-interval`); for all, to check drift.
-fn next_visit(bundle: &Bundle, ctx: &Context) -> Duration {
-    let interval = if is_digest_reference(&bundle.spec.image) {
-        ctx.settings.resync_interval
-    } else {
-        timing::resolve_interval(bundle, &ctx.settings).min(ctx.settings.resync_interval)
-    };
-    interval.mul_f64(rand::random_range(0.9..1.1))
-}
-
-/// What an installed bundle looked like: `None` unless it is installed at its generation with
-/// `resolved_image`. Equal fingerprints mean a new reconcile would find nothing to change.
-fn installed_fingerprint(
-    bundle: &Bundle,
-    class: &ProvisionerClass,
-    resolved_image: &str,
-    status: &BundleStatus,
-) -> Option<u64> {
-    let generation = bundle.metadata.generation;
-    let installed = find(&status.conditions, types::INSTALLED)
-        .is_some_and(|c| c.status == ConditionStatus::True && c.observed_generation == generation);
-    let approved = is_true(&status.conditions, types::APPROVED);
-    if !installed || !approved || status.resolved_image.as_deref() != Some(resolved_image) {
-        return None;
-    }
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    generation.hash(&mut hasher);
-    resolved_image.hash(&mut hasher);
-    status.content_digest.hash(&mut hasher);
-    class.name_any().hash(&mut hasher);
-    class.metadata.generation.hash(&mut hasher);
-    serde_json::to_string(&status.approval)
-        .unwrap_or_default()
-        .hash(&mut hasher);
-    Some(hasher.finish())
 }
 
 #[cfg(test)]

@@ -17,10 +17,12 @@ use kube::runtime::events::Reporter;
 use kube::runtime::{reflector, watcher};
 use serde_json::Value;
 
+use super::pass::installed_fingerprint;
 use super::*;
 use crate::source::storage::{StorageClient, Token};
 use crate::state::Settings;
 use crate::state::metrics::Metrics;
+use crate::status::set_condition;
 
 const IMAGE: &str =
     "127.0.0.1:1/app@sha256:0000000000000000000000000000000000000000000000000000000000000000";

@@ -1,7 +1,6 @@
 //! Steps 6 and 7: apply the plan, then prune what the new content no longer has, and record
 //! the inventory.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 
 use gantry_api::conditions::{reasons, types};
@@ -15,18 +14,20 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
 
-use super::crd_check;
 use super::unpack::Content;
-use crate::cluster::apply::{ApplyOutcome, ApplySettings, Observed, check, write};
+use crate::cluster::apply::{ApplySettings, Observed, check, write};
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
-use crate::reconcile::{
-    Flow, Pass, correction_forced, installed_fingerprint, remove_objects, timing,
+use crate::reconcile::crd_findings;
+use crate::reconcile::objects::{
+    count_and_watch, object_policies, remove_objects, without_ignored,
 };
+use crate::reconcile::pass::{Flow, Pass, correction_forced, installed_fingerprint};
+use crate::reconcile::timing;
 use crate::state::Context;
 use crate::status::{publish, record_history, refresh_history_approval, remove_condition};
 use gantry_rules::conditions::{ConditionStatus, find, is_true};
-use gantry_rules::object_policy::{ObjectPolicy, Ssa};
+use gantry_rules::object_policy::Ssa;
 use gantry_rules::objects;
 use gantry_rules::plan::Plan;
 
@@ -238,43 +239,6 @@ async fn record_before_applying(pass: &mut Pass<'_>, planned: &[InventoryEntry])
     pass.show_progress().await
 }
 
-/// Each object's policy, in the plan's order; every object whose annotations Gantry does not
-/// understand is named in one error.
-pub(super) fn object_policies(plan: &Plan) -> Result<Vec<ObjectPolicy>> {
-    let mut policies = Vec::with_capacity(plan.objects.len());
-    let mut invalid = Vec::new();
-    for object in &plan.objects {
-        match ObjectPolicy::of(object.object.get()) {
-            Ok(policy) => policies.push(policy),
-            Err(error) => invalid.push(format!("{object}: {error}")),
-        }
-    }
-    if invalid.is_empty() {
-        Ok(policies)
-    } else {
-        Err(Error::InvalidObjectPolicy(invalid))
-    }
-}
-
-/// The plan without its `Ignore` objects, and the policies of the others. Copied only when
-/// something is ignored: a plan can weigh megabytes.
-pub(super) fn without_ignored(
-    plan: &Plan,
-    policies: Vec<ObjectPolicy>,
-) -> (Cow<'_, Plan>, Vec<ObjectPolicy>) {
-    if policies.iter().all(|policy| policy.ssa != Ssa::Ignore) {
-        return (Cow::Borrowed(plan), policies);
-    }
-    let (objects, policies) = plan
-        .objects
-        .iter()
-        .zip(policies)
-        .filter(|(_, policy)| policy.ssa != Ssa::Ignore)
-        .map(|(object, policy)| (object.clone(), policy))
-        .unzip();
-    (Cow::Owned(Plan { objects }), policies)
-}
-
 /// Removes, in reverse order, the objects of the recorded inventory that `keep` no longer has,
 /// except those the content still has as `Ignore` (`ignored`): Gantry never deletes them.
 /// An object is the same whatever version names it: one that moved to another version of its
@@ -345,12 +309,12 @@ fn accepted_digest<'a>(bundle: &Bundle, resolved: &'a str) -> Option<&'a str> {
 }
 
 /// Before anything is written: every CRD of the plan that exists live is compared with its new
-/// content ([`crd_check::findings`]), and unsafe changes refuse the whole apply. A CRD annotated
+/// content ([`crd_findings::findings`]), and unsafe changes refuse the whole apply. A CRD annotated
 /// `gantry.dev/crd-upgrade: unsafe-allowed`, or every CRD when the bundle accepted this
 /// `digest` (`gantry.dev/crd-upgrade-allowed`), is applied anyway; its findings are logged.
 async fn check_crd_upgrades(ctx: &Context, plan: &Plan, accepted: Option<&str>) -> Result<()> {
     let (mut refused, mut findings) = (Vec::new(), Vec::new());
-    for crd in crd_check::findings(ctx, plan).await? {
+    for crd in crd_findings::findings(ctx, plan).await? {
         if crd.allowed_by_crd {
             tracing::warn!(crd = %crd.name, findings = %crd.findings.join("; "), "unsafe CRD change applied: the CRD allows it");
             continue;
@@ -392,91 +356,4 @@ async fn remove_older_content(ctx: &Context, bundle: &str, current: Option<&str>
         }
     }
     cleaned
-}
-
-/// Counts what an apply wrote and left unchanged, and watches the objects of `plan` for drift
-/// (after a restart the watches start here).
-pub(super) async fn count_and_watch(
-    ctx: &Context,
-    applier: &Applier,
-    outcome: &ApplyOutcome,
-    plan: &Plan,
-) {
-    ctx.metrics.objects_applied.inc_by(outcome.written as u64);
-    ctx.metrics
-        .objects_unchanged
-        .inc_by(outcome.unchanged as u64);
-    for object in &plan.objects {
-        ctx.drift
-            .ensure(
-                &ctx.access,
-                applier,
-                &object.resource,
-                object.namespace.as_deref(),
-            )
-            .await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    use gantry_rules::plan::plan_objects;
-    use gantry_rules::plan::testing::{object, served};
-    use serde_json::json;
-
-    fn annotated(name: &str, annotations: serde_json::Value) -> gantry_image::BundleObject {
-        object(
-            "a.yaml",
-            json!({ "apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": { "name": name, "annotations": annotations } }),
-        )
-    }
-
-    #[test]
-    fn ignored_objects_leave_the_plan_and_bad_values_name_every_object() {
-        let objects = vec![
-            annotated("a", json!({})),
-            annotated("b", json!({ "gantry.dev/ssa": "Ignore" })),
-            annotated("c", json!({ "gantry.dev/ssa": "IfNotPresent" })),
-        ];
-        let plan = plan_objects(objects, "x", Some("n"), served).unwrap();
-        let policies = object_policies(&plan).unwrap();
-        let (kept, policies) = without_ignored(&plan, policies);
-        let names: Vec<&str> = kept.objects.iter().map(|o| o.name.as_str()).collect();
-        assert_eq!(names, ["a", "c"]);
-        assert_eq!(
-            policies.iter().map(|p| p.ssa).collect::<Vec<_>>(),
-            [Ssa::Apply, Ssa::IfNotPresent]
-        );
-
-        let objects = vec![
-            annotated("a", json!({ "gantry.dev/ssa": "merge" })),
-            annotated("b", json!({})),
-            annotated("c", json!({ "gantry.dev/force": "yes" })),
-        ];
-        let plan = plan_objects(objects, "x", Some("n"), served).unwrap();
-        match object_policies(&plan) {
-            Err(Error::InvalidObjectPolicy(invalid)) => {
-                assert_eq!(invalid.len(), 2, "{invalid:?}");
-                assert!(
-                    invalid[0].starts_with("ConfigMap n/a (a.yaml document "),
-                    "{}",
-                    invalid[0]
-                );
-                assert!(
-                    invalid[0].contains("gantry.dev/ssa has the value \"merge\""),
-                    "{}",
-                    invalid[0]
-                );
-                assert!(
-                    invalid[1].contains("gantry.dev/force has the value \"yes\""),
-                    "{}",
-                    invalid[1]
-                );
-            }
-            other => panic!("{other:?}"),
-        }
-    }
 }

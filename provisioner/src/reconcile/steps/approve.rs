@@ -8,10 +8,10 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::crd_check;
 use super::unpack::Content;
 use crate::error::Result;
-use crate::reconcile::{Flow, Outcome, Pass, next_visit};
+use crate::reconcile::crd_findings;
+use crate::reconcile::pass::{Flow, Outcome, Pass, next_visit};
 use crate::source::registry::digest_of;
 use crate::status::publish;
 use gantry_rules::conditions::find;
@@ -77,7 +77,7 @@ pub(crate) async fn approve(
     } else {
         // Awaiting an approver: the unsafe CRD changes the apply would refuse (or apply, where
         // the CRD accepts them) come first among the highlights they review.
-        let highlights: Vec<_> = crd_check::findings(pass.ctx, plan)
+        let highlights: Vec<_> = crd_findings::findings(pass.ctx, plan)
             .await?
             .iter()
             .flat_map(|crd| crd.highlights().collect::<Vec<_>>())

@@ -12,7 +12,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 
 use crate::error::Result;
-use crate::reconcile::{Flow, Outcome, Pass};
+use crate::reconcile::pass::{Flow, Outcome, Pass};
 use crate::status::Hold;
 use gantry_rules::conditions::{ConditionStatus, find};
 

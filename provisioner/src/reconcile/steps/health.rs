@@ -25,7 +25,7 @@ use serde_json::Value;
 use crate::cluster::apply::Observed;
 use crate::cluster::discovery::kind_api;
 use crate::cluster::live;
-use crate::reconcile::Pass;
+use crate::reconcile::pass::Pass;
 use crate::state::Context;
 use crate::state::metrics::HealthLabels;
 use crate::status::{publish, set_condition};

@@ -5,7 +5,6 @@
 
 pub mod apply;
 pub mod approve;
-pub mod crd_check;
 pub mod dependencies;
 pub mod health;
 pub mod plan;

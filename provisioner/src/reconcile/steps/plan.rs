@@ -11,7 +11,7 @@ use super::unpack::Content;
 use crate::cluster::discovery::served_kinds;
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
-use crate::reconcile::{Flow, Pass};
+use crate::reconcile::pass::{Flow, Pass};
 use crate::state::Context;
 use crate::status::publish;
 use gantry_rules::permissions::{Scope, requested_permissions};

@@ -10,12 +10,13 @@
 use gantry_api::{DriftMode, ProvisionerClass};
 use gantry_image::EffectiveLimits;
 
-use super::apply::{count_and_watch, object_policies, without_ignored};
 use super::{plan, unpack};
 use crate::cluster::apply::{ApplySettings, check, write};
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
-use crate::reconcile::{Pass, correction_forced, timing};
+use crate::reconcile::objects::{count_and_watch, object_policies, without_ignored};
+use crate::reconcile::pass::{Pass, correction_forced};
+use crate::reconcile::timing;
 use gantry_rules::objects;
 
 /// Repairs what drifted of the installed content; `false` when there is nothing to repair from

@@ -5,9 +5,10 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use crate::error::{Error, Result};
-use crate::reconcile::{
-    Flow, Outcome, Pass, installed_fingerprint, next_visit, reconcile_pending, timing,
+use crate::reconcile::pass::{
+    Flow, Outcome, Pass, installed_fingerprint, next_visit, reconcile_pending,
 };
+use crate::reconcile::timing;
 use crate::source::registry::{SharedClient, digest_of, is_digest_reference};
 use crate::status::record_history;
 use gantry_api::conditions::types;

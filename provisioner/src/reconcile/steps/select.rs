@@ -12,7 +12,7 @@ use gantry_api::health::effective_health_check_exprs;
 use gantry_rules::health_policy::EffectiveHealth;
 
 use crate::error::{Error, Result};
-use crate::reconcile::{Flow, Outcome, Pass};
+use crate::reconcile::pass::{Flow, Outcome, Pass};
 use gantry_rules::class_selection::{Selection, select, validate};
 use gantry_rules::health_rules;
 

@@ -5,7 +5,7 @@ use gantry_api::conditions::reasons;
 use kube::runtime::controller::Action;
 
 use crate::error::Result;
-use crate::reconcile::{Flow, Outcome, Pass};
+use crate::reconcile::pass::{Flow, Outcome, Pass};
 use crate::status::Hold;
 
 /// Stops the pass of a suspended bundle: nothing is read from the registry, applied, pruned or

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 
 use super::resolve::Resolved;
 use crate::error::{Error, Result};
-use crate::reconcile::{Flow, Pass};
+use crate::reconcile::pass::{Flow, Pass};
 use crate::source::node_pull::driver::{NodeUnpacked, unpack_on_node};
 use crate::source::pulled::{PullKey, PulledContent};
 use crate::source::registry::{SharedClient, digest_of, is_digest_reference};

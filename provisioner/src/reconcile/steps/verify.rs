@@ -9,7 +9,7 @@ use kube::api::Api;
 
 use super::resolve::Resolved;
 use crate::error::{Error, Result};
-use crate::reconcile::Pass;
+use crate::reconcile::pass::Pass;
 use crate::source::registry::is_digest_reference;
 use crate::state::metrics::ResultLabels;
 

@@ -133,13 +133,13 @@ pub(crate) async fn diff_object(
     let scope = discovered.as_ref().ok().map(|(_, c)| &c.scope);
     let (object, _) = desired_object(object, bundle, &bundle_patches(bundle)?, scope)?;
     let name = str_at(&object, "/metadata/name").to_string();
+    let namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let Ok((resource, _)) = discovered else {
         // A kind this very bundle defines (its CRD is not installed yet): created as it is.
-        let namespace = object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .or_else(|| bundle.spec.install_namespace.clone());
+        let namespace = namespace.or_else(|| bundle.spec.install_namespace.clone());
         let key = (group, kind.clone(), namespace.clone(), name.clone());
         let title = title(&kind, namespace.as_deref(), &name);
         let note = "kind not served yet: a CRD of the bundle defines it";
@@ -148,10 +148,6 @@ pub(crate) async fn diff_object(
             text: Some(unified(&title, None, Some(&object), note)),
         });
     };
-    let namespace = object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .map(str::to_string);
     let api: Api<DynamicObject> = match &namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),

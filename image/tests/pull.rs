@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use common::*;
 use gantry_image::{
     Credential, DockerConfig, EffectiveLimits, ImageError, LimitKind, Platform, PullStats,
-    read_canonical,
+    PushedImage, RegistryClient, read_canonical,
 };
 use gantry_tests::{
     Registry, RegistryOptions, bundle_dir, read_dir_files, registry, run_ok, unique_name,
@@ -36,6 +36,17 @@ fn names(objects: &[gantry_image::ObjectSummary]) -> Vec<String> {
         .collect()
 }
 
+/// Pushes [`BUNDLE`] with `client` as `reference` for `platforms` (none: one image of this
+/// machine's platform).
+async fn push_bundle(client: &RegistryClient, reference: &str, platforms: &[&str]) -> PushedImage {
+    let dir = bundle_dir(BUNDLE);
+    let platforms: Vec<Platform> = platforms.iter().map(|p| p.parse().unwrap()).collect();
+    client
+        .push_dir(dir.path(), reference, &platforms, &limits())
+        .await
+        .unwrap()
+}
+
 fn run(command: &mut Command) -> Vec<u8> {
     run_ok(command).stdout
 }
@@ -44,17 +55,8 @@ fn run(command: &mut Command) -> Vec<u8> {
 async fn single_platform_image_by_tag_and_by_digest() {
     let host = registry().host();
     let client = plain_client(host);
-    let dir = bundle_dir(BUNDLE);
     let repo = unique_name("single");
-    let pushed = client
-        .push_dir(
-            dir.path(),
-            &format!("{host}/{repo}:v1"),
-            &["linux/arm64".parse().unwrap()],
-            &limits(),
-        )
-        .await
-        .unwrap();
+    let pushed = push_bundle(&client, &format!("{host}/{repo}:v1"), &["linux/arm64"]).await;
     assert_eq!(pushed.pinned, format!("{host}/{repo}@{}", pushed.digest));
 
     let resolved = client.resolve(&format!("{host}/{repo}:v1")).await.unwrap();
@@ -114,21 +116,9 @@ async fn single_platform_image_by_tag_and_by_digest() {
 async fn multi_platform_index_selects_the_platform_and_variant() {
     let host = registry().host();
     let client = plain_client(host);
-    let dir = bundle_dir(BUNDLE);
     let repo = unique_name("multi");
-    let platforms: Vec<Platform> = ["linux/amd64", "linux/arm64", "linux/arm/v6", "linux/arm/v7"]
-        .iter()
-        .map(|p| p.parse().unwrap())
-        .collect();
-    let pushed = client
-        .push_dir(
-            dir.path(),
-            &format!("{host}/{repo}:v1"),
-            &platforms,
-            &limits(),
-        )
-        .await
-        .unwrap();
+    let platforms = ["linux/amd64", "linux/arm64", "linux/arm/v6", "linux/arm/v7"];
+    let pushed = push_bundle(&client, &format!("{host}/{repo}:v1"), &platforms).await;
     assert_eq!(pushed.manifests.len(), 4);
     for (wanted, index) in [
         ("linux/arm/v6", 2),
@@ -168,20 +158,13 @@ async fn multi_platform_index_selects_the_platform_and_variant() {
 async fn an_index_without_the_platform_lists_what_it_has() {
     let host = registry().host();
     let client = plain_client(host);
-    let dir = bundle_dir(BUNDLE);
     let repo = unique_name("noplatform");
-    client
-        .push_dir(
-            dir.path(),
-            &format!("{host}/{repo}:v1"),
-            &[
-                "linux/amd64".parse().unwrap(),
-                "linux/arm64".parse().unwrap(),
-            ],
-            &limits(),
-        )
-        .await
-        .unwrap();
+    push_bundle(
+        &client,
+        &format!("{host}/{repo}:v1"),
+        &["linux/amd64", "linux/arm64"],
+    )
+    .await;
     match client
         .pull(&request(&format!("{host}/{repo}:v1"), Some("linux/s390x")))
         .await
@@ -202,7 +185,7 @@ async fn a_push_counts_the_layer_bytes_it_sends() {
     let client = plain_client(host);
     let dir = bundle_dir(BUNDLE);
     let repo = unique_name("counted");
-    let stats = std::sync::Arc::new(gantry_image::PushStats::default());
+    let stats = Arc::new(gantry_image::PushStats::default());
     let pushed = client
         .push_dir_with_stats(
             dir.path(),
@@ -213,27 +196,23 @@ async fn a_push_counts_the_layer_bytes_it_sends() {
         )
         .await
         .unwrap();
-    let size = stats.layer_size.load(std::sync::atomic::Ordering::Relaxed);
+    let size = stats.layer_size.load(Ordering::Relaxed);
     let mut pull = request(&pushed.pinned, None);
-    let received = std::sync::Arc::new(gantry_image::PullStats::default());
+    let received = Arc::new(gantry_image::PullStats::default());
     pull.stats = Some(received.clone());
     client.pull(&pull).await.unwrap();
     assert_eq!(
         size,
-        received
-            .compressed_bytes
-            .load(std::sync::atomic::Ordering::Relaxed),
+        received.compressed_bytes.load(Ordering::Relaxed),
         "the layer's size, as a pull receives it"
     );
     assert_eq!(
-        stats
-            .layer_bytes_sent
-            .load(std::sync::atomic::Ordering::Relaxed),
+        stats.layer_bytes_sent.load(Ordering::Relaxed),
         size,
         "every layer byte sent once"
     );
     // The registry has the layer now: nothing is sent again.
-    let again = std::sync::Arc::new(gantry_image::PushStats::default());
+    let again = Arc::new(gantry_image::PushStats::default());
     client
         .push_dir_with_stats(
             dir.path(),
@@ -244,28 +223,16 @@ async fn a_push_counts_the_layer_bytes_it_sends() {
         )
         .await
         .unwrap();
-    assert_eq!(
-        again.layer_size.load(std::sync::atomic::Ordering::Relaxed),
-        size
-    );
-    assert_eq!(
-        again
-            .layer_bytes_sent
-            .load(std::sync::atomic::Ordering::Relaxed),
-        0
-    );
+    assert_eq!(again.layer_size.load(Ordering::Relaxed), size);
+    assert_eq!(again.layer_bytes_sent.load(Ordering::Relaxed), 0);
 }
 
 #[tokio::test]
 async fn unknown_repositories_and_tags_are_reported() {
     let host = registry().host();
     let client = plain_client(host);
-    let dir = bundle_dir(BUNDLE);
     let repo = unique_name("known");
-    client
-        .push_dir(dir.path(), &format!("{host}/{repo}:v1"), &[], &limits())
-        .await
-        .unwrap();
+    push_bundle(&client, &format!("{host}/{repo}:v1"), &[]).await;
     for reference in [
         format!("{host}/{repo}:missing"),
         format!("{host}/{}:v1", unique_name("absent")),
@@ -415,20 +382,13 @@ async fn an_index_pushed_by_skopeo_from_an_umoci_layout_is_pulled() {
 async fn what_push_writes_skopeo_reads_and_umoci_unpacks() {
     let host = registry().host();
     let client = plain_client(host);
-    let dir = bundle_dir(BUNDLE);
     let repo = unique_name("interop");
-    let pushed = client
-        .push_dir(
-            dir.path(),
-            &format!("{host}/{repo}:v1"),
-            &[
-                "linux/amd64".parse().unwrap(),
-                "linux/arm64".parse().unwrap(),
-            ],
-            &limits(),
-        )
-        .await
-        .unwrap();
+    let pushed = push_bundle(
+        &client,
+        &format!("{host}/{repo}:v1"),
+        &["linux/amd64", "linux/arm64"],
+    )
+    .await;
     let target = format!("docker://{host}/{repo}:v1");
     let raw = run(Command::new("skopeo").args(["inspect", "--raw", "--tls-verify=false", &target]));
     assert_eq!(sha256(&raw), pushed.digest);
@@ -479,11 +439,12 @@ async fn private_registry_over_tls_with_a_pull_secret() {
         r#"{{"auths":{{"{host}":{{"username":"gantry","password":"s3cret","auth":"Z2FudHJ5OnMzY3JldA=="}}}}}}"#
     );
     let credentials = DockerConfig::from_json(secret.as_bytes(), "secret gantry/pull").unwrap();
-    let dir = bundle_dir(BUNDLE);
-    let pushed = client_with(credentials.clone(), Some(&ca), &[])
-        .push_dir(dir.path(), &reference, &[], &limits())
-        .await
-        .unwrap();
+    let pushed = push_bundle(
+        &client_with(credentials.clone(), Some(&ca), &[]),
+        &reference,
+        &[],
+    )
+    .await;
 
     // The right secret and CA: pulled.
     let bundle = client_with(credentials.clone(), Some(&ca), &[])
@@ -610,12 +571,8 @@ async fn a_blob_tampered_with_in_storage_is_a_digest_mismatch() {
     let own = Registry::start(RegistryOptions::default());
     let host = own.host().to_string();
     let client = plain_client(&host);
-    let dir = bundle_dir(BUNDLE);
     let reference = format!("{host}/{}:v1", unique_name("tamper"));
-    let pushed = client
-        .push_dir(dir.path(), &reference, &[], &limits())
-        .await
-        .unwrap();
+    let pushed = push_bundle(&client, &reference, &[]).await;
     let path = blob_path(&own, &pushed.layer_digest);
     let mut data = std::fs::read(&path).unwrap();
     // Same length, different bytes in the compressed body.
@@ -952,12 +909,8 @@ async fn the_canonical_tarball_depends_only_on_content() {
         .pull(&request(&format!("{host}/{repo}:v1"), None))
         .await
         .unwrap();
-    let dir = bundle_dir(BUNDLE);
     let repo2 = unique_name("canonical");
-    let pushed = client
-        .push_dir(dir.path(), &format!("{host}/{repo2}:v1"), &[], &limits())
-        .await
-        .unwrap();
+    let pushed = push_bundle(&client, &format!("{host}/{repo2}:v1"), &[]).await;
     let pulled = client.pull(&request(&pushed.pinned, None)).await.unwrap();
     let mut one = Vec::new();
     let mut two = Vec::new();
@@ -985,20 +938,13 @@ async fn the_canonical_tarball_depends_only_on_content() {
 async fn docker_schema2_manifest_lists_are_pulled() {
     let host = registry().host();
     let client = plain_client(host);
-    let dir = bundle_dir(BUNDLE);
     let repo = unique_name("oci");
-    let pushed = client
-        .push_dir(
-            dir.path(),
-            &format!("{host}/{repo}:v1"),
-            &[
-                "linux/amd64".parse().unwrap(),
-                "linux/arm64".parse().unwrap(),
-            ],
-            &limits(),
-        )
-        .await
-        .unwrap();
+    let pushed = push_bundle(
+        &client,
+        &format!("{host}/{repo}:v1"),
+        &["linux/amd64", "linux/arm64"],
+    )
+    .await;
     // skopeo rewrites the image with Docker media types (manifest list, schema 2 manifests,
     // `rootfs.diff.tar.gzip` layers).
     let docker = unique_name("docker");

@@ -201,13 +201,18 @@ async fn serve() -> Arc<Fake> {
     serve_image(None).await
 }
 
+/// The docker config of user `robot` with its right password.
 fn robot(host: &str) -> DockerConfig {
+    robot_with_password(host, "t0ken-pw")
+}
+
+fn robot_with_password(host: &str, password: &str) -> DockerConfig {
     let mut credentials = DockerConfig::default();
     credentials.insert(
         host,
         Credential {
             username: "robot".into(),
-            password: "t0ken-pw".into(),
+            password: password.into(),
         },
     );
     credentials
@@ -241,15 +246,7 @@ async fn layers_are_never_fetched_from_the_urls_a_manifest_names() {
 async fn credentials_are_exchanged_for_a_bearer_token() {
     let fake = serve().await;
     let host = fake.host.clone();
-    let mut credentials = DockerConfig::default();
-    credentials.insert(
-        &host,
-        Credential {
-            username: "robot".into(),
-            password: "t0ken-pw".into(),
-        },
-    );
-    let bundle = client_with(credentials, None, &[&host])
+    let bundle = client_with(robot(&host), None, &[&host])
         .pull(&request(&format!("{host}/app:v1"), None))
         .await
         .unwrap();
@@ -292,16 +289,8 @@ async fn a_token_serves_every_request_of_its_repository_until_refused() {
 async fn a_refused_token_request_is_an_authentication_error() {
     let fake = serve().await;
     let host = fake.host.clone();
-    let mut credentials = DockerConfig::default();
-    credentials.insert(
-        &host,
-        Credential {
-            username: "robot".into(),
-            password: "wrong".into(),
-        },
-    );
     let reference = format!("{host}/app:v1");
-    match client_with(credentials, None, &[&host])
+    match client_with(robot_with_password(&host, "wrong"), None, &[&host])
         .pull(&request(&reference, None))
         .await
     {

@@ -21,8 +21,7 @@ use gantry_api::{Bundle, InventoryEntry};
 use kube::ResourceExt;
 use kube::api::Api;
 
-use super::cluster::GlobalArgs;
-use super::cluster::get_bundle;
+use super::cluster::{GlobalArgs, get_bundle};
 use super::image::RegistryArgs;
 use content::stored_content;
 use object::{

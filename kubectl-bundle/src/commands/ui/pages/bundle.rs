@@ -21,11 +21,9 @@ use super::{
     Live, kind_of, layout, not_found, page, phase_badge, read_bundle, reason_text, status_badge,
     when,
 };
-use crate::commands::diff::object::title;
-use crate::commands::inspect::last_seen;
 use crate::commands::review::{approval_state, class_name, decision_text, resolved_digest, short};
 use crate::commands::ui::{Ui, auth::Session};
-use crate::commands::{causes, health, history, inspect};
+use crate::commands::{causes, diff::object::title, health, history, inspect, inspect::last_seen};
 
 /// The bundle's state at a glance; live on the bundle and review pages.
 pub(super) fn state_panel(bundle: &Bundle) -> Markup {

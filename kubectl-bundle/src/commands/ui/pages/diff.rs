@@ -3,9 +3,8 @@
 use maud::{Markup, html};
 
 use super::reason_text;
-use crate::commands::causes;
-use crate::commands::diff::UNSAFE_CRD;
 use crate::commands::ui::changes::{Change, CrdSummary, ObjectChange};
+use crate::commands::{causes, diff::UNSAFE_CRD};
 
 /// Diffs longer than this many lines are folded: a CRD's schema, say, is thousands.
 const OPEN_DIFF_LINES: usize = 200;

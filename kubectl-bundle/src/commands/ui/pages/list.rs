@@ -14,11 +14,9 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{Live, layout, page, status_badge, when};
-use crate::commands::causes;
-use crate::commands::health;
 use crate::commands::review::{approval_state, class_name, resolved_digest, short};
-use crate::commands::ui::Ui;
-use crate::commands::ui::auth::Session;
+use crate::commands::ui::{Ui, auth::Session};
+use crate::commands::{causes, health};
 
 #[derive(Deserialize, Default)]
 pub struct Filter {

@@ -15,11 +15,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use maud::{DOCTYPE, Markup, html};
 
-use super::Ui;
-use super::auth::Flash;
-use crate::commands::causes;
-use crate::commands::cluster::get_bundle;
-use crate::commands::output::age;
+use super::{Ui, auth::Flash};
+use crate::commands::{causes, cluster::get_bundle, output::age};
 
 /// What the page's `<body>` tells the script.
 #[derive(Default)]

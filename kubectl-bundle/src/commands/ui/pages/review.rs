@@ -16,9 +16,8 @@ use super::bundle::{applied_as, highlights, permissions, state_panel};
 use super::diff::{changes_section, count};
 use super::{Live, layout, not_found, page, read_bundle};
 use crate::commands::review::{approval_state, resolved_digest, short};
-use crate::commands::ui::Ui;
-use crate::commands::ui::auth::Session;
 use crate::commands::ui::changes::{Change, ObjectChange};
+use crate::commands::ui::{Ui, auth::Session};
 
 /// The digest at a glance: what it changes, how much needs attention, who applies it.
 fn review_summary(

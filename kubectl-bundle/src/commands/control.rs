@@ -329,7 +329,7 @@ pub async fn reconcile(global: &GlobalArgs, args: ReconcileArgs) -> anyhow::Resu
                         let ready = bundle
                             .status
                             .as_ref()
-                            .and_then(|s| s.conditions.iter().find(|c| c.type_ == types::READY))
+                            .and_then(|s| find(&s.conditions, types::READY))
                             .map(|c| format!(" (Ready {}: {}: {})", c.status, c.reason, c.message))
                             .unwrap_or_default();
                         anyhow::anyhow!(

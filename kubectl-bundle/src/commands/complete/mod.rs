@@ -11,6 +11,7 @@ mod bundles;
 use clap::{Arg, Command};
 use gantry_api::Bundle;
 use gantry_api::conditions::{reasons, types};
+use gantry_rules::conditions::find;
 
 use bundles::{bundle_names, cluster_flags};
 
@@ -66,7 +67,7 @@ impl Offered {
         let approval = bundle
             .status
             .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == types::APPROVED))
+            .and_then(|s| find(&s.conditions, types::APPROVED))
             .map(|c| c.reason.as_str());
         match self {
             Offered::All => true,

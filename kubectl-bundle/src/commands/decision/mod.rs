@@ -357,24 +357,22 @@ fn preview(bundle: &Bundle, digest: &str) -> String {
         out.push_str(&permissions_table(permissions));
     }
     let spec = &bundle.spec;
-    for (changes, title, lines) in [
+    for (title, lines) in [
         (
-            !spec.patches.is_empty(),
             "With its patches (spec.patches), in order:",
             patches_lines(&spec.patches),
         ),
         (
-            !spec.images.is_empty(),
             "With its images rewritten (spec.images):",
             images_lines(&spec.images),
         ),
         (
-            !spec.ignore.is_empty(),
             "With fields left to other controllers (spec.ignore):",
             ignore_lines(&spec.ignore),
         ),
     ] {
-        if changes {
+        // Each is shown only when the spec has some.
+        if !lines.is_empty() {
             out.push_str(&format!("{title}\n{lines}"));
         }
     }

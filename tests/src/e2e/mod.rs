@@ -197,6 +197,11 @@ pub fn namespace_yaml(name: &str) -> String {
     format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n")
 }
 
+/// The tag reference of `repository_tag` in the shared registry.
+pub fn in_registry(repository_tag: &str) -> String {
+    format!("{}/{repository_tag}", registry().host())
+}
+
 /// The digest of a pinned reference (`repository@sha256:...`).
 pub fn digest_of(pinned: &str) -> &str {
     pinned.rsplit_once('@').expect("a pinned reference").1
@@ -228,6 +233,45 @@ pub async fn create_bundle(client: &Client, name: &str, spec: BundleSpec) -> Bun
         .create(&PostParams::default(), &Bundle::new(name, spec))
         .await
         .expect("creating a Bundle")
+}
+
+/// Creates Bundle `name` and waits until it is Ready.
+pub async fn create_bundle_ready(client: &Client, name: &str, spec: BundleSpec) -> Bundle {
+    create_bundle(client, name, spec).await;
+    wait_bundle(client, name, "Ready", is_ready).await
+}
+
+/// Pushes `files` to `repository` (the tag the bundle follows) and waits until Bundle `name`
+/// is Ready with them.
+pub async fn push_and_wait_ready(
+    client: &Client,
+    name: &str,
+    repository: &str,
+    files: &[(&str, String)],
+) {
+    let pinned = push(repository, files).await;
+    wait_bundle(client, name, "Ready with the new content", |b| {
+        is_ready(b)
+            && b.status.as_ref().and_then(|s| s.installed_image.as_deref()) == Some(pinned.as_str())
+    })
+    .await;
+}
+
+/// Merges `spec` (a part of a BundleSpec, as JSON) into Bundle `name`'s spec.
+pub async fn patch_spec(client: &Client, name: &str, spec: serde_json::Value) {
+    Api::<Bundle>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": spec })),
+        )
+        .await
+        .expect("patching a Bundle's spec");
+}
+
+/// Points Bundle `name` at `image`.
+pub async fn set_image(client: &Client, name: &str, image: &str) {
+    patch_spec(client, name, json!({ "image": image })).await;
 }
 
 /// Condition `type_` of the bundle's status.
@@ -426,6 +470,15 @@ pub async fn config_map_data(client: &Client, namespace: &str, name: &str) -> Op
         .await
         .unwrap()
         .and_then(|cm| cm.data?.get("value").cloned())
+}
+
+/// Checks that ConfigMap `namespace/name` holds `value` (`None`: that it does not exist).
+pub async fn assert_config_map(client: &Client, namespace: &str, name: &str, value: Option<&str>) {
+    assert_eq!(
+        config_map_data(client, namespace, name).await.as_deref(),
+        value,
+        "ConfigMap {namespace}/{name}"
+    );
 }
 
 /// Waits until ConfigMap `namespace/name` holds `value` again.

@@ -6,7 +6,7 @@ use gantry_api::Bundle;
 use gantry_api::conditions::{reasons, types};
 use gantry_tests::e2e::kubectl::{kubeconfig, kubectl_bundle, ok, text};
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, registry, unique_name};
+use gantry_tests::{control_plane, unique_name};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::Api;
@@ -63,16 +63,6 @@ async fn live_spec(client: &Client, group: &str) -> (Vec<String>, Vec<String>) {
     (properties, spec.required.unwrap_or_default())
 }
 
-/// Pushes `files` and waits until the bundle is Ready with them.
-async fn install(client: &Client, name: &str, repository: &str, files: &[(&str, String)]) {
-    let pinned = push(repository, files).await;
-    wait_bundle(client, name, "Ready with the new content", |b: &Bundle| {
-        is_ready(b)
-            && b.status.as_ref().and_then(|s| s.installed_image.as_deref()) == Some(pinned.as_str())
-    })
-    .await;
-}
-
 /// A bundle installing the first content (properties `size` and `color`, nothing required).
 async fn installed(prefix: &str) -> (Client, String, String, String) {
     gantry();
@@ -91,12 +81,7 @@ async fn installed(prefix: &str) -> (Client, String, String, String) {
         ),
     )
     .await;
-    create_bundle(
-        &client,
-        &name,
-        spec(&format!("{}/{repository}", registry().host()), Some(&ns)),
-    )
-    .await;
+    create_bundle(&client, &name, spec(&in_registry(&repository), Some(&ns))).await;
     wait_bundle(&client, &name, "Ready with the first content", is_ready).await;
     (client, ns, name, repository)
 }
@@ -139,7 +124,7 @@ async fn an_unsafe_crd_change_is_refused_until_the_crd_allows_it() {
     );
 
     // The same change, accepted by the CRD's annotation, installs.
-    install(
+    push_and_wait_ready(
         &client,
         &name,
         &repository,
@@ -154,10 +139,7 @@ async fn an_unsafe_crd_change_is_refused_until_the_crd_allows_it() {
     let (properties, required) = live_spec(&client, &group).await;
     assert_eq!(properties, ["size"]);
     assert_eq!(required, ["size"]);
-    assert_eq!(
-        config_map_data(&client, &ns, "settings").await.as_deref(),
-        Some("three")
-    );
+    assert_config_map(&client, &ns, "settings", Some("three")).await;
 }
 
 #[tokio::test]
@@ -166,7 +148,7 @@ async fn a_safe_crd_change_installs() {
     let group = format!("{ns}.example.com");
 
     // A new optional property: no annotation needed.
-    install(
+    push_and_wait_ready(
         &client,
         &name,
         &repository,
@@ -181,10 +163,7 @@ async fn a_safe_crd_change_installs() {
     let (mut properties, _) = live_spec(&client, &group).await;
     properties.sort();
     assert_eq!(properties, ["color", "label", "size"]);
-    assert_eq!(
-        config_map_data(&client, &ns, "settings").await.as_deref(),
-        Some("two")
-    );
+    assert_config_map(&client, &ns, "settings", Some("two")).await;
 }
 
 #[tokio::test]

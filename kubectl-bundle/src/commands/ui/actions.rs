@@ -1,8 +1,8 @@
-//! The page's actions, made with the user's credentials by the parts of the plugin's own
-//! commands: Approve and Deny as `kubectl bundle approve NAME --yes --digest D` and `kubectl
-//! bundle deny NAME --digest D --reason R` decide, Roll back as `kubectl bundle rollback NAME
-//! --to D`. So they write what those write and are refused where those are (an Automatic class,
-//! a digest that moved, RBAC), with the same message.
+//! The page's actions, made with the user's credentials by the parts the plugin's commands are
+//! made of: Approve and Deny decide as `kubectl bundle approve NAME --yes --digest D` and
+//! `kubectl bundle deny NAME --digest D --reason R` do, Roll back pins as `kubectl bundle
+//! rollback NAME --to D` does. So they write what those write and are refused where those are
+//! (an Automatic class, a digest that moved, RBAC), with the same message.
 
 use std::sync::Arc;
 
@@ -10,9 +10,8 @@ use axum::Extension;
 use axum::extract::{Form, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use serde::Deserialize;
-
 use gantry_api::ApprovalDecision;
+use serde::Deserialize;
 
 use super::Ui;
 use super::auth::{Flash, Session, refuse};

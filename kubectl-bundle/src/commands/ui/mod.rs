@@ -112,8 +112,8 @@ fn parse_args<A: clap::Args + clap::FromArgMatches>(argv: &[String]) -> anyhow::
     A::from_arg_matches(&matches).map_err(|e| anyhow!("{}", e.to_string().trim()))
 }
 
-/// A Kubernetes object name (DNS subdomain): anything else is no bundle, and never reaches a
-/// command line.
+/// A Kubernetes object name (DNS subdomain): anything else is no bundle, and never reaches the
+/// API server.
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253

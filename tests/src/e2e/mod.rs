@@ -112,6 +112,13 @@ pub async fn start_installation(client: &Client, id: &str, args: &[&str]) -> Ins
     }
 }
 
+/// Creates a namespace named from `prefix` ([`crate::unique_name`]); its name.
+pub async fn unique_namespace(client: &Client, prefix: &str) -> String {
+    let name = crate::unique_name(prefix);
+    ensure_namespace(client, &name).await;
+    name
+}
+
 /// Creates namespace `name` unless it exists.
 pub async fn ensure_namespace(client: &Client, name: &str) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -132,6 +139,21 @@ pub async fn ensure_namespace(client: &Client, name: &str) {
 /// pinned reference.
 pub async fn push(repository_tag: &str, files: &[(&str, String)]) -> String {
     push_to(registry().host(), repository_tag, files).await
+}
+
+/// Pushes an image of one file, `a.yaml`, holding [`config_map`]`(name, namespace, data)` as
+/// `repository:tag` to the shared registry; returns the pinned reference.
+pub async fn push_config_map(
+    repository_tag: &str,
+    name: &str,
+    namespace: Option<&str>,
+    data: &str,
+) -> String {
+    push(
+        repository_tag,
+        &[("a.yaml", config_map(name, namespace, data))],
+    )
+    .await
 }
 
 /// Pushes `files` (under `manifests/`) as `repository:tag` to the plain-HTTP registry
@@ -284,6 +306,11 @@ pub fn is_ready(bundle: &Bundle) -> bool {
     condition(bundle, types::READY).is_some_and(|c| {
         c.status == ConditionStatus::True && c.observed_generation == bundle.metadata.generation
     })
+}
+
+/// Whether the bundle is in `phase`.
+pub fn phase_is(phase: gantry_api::BundlePhase) -> impl Fn(&Bundle) -> bool {
+    move |bundle| bundle.status.as_ref().and_then(|s| s.phase) == Some(phase)
 }
 
 /// Whether condition `type_` is False with `reason`.
@@ -534,9 +561,12 @@ pub async fn under_review(
         &class,
     );
     create_bundle(client, &name, bundle_spec).await;
-    let bundle = wait_bundle(client, &name, "AwaitingApproval", |b| {
-        b.status.as_ref().and_then(|s| s.phase) == Some(gantry_api::BundlePhase::AwaitingApproval)
-    })
+    let bundle = wait_bundle(
+        client,
+        &name,
+        "AwaitingApproval",
+        phase_is(gantry_api::BundlePhase::AwaitingApproval),
+    )
     .await;
     UnderReview {
         name,
@@ -569,6 +599,12 @@ impl Gantry {
             .and_then(|v| v.trim().parse().ok())
             .expect("the status_writes metric")
     }
+}
+
+/// Starts the shared [`gantry`] if need be; an admin client of the shared control plane.
+pub async fn shared_gantry_client() -> Client {
+    gantry();
+    control_plane().client().await
 }
 
 /// The flags of the shared Gantry's provisioner.

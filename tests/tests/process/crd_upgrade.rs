@@ -6,7 +6,7 @@ use gantry_api::Bundle;
 use gantry_api::conditions::{reasons, types};
 use gantry_tests::e2e::kubectl::{kubeconfig, kubectl_bundle, ok, text};
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, unique_name};
+use gantry_tests::unique_name;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::Api;
@@ -65,8 +65,7 @@ async fn live_spec(client: &Client, group: &str) -> (Vec<String>, Vec<String>) {
 
 /// A bundle installing the first content (properties `size` and `color`, nothing required).
 async fn installed(prefix: &str) -> (Client, String, String, String) {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let ns = unique_name(prefix);
     let group = format!("{ns}.example.com");
     let repository = format!("{ns}/app:stable");
@@ -168,8 +167,7 @@ async fn a_safe_crd_change_installs() {
 
 #[tokio::test]
 async fn an_approver_sees_unsafe_crd_changes_before_approving() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let review = under_review(&client, "crdrev", |ns| {
         let group = format!("{ns}.example.com");
         content(

@@ -10,7 +10,6 @@ use gantry_api::conditions::{reasons, types};
 use gantry_tests::e2e::*;
 use gantry_tests::unique_name;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
 pub(super) fn crd(group: &str) -> String {
@@ -19,7 +18,7 @@ pub(super) fn crd(group: &str) -> String {
     )
 }
 
-fn health(wait: bool, timeout: &str) -> Option<HealthPolicy> {
+pub(super) fn health(wait: bool, timeout: &str) -> Option<HealthPolicy> {
     Some(HealthPolicy {
         wait: Some(wait),
         timeout: Some(timeout.into()),
@@ -38,14 +37,31 @@ async fn install_healthy(
     let mut bundle_spec = spec(&image, Some(ns));
     bundle_spec.health = health(true, "5m");
     create_bundle(client, &name, bundle_spec).await;
-    let bundle = wait_bundle(
-        client,
-        &name,
-        "Healthy",
-        at(types::HEALTHY, "True", reasons::HEALTHY),
-    )
-    .await;
+    let bundle = wait_health(client, &name, "True", reasons::HEALTHY).await;
     (name, bundle)
+}
+
+/// Waits until `Healthy` is at `status` with `reason`, at the bundle's generation.
+pub(super) async fn wait_health(
+    client: &kube::Client,
+    name: &str,
+    status: &'static str,
+    reason: &'static str,
+) -> gantry_api::Bundle {
+    let what = format!("Healthy={status} {reason}");
+    wait_bundle(client, name, &what, at(types::HEALTHY, status, reason)).await
+}
+
+/// Writes `status` as the status of Widget `w`, as its controller would.
+pub(super) async fn set_widget_status(widgets: &Api<DynamicObject>, status: serde_json::Value) {
+    widgets
+        .patch_status(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .expect("patching the widget's status");
 }
 
 /// Whether condition `type_` is at `status` with `reason`, at the bundle's generation.
@@ -65,10 +81,8 @@ pub(super) fn at(
 
 #[tokio::test]
 async fn a_waiting_bundle_is_ready_once_its_crd_is_established_and_its_resource_ready() {
-    gantry();
-    let client = control_plane_client().await;
-    let ns = unique_name("health-cr");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "health-cr").await;
     let group = format!("{ns}.example.com");
     let widget =
         format!("apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: w\nspec:\n  size: 1\n");
@@ -81,32 +95,16 @@ async fn a_waiting_bundle_is_ready_once_its_crd_is_established_and_its_resource_
     assert!(is_ready(&bundle), "{:?}", bundle.status);
 
     // The resource says it is not Ready: the bundle is not healthy, and not Ready either.
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", "Widget"));
-    let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    let widgets = widgets(&client, &ns, &group);
     let set_ready = |status: &'static str| {
-        let widgets = widgets.clone();
-        async move {
-            widgets
-                .patch_status(
-                    "w",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"conditions": [{
-                        "type": "Ready", "status": status, "reason": "Checked",
-                        "message": "the widget checked itself",
-                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
-                )
-                .await
-                .expect("patching the widget's status");
-        }
+        let conditions = json!({"conditions": [{
+            "type": "Ready", "status": status, "reason": "Checked",
+            "message": "the widget checked itself",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+        set_widget_status(&widgets, conditions)
     };
     set_ready("False").await;
-    let bundle = wait_bundle(
-        &client,
-        &name,
-        "Healthy=False Progressing",
-        at(types::HEALTHY, "False", reasons::PROGRESSING),
-    )
-    .await;
+    let bundle = wait_health(&client, &name, "False", reasons::PROGRESSING).await;
     let healthy = condition(&bundle, types::HEALTHY).unwrap();
     assert!(
         healthy.message.contains(&format!(
@@ -123,23 +121,7 @@ async fn a_waiting_bundle_is_ready_once_its_crd_is_established_and_its_resource_
     // Assessed again later, the message is the same (it names the deadline, not the time
     // left): a message that changed on every pass would be a status write, and each status
     // write another pass.
-    let requested = unique_name("again");
-    Api::<gantry_api::Bundle>::all(client.clone())
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "annotations": {
-                gantry_api::RECONCILE_REQUESTED_ANNOTATION: requested } } })),
-        )
-        .await
-        .unwrap();
-    let again = wait_bundle(&client, &name, "the requested pass handled", |b| {
-        b.status
-            .as_ref()
-            .and_then(|s| s.last_handled_reconcile_at.as_deref())
-            == Some(requested.as_str())
-    })
-    .await;
+    let again = reconcile_handled(&client, &name).await;
     assert_eq!(
         condition(&again, types::HEALTHY).unwrap().message,
         healthy.message
@@ -151,22 +133,14 @@ async fn a_waiting_bundle_is_ready_once_its_crd_is_established_and_its_resource_
     );
 
     set_ready("True").await;
-    let bundle = wait_bundle(
-        &client,
-        &name,
-        "Healthy again",
-        at(types::HEALTHY, "True", reasons::HEALTHY),
-    )
-    .await;
+    let bundle = wait_health(&client, &name, "True", reasons::HEALTHY).await;
     assert!(is_ready(&bundle), "{:?}", bundle.status);
 }
 
 #[tokio::test]
 async fn without_wait_ready_does_not_wait_and_healthy_fails_after_the_timeout() {
-    gantry();
-    let client = control_plane_client().await;
-    let ns = unique_name("health-nowait");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "health-nowait").await;
     // No controller-manager runs here: the Deployment is never observed, let alone rolled out.
     let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: 127.0.0.1:1/web:1\n";
     let image = push(
@@ -177,21 +151,14 @@ async fn without_wait_ready_does_not_wait_and_healthy_fails_after_the_timeout() 
     let name = unique_name("health-nowait");
     let mut bundle_spec = spec(&image, Some(&ns));
     bundle_spec.health = health(false, "3s");
-    create_bundle(&client, &name, bundle_spec).await;
-    let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
+    let bundle = create_bundle_ready(&client, &name, bundle_spec).await;
     assert!(
         at(types::HEALTHY, "False", reasons::PROGRESSING)(&bundle)
             || at(types::HEALTHY, "False", reasons::HEALTH_CHECK_FAILED)(&bundle),
         "{:?}",
         bundle.status
     );
-    let bundle = wait_bundle(
-        &client,
-        &name,
-        "HealthCheckFailed after 3s",
-        at(types::HEALTHY, "False", reasons::HEALTH_CHECK_FAILED),
-    )
-    .await;
+    let bundle = wait_health(&client, &name, "False", reasons::HEALTH_CHECK_FAILED).await;
     let message = &condition(&bundle, types::HEALTHY).unwrap().message;
     assert!(
         message.contains(&format!(
@@ -208,10 +175,8 @@ async fn without_wait_ready_does_not_wait_and_healthy_fails_after_the_timeout() 
 
 #[tokio::test]
 async fn a_configmap_held_in_deletion_is_not_healthy_until_installed_again() {
-    gantry();
-    let client = control_plane_client().await;
-    let ns = unique_name("health-held");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "health-held").await;
     let held = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers: [example.com/hold]\ndata:\n  key: value\n";
     let other = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other\ndata:\n  key: value\n";
     let (name, bundle) = install_healthy(
@@ -236,13 +201,7 @@ async fn a_configmap_held_in_deletion_is_not_healthy_until_installed_again() {
         .delete("held", &Default::default())
         .await
         .expect("deleting the ConfigMap");
-    let bundle = wait_bundle(
-        &client,
-        &name,
-        "Healthy=False Progressing",
-        at(types::HEALTHY, "False", reasons::PROGRESSING),
-    )
-    .await;
+    let bundle = wait_health(&client, &name, "False", reasons::PROGRESSING).await;
     let message = &condition(&bundle, types::HEALTHY).unwrap().message;
     assert!(
         message.contains("1 of 2 objects not healthy (waiting until ")
@@ -265,18 +224,8 @@ async fn a_configmap_held_in_deletion_is_not_healthy_until_installed_again() {
         )
         .await
         .expect("removing the finalizer");
-    wait_bundle(
-        &client,
-        &name,
-        "Healthy again",
-        at(types::HEALTHY, "True", reasons::HEALTHY),
-    )
-    .await;
+    wait_health(&client, &name, "True", reasons::HEALTHY).await;
     let again = configmaps.get("held").await.expect("installed again");
     assert_ne!(again.metadata.uid, uid, "a new object");
     assert!(again.metadata.deletion_timestamp.is_none());
-}
-
-async fn control_plane_client() -> kube::Client {
-    gantry_tests::control_plane().client().await
 }

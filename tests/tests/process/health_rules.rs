@@ -5,16 +5,13 @@
 //! when the bundle or the class is accepted, naming the field, line and column.
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{
-    HealthCheckExpr, HealthPolicy, PLAIN_PROVISIONER, ProvisionerClass, ProvisionerClassSpec,
-};
+use gantry_api::{HealthCheckExpr, PLAIN_PROVISIONER, ProvisionerClass, ProvisionerClassSpec};
 use gantry_tests::e2e::*;
 use gantry_tests::unique_name;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::Api;
 use serde_json::json;
 
-use super::health::{at, crd};
+use super::health::{at, crd, health, set_widget_status, wait_health};
 
 fn rule(group: &str, current: &str) -> HealthCheckExpr {
     HealthCheckExpr {
@@ -28,10 +25,8 @@ fn rule(group: &str, current: &str) -> HealthCheckExpr {
 
 #[tokio::test]
 async fn a_cel_rule_decides_the_health_of_a_custom_kind() {
-    gantry();
-    let client = gantry_tests::control_plane().client().await;
-    let ns = unique_name("health-cel");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "health-cel").await;
     let group = format!("{ns}.example.com");
     let widget =
         format!("apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: w\nspec:\n  size: 1\n");
@@ -42,10 +37,7 @@ async fn a_cel_rule_decides_the_health_of_a_custom_kind() {
     .await;
     let name = ns.clone();
     let mut bundle_spec = spec(&image, Some(&ns));
-    bundle_spec.health = Some(HealthPolicy {
-        wait: Some(true),
-        timeout: Some("5m".into()),
-    });
+    bundle_spec.health = health(true, "5m");
     bundle_spec.health_check_exprs = vec![rule(
         &group,
         "has(status.phase) && status.phase == 'Running'",
@@ -53,13 +45,7 @@ async fn a_cel_rule_decides_the_health_of_a_custom_kind() {
     create_bundle(&client, &name, bundle_spec).await;
 
     // Installed, but the rule's `current` is not true: in progress, and not Ready.
-    let bundle = wait_bundle(
-        &client,
-        &name,
-        "Healthy=False Progressing",
-        at(types::HEALTHY, "False", reasons::PROGRESSING),
-    )
-    .await;
+    let bundle = wait_health(&client, &name, "False", reasons::PROGRESSING).await;
     let message = &condition(&bundle, types::HEALTHY).unwrap().message;
     assert!(
         message.contains(&format!("Widget.{group} {ns}/w"))
@@ -72,21 +58,8 @@ async fn a_cel_rule_decides_the_health_of_a_custom_kind() {
         bundle.status
     );
 
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", "Widget"));
-    let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
-    let set_phase = |phase: &'static str| {
-        let widgets = widgets.clone();
-        async move {
-            widgets
-                .patch_status(
-                    "w",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"phase": phase}})),
-                )
-                .await
-                .expect("patching the widget's status");
-        }
-    };
+    let widgets = widgets(&client, &ns, &group);
+    let set_phase = |phase: &'static str| set_widget_status(&widgets, json!({ "phase": phase }));
     // The phase the rule calls current: healthy and Ready, woken by the object's change.
     set_phase("Running").await;
     wait_bundle(&client, &name, "Healthy=True and Ready=True", |b| {
@@ -96,23 +69,15 @@ async fn a_cel_rule_decides_the_health_of_a_custom_kind() {
 
     // The phase the rule calls failed: HealthCheckFailed at once, not after the timeout.
     set_phase("Broken").await;
-    let bundle = wait_bundle(
-        &client,
-        &name,
-        "Healthy=False HealthCheckFailed",
-        at(types::HEALTHY, "False", reasons::HEALTH_CHECK_FAILED),
-    )
-    .await;
+    let bundle = wait_health(&client, &name, "False", reasons::HEALTH_CHECK_FAILED).await;
     let message = &condition(&bundle, types::HEALTHY).unwrap().message;
     assert!(message.contains("failed is true"), "{message}");
 }
 
 #[tokio::test]
 async fn an_expression_that_does_not_parse_is_refused_with_its_position() {
-    gantry();
-    let client = gantry_tests::control_plane().client().await;
-    let ns = unique_name("health-cel-bad");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "health-cel-bad").await;
     let group = format!("{ns}.example.com");
     let image = push(&format!("{ns}/app:v1"), &[("00-crd.yaml", crd(&group))]).await;
     let name = ns.clone();

@@ -10,12 +10,20 @@
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{BUNDLE_LABEL, Bundle};
 use gantry_tests::e2e::*;
-use gantry_tests::{Lifetime, control_plane, registry, unique_name};
+use gantry_tests::{Lifetime, unique_name};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+
+/// `pairs` as a JSON object of strings.
+fn string_map(pairs: &[(&str, &str)]) -> serde_json::Map<String, serde_json::Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect()
+}
 
 /// A ConfigMap `name` with `annotations` and `data`.
 fn config_map_with(name: &str, annotations: &[(&str, &str)], data: &[(&str, &str)]) -> String {
@@ -23,11 +31,9 @@ fn config_map_with(name: &str, annotations: &[(&str, &str)], data: &[(&str, &str
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {
             "name": name,
-            "annotations": annotations.iter().map(|(k, v)| (k.to_string(), json!(v)))
-                .collect::<serde_json::Map<_, _>>(),
+            "annotations": string_map(annotations),
         },
-        "data": data.iter().map(|(k, v)| (k.to_string(), json!(v)))
-            .collect::<serde_json::Map<_, _>>(),
+        "data": string_map(data),
     });
     // JSON is YAML.
     object.to_string()
@@ -42,14 +48,21 @@ async fn data(client: &Client, namespace: &str, name: &str) -> Option<serde_json
         .map(|cm| json!(cm.data.unwrap_or_default()))
 }
 
-/// Pushes `files` and waits until the bundle is Ready with them; the pinned reference.
-async fn install(client: &Client, name: &str, repository: &str, files: &[(&str, String)]) {
-    let pinned = push(repository, files).await;
-    wait_bundle(client, name, "Ready with the new content", |b: &Bundle| {
-        is_ready(b)
-            && b.status.as_ref().and_then(|s| s.installed_image.as_deref()) == Some(pinned.as_str())
-    })
-    .await;
+/// Waits until `Installed` is False with `reason`, a failure that stalls the bundle, and checks
+/// that its message names every one of `mentions`.
+async fn wait_stalled_naming(
+    client: &Client,
+    name: &str,
+    reason: &'static str,
+    mentions: &[String],
+) -> Bundle {
+    let bundle = wait_bundle(client, name, reason, reason_is(types::INSTALLED, reason)).await;
+    let message = &condition(&bundle, types::INSTALLED).unwrap().message;
+    for mention in mentions {
+        assert!(message.contains(mention), "{mention:?} in {message}");
+    }
+    assert_stalled(&bundle, reason);
+    bundle
 }
 
 /// A namespace, a repository in it, and a bundle installing `files` into the namespace, Ready.
@@ -58,17 +71,11 @@ async fn installed(
     prefix: &str,
     files: &[(&str, String)],
 ) -> (String, String, String) {
-    let ns = unique_name(prefix);
-    ensure_namespace(client, &ns).await;
+    let ns = unique_namespace(client, prefix).await;
     let repository = format!("{ns}/app:stable");
     let name = unique_name(prefix);
     push(&repository, files).await;
-    create_bundle(
-        client,
-        &name,
-        spec(&format!("{}/{repository}", registry().host()), Some(&ns)),
-    )
-    .await;
+    create_bundle(client, &name, spec(&in_registry(&repository), Some(&ns))).await;
     wait_bundle(client, &name, "Ready with the first content", is_ready).await;
     (ns, name, repository)
 }
@@ -83,8 +90,7 @@ fn inventory_names(bundle: &Bundle) -> Vec<String> {
 
 #[tokio::test]
 async fn if_not_present_objects_are_created_once_and_never_updated() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let content = |default: &str, other: &str| {
         vec![
             (
@@ -120,7 +126,7 @@ async fn if_not_present_objects_are_created_once_and_never_updated() {
         Some(json!({ "value": "filled in" })),
         "a drift pass leaves an IfNotPresent object alone"
     );
-    install(&client, &name, &repository, &content("default-2", "two")).await;
+    push_and_wait_ready(&client, &name, &repository, &content("default-2", "two")).await;
     assert_eq!(
         config_map_data(&client, &ns, "other").await.as_deref(),
         Some("two"),
@@ -135,7 +141,7 @@ async fn if_not_present_objects_are_created_once_and_never_updated() {
     // Still in the inventory: content without it prunes it.
     let bundle = Api::<Bundle>::all(client.clone()).get(&name).await.unwrap();
     assert!(inventory_names(&bundle).contains(&"settings".to_string()));
-    install(
+    push_and_wait_ready(
         &client,
         &name,
         &repository,
@@ -147,10 +153,8 @@ async fn if_not_present_objects_are_created_once_and_never_updated() {
 
 #[tokio::test]
 async fn if_not_present_objects_already_there_are_kept_as_they_are_and_managed() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("ifnp-there");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "ifnp-there").await;
     // Made by hand before the bundle.
     let configs: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let by_hand: ConfigMap = serde_json::from_value(json!({
@@ -174,8 +178,7 @@ async fn if_not_present_objects_already_there_are_kept_as_they_are_and_managed()
     )
     .await;
     let name = unique_name("ifnp-there");
-    create_bundle(&client, &name, spec(&image, Some(&ns))).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, spec(&image, Some(&ns))).await;
     let label = |cm: &ConfigMap| {
         cm.metadata
             .labels
@@ -224,8 +227,7 @@ async fn if_not_present_objects_already_there_are_kept_as_they_are_and_managed()
 
 #[tokio::test]
 async fn merge_objects_leave_fields_other_managers_own_to_them() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let content = |value: &str, mine: &str| {
         vec![(
             "shared.yaml",
@@ -261,7 +263,7 @@ async fn merge_objects_leave_fields_other_managers_own_to_them() {
     );
 
     // New content setting both: the field the operator owns stays its own, the rest applies.
-    install(&client, &name, &repository, &content("bundle-2", "2")).await;
+    push_and_wait_ready(&client, &name, &repository, &content("bundle-2", "2")).await;
     assert_eq!(
         data(&client, &ns, "shared").await,
         Some(json!({ "value": "theirs", "mine": "2" }))
@@ -289,8 +291,7 @@ async fn merge_objects_leave_fields_other_managers_own_to_them() {
 
 #[tokio::test]
 async fn ignored_objects_are_never_applied_repaired_or_deleted() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let ignored = |name: &str, value: &str| {
         config_map_with(name, &[("gantry.dev/ssa", "Ignore")], &[("value", value)])
     };
@@ -327,7 +328,7 @@ async fn ignored_objects_are_never_applied_repaired_or_deleted() {
 
     // An object the bundle applied, marked Ignore by new content: neither changed nor pruned,
     // and no longer in the inventory.
-    install(
+    push_and_wait_ready(
         &client,
         &name,
         &repository,
@@ -343,10 +344,7 @@ async fn ignored_objects_are_never_applied_repaired_or_deleted() {
         "{:?}",
         inventory_names(&bundle)
     );
-    assert_eq!(
-        config_map_data(&client, &ns, "adopted").await.as_deref(),
-        Some("one")
-    );
+    assert_config_map(&client, &ns, "adopted", Some("one")).await;
 
     // Deleting the bundle deletes neither.
     Api::<Bundle>::all(client.clone())
@@ -354,22 +352,14 @@ async fn ignored_objects_are_never_applied_repaired_or_deleted() {
         .await
         .unwrap();
     wait_bundle_gone(&client, &name).await;
-    assert_eq!(
-        config_map_data(&client, &ns, "adopted").await.as_deref(),
-        Some("one")
-    );
-    assert_eq!(
-        config_map_data(&client, &ns, "never").await.as_deref(),
-        Some("user")
-    );
+    assert_config_map(&client, &ns, "adopted", Some("one")).await;
+    assert_config_map(&client, &ns, "never", Some("user")).await;
 }
 
 #[tokio::test]
 async fn an_unknown_policy_value_fails_before_any_write() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("badpolicy");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "badpolicy").await;
     let repository = format!("{ns}/app:stable");
     push(
         &repository,
@@ -383,28 +373,18 @@ async fn an_unknown_policy_value_fails_before_any_write() {
     )
     .await;
     let name = unique_name("badpolicy");
-    create_bundle(
+    create_bundle(&client, &name, spec(&in_registry(&repository), Some(&ns))).await;
+    let bundle = wait_stalled_naming(
         &client,
         &name,
-        spec(&format!("{}/{repository}", registry().host()), Some(&ns)),
+        reasons::INVALID_OBJECT_POLICY,
+        &[
+            format!("ConfigMap {ns}/second (b.yaml document 0)"),
+            "annotation gantry.dev/ssa has the value \"merge\"".to_string(),
+            "allowed values are Merge, IfNotPresent, Ignore".to_string(),
+        ],
     )
     .await;
-    let bundle = wait_bundle(
-        &client,
-        &name,
-        "InvalidObjectPolicy",
-        reason_is(types::INSTALLED, reasons::INVALID_OBJECT_POLICY),
-    )
-    .await;
-    let message = &condition(&bundle, types::INSTALLED).unwrap().message;
-    for mention in [
-        format!("ConfigMap {ns}/second (b.yaml document 0)"),
-        "annotation gantry.dev/ssa has the value \"merge\"".to_string(),
-        "allowed values are Merge, IfNotPresent, Ignore".to_string(),
-    ] {
-        assert!(message.contains(&mention), "{mention:?} in {message}");
-    }
-    assert_stalled(&bundle, reasons::INVALID_OBJECT_POLICY);
     assert_eq!(data(&client, &ns, "first").await, None, "nothing applied");
     assert!(
         bundle.status.iter().all(|s| s.inventory.is_empty()),
@@ -421,8 +401,7 @@ fn job(image: &str, annotations: &[(&str, &str)]) -> String {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {
             "name": "migrate",
-            "annotations": annotations.iter().map(|(k, v)| (k.to_string(), json!(v)))
-                .collect::<serde_json::Map<_, _>>(),
+            "annotations": string_map(annotations),
         },
         "spec": {
             "backoffLimit": 0,
@@ -458,27 +437,22 @@ async fn a_job_whose_template_changed_stalls_unless_forced_and_is_then_recreated
         &[("job.yaml", job("registry.example/migrate:2", &[]))],
     )
     .await;
-    let bundle = wait_bundle(
+    wait_stalled_naming(
         &client,
         &name,
-        "ImmutableFieldChanged",
-        reason_is(types::INSTALLED, reasons::IMMUTABLE_FIELD_CHANGED),
+        reasons::IMMUTABLE_FIELD_CHANGED,
+        &[
+            format!("Job.batch {ns}/migrate (job.yaml document 0)"),
+            "immutable field(s) spec.template".to_string(),
+            "gantry.dev/force: enabled".to_string(),
+        ],
     )
     .await;
-    let message = &condition(&bundle, types::INSTALLED).unwrap().message;
-    for mention in [
-        format!("Job.batch {ns}/migrate (job.yaml document 0)"),
-        "immutable field(s) spec.template".to_string(),
-        "gantry.dev/force: enabled".to_string(),
-    ] {
-        assert!(message.contains(&mention), "{mention:?} in {message}");
-    }
-    assert_stalled(&bundle, reasons::IMMUTABLE_FIELD_CHANGED);
     let live = jobs.get("migrate").await.unwrap();
     assert_eq!(live.metadata.uid, first, "the Job is left as it was");
 
     // With force, it is deleted and created again with the new template.
-    install(
+    push_and_wait_ready(
         &client,
         &name,
         &repository,

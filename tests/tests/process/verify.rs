@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{ApprovalPolicy, SecretReference, Verification, VerificationProvider};
+use gantry_api::{ApprovalPolicy, Bundle, SecretReference, Verification, VerificationProvider};
 use gantry_tests::e2e::*;
-use gantry_tests::{CosignKey, SignatureFormat, control_plane, registry, unique_name};
+use gantry_tests::{CosignKey, SignatureFormat, registry, unique_name};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
@@ -53,22 +53,43 @@ async fn verifying_class(client: &Client, secret: &str) -> String {
     name
 }
 
+/// A key, a Secret holding it as `team.pub`, and a class that verifies with it: the key, the
+/// Secret and the class.
+async fn team_key_class(client: &Client) -> (CosignKey, String, String) {
+    let key = CosignKey::generate();
+    let secret = key_secret(client, &[("team", &key)]).await;
+    let class = verifying_class(client, &secret).await;
+    (key, secret, class)
+}
+
+/// Waits until the bundle's verification fails naming `mention`; the bundle and the message.
+async fn verification_refused(client: &Client, name: &str, mention: &str) -> (Bundle, String) {
+    let refused = wait_failure(
+        client,
+        name,
+        types::UNPACKED,
+        reasons::VERIFICATION_FAILED,
+        mention,
+    )
+    .await;
+    let message = condition(&refused, types::UNPACKED)
+        .unwrap()
+        .message
+        .clone();
+    (refused, message)
+}
+
 /// Pushes an image of one ConfigMap into a namespace of its own; returns the namespace, the
 /// tag reference and the pinned reference.
 async fn image(client: &Client, prefix: &str, value: &str) -> (String, String, String) {
-    let ns = unique_name(prefix);
-    ensure_namespace(client, &ns).await;
+    let ns = unique_namespace(client, prefix).await;
     let repository_tag = format!("{ns}/app:v1");
     let pinned = push(
         &repository_tag,
         &[("cm.yaml", config_map("cm", None, value))],
     )
     .await;
-    (
-        ns,
-        format!("{}/{repository_tag}", registry().host()),
-        pinned,
-    )
+    (ns, in_registry(&repository_tag), pinned)
 }
 
 /// Creates a bundle of `image` under `class`.
@@ -80,11 +101,8 @@ async fn bundle(client: &Client, class: &str, image: &str, ns: &str) -> String {
 
 #[tokio::test]
 async fn an_image_signed_with_a_class_key_installs() {
-    gantry();
-    let client = control_plane().client().await;
-    let key = CosignKey::generate();
-    let secret = key_secret(&client, &[("team", &key)]).await;
-    let class = verifying_class(&client, &secret).await;
+    let client = shared_gantry_client().await;
+    let (key, _, class) = team_key_class(&client).await;
     for format in [SignatureFormat::Bundle, SignatureFormat::SignatureImage] {
         let (ns, tag, pinned) = image(&client, "signed", "signed").await;
         key.sign(&pinned, format);
@@ -105,22 +123,11 @@ async fn an_image_signed_with_a_class_key_installs() {
 
 #[tokio::test]
 async fn an_unsigned_image_is_refused_naming_the_digest() {
-    gantry();
-    let client = control_plane().client().await;
-    let key = CosignKey::generate();
-    let secret = key_secret(&client, &[("team", &key)]).await;
-    let class = verifying_class(&client, &secret).await;
+    let client = shared_gantry_client().await;
+    let (key, secret, class) = team_key_class(&client).await;
     let (ns, tag, pinned) = image(&client, "unsigned", "unsigned").await;
     let name = bundle(&client, &class, &tag, &ns).await;
-    let refused = wait_failure(
-        &client,
-        &name,
-        types::UNPACKED,
-        reasons::VERIFICATION_FAILED,
-        &pinned,
-    )
-    .await;
-    let message = &condition(&refused, types::UNPACKED).unwrap().message;
+    let (refused, message) = verification_refused(&client, &name, &pinned).await;
     assert!(message.contains("no signature found"), "{message}");
     // No retry brings a signature: the bundle waits for another digest or class.
     assert_stalled(&refused, reasons::VERIFICATION_FAILED);
@@ -137,8 +144,7 @@ async fn an_unsigned_image_is_refused_naming_the_digest() {
 
 #[tokio::test]
 async fn a_signature_by_another_key_is_refused_naming_the_keys_tried() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let (team, old, intruder) = (
         CosignKey::generate(),
         CosignKey::generate(),
@@ -150,15 +156,7 @@ async fn a_signature_by_another_key_is_refused_naming_the_keys_tried() {
         let (ns, tag, pinned) = image(&client, "intruder", "intruder").await;
         intruder.sign(&pinned, format);
         let name = bundle(&client, &class, &tag, &ns).await;
-        let refused = wait_failure(
-            &client,
-            &name,
-            types::UNPACKED,
-            reasons::VERIFICATION_FAILED,
-            digest_of(&pinned),
-        )
-        .await;
-        let message = &condition(&refused, types::UNPACKED).unwrap().message;
+        let (_, message) = verification_refused(&client, &name, digest_of(&pinned)).await;
         assert!(
             message.contains(&format!("{secret}/old.pub, {secret}/team.pub")),
             "{format:?}: the keys tried are named: {message}"
@@ -171,12 +169,17 @@ async fn a_signature_by_another_key_is_refused_naming_the_keys_tried() {
     }
 }
 
-/// The raw manifest `reference` (a tag or digest) of `repository` and its media type.
-async fn get_manifest(repository: &str, reference: &str) -> (String, Vec<u8>) {
-    let url = format!(
+/// The URL of manifest `reference` (a tag or digest) of `repository` in the shared registry.
+fn manifest_url(repository: &str, reference: &str) -> String {
+    format!(
         "http://{}/v2/{repository}/manifests/{reference}",
         registry().host()
-    );
+    )
+}
+
+/// The raw manifest `reference` (a tag or digest) of `repository` and its media type.
+async fn get_manifest(repository: &str, reference: &str) -> (String, Vec<u8>) {
+    let url = manifest_url(repository, reference);
     let response = reqwest::Client::new()
         .get(&url)
         .header(
@@ -208,10 +211,7 @@ async fn put_manifest(
     media_type: &str,
     body: Vec<u8>,
 ) -> String {
-    let url = format!(
-        "http://{}/v2/{repository}/manifests/{reference}",
-        registry().host()
-    );
+    let url = manifest_url(repository, reference);
     let response = reqwest::Client::new()
         .put(&url)
         .header("Content-Type", media_type)
@@ -235,16 +235,12 @@ async fn put_manifest(
 
 #[tokio::test]
 async fn a_signature_of_another_digest_is_refused() {
-    gantry();
-    let client = control_plane().client().await;
-    let key = CosignKey::generate();
-    let secret = key_secret(&client, &[("team", &key)]).await;
-    let class = verifying_class(&client, &secret).await;
+    let client = shared_gantry_client().await;
+    let (key, secret, class) = team_key_class(&client).await;
 
     // Two images in one repository: `signed` is signed, `other` carries copies of its
     // signatures, made to look as if they were about `other`.
-    let ns = unique_name("copied");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "copied").await;
     let repository = format!("{ns}/app");
     let signed = push(
         &format!("{repository}:signed"),
@@ -311,15 +307,7 @@ async fn a_signature_of_another_digest_is_refused() {
         (other_bundle, "a re-pointed bundle"),
     ] {
         let name = bundle(&client, &class, &pinned, &ns).await;
-        let refused = wait_failure(
-            &client,
-            &name,
-            types::UNPACKED,
-            reasons::VERIFICATION_FAILED,
-            digest_of(&pinned),
-        )
-        .await;
-        let message = &condition(&refused, types::UNPACKED).unwrap().message;
+        let (_, message) = verification_refused(&client, &name, digest_of(&pinned)).await;
         assert!(
             message.contains(&format!("signed by {secret}/team.pub over {signed_digest}")),
             "{what}: the signature is valid but about the other digest: {message}"
@@ -330,11 +318,8 @@ async fn a_signature_of_another_digest_is_refused() {
 
 #[tokio::test]
 async fn a_verified_digest_is_not_verified_again() {
-    gantry();
-    let client = control_plane().client().await;
-    let key = CosignKey::generate();
-    let secret = key_secret(&client, &[("team", &key)]).await;
-    let class = verifying_class(&client, &secret).await;
+    let client = shared_gantry_client().await;
+    let (key, _, class) = team_key_class(&client).await;
     let (ns, tag, pinned) = image(&client, "cached", "cached").await;
     key.sign(&pinned, SignatureFormat::SignatureImage);
     let name = bundle(&client, &class, &tag, &ns).await;
@@ -349,10 +334,7 @@ async fn a_verified_digest_is_not_verified_again() {
         use sha2::Digest;
         format!("sha256:{}", hex::encode(sha2::Sha256::digest(&body)))
     };
-    let url = format!(
-        "http://{}/v2/{repository}/manifests/{sig_digest}",
-        registry().host()
-    );
+    let url = manifest_url(&repository, &sig_digest);
     let deleted = reqwest::Client::new().delete(&url).send().await.unwrap();
     assert!(
         deleted.status().is_success(),
@@ -372,37 +354,18 @@ async fn a_verified_digest_is_not_verified_again() {
     let wider = key_secret(&client, &[("team", &key), ("other", &other)]).await;
     let wider_class = verifying_class(&client, &wider).await;
     let again = bundle(&client, &wider_class, &tag, &ns).await;
-    wait_failure(
-        &client,
-        &again,
-        types::UNPACKED,
-        reasons::VERIFICATION_FAILED,
-        "no signature found",
-    )
-    .await;
+    verification_refused(&client, &again, "no signature found").await;
 }
 
 #[tokio::test]
 async fn a_missing_keys_secret_is_named() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let class = verifying_class(&client, "no-such-keys").await;
     let (ns, tag, _) = image(&client, "nokeys", "nokeys").await;
     let name = bundle(&client, &class, &tag, &ns).await;
-    let refused = wait_failure(
-        &client,
-        &name,
-        types::UNPACKED,
-        reasons::VERIFICATION_FAILED,
-        &format!("{NAMESPACE}/no-such-keys: not found"),
-    )
-    .await;
+    let mention = format!("{NAMESPACE}/no-such-keys: not found");
+    let (refused, message) = verification_refused(&client, &name, &mention).await;
     // The Secret may yet be created: retried, not stalled.
     assert!(condition(&refused, types::STALLED).is_none());
-    assert!(
-        condition(&refused, types::UNPACKED)
-            .unwrap()
-            .message
-            .contains("next retry in")
-    );
+    assert!(message.contains("next retry in"));
 }

@@ -234,6 +234,14 @@ mod tests {
         Some(assess(rule, object))
     }
 
+    /// Asserts that `object` is judged `state`, with a message that says `part`.
+    #[track_caller]
+    fn assert_judged(rules: &[HealthCheckExpr], object: &Value, state: State, part: &str) {
+        let assessment = judged(rules, object).unwrap();
+        assert_eq!(assessment.state, state);
+        assert!(assessment.message.contains(part), "{}", assessment.message);
+    }
+
     fn rule(in_progress: Option<&str>, failed: Option<&str>, current: &str) -> HealthCheckExpr {
         HealthCheckExpr {
             api_version: "example.com/v1".into(),
@@ -272,13 +280,7 @@ mod tests {
         let failed = widget(
             json!({"observedGeneration": 2, "conditions": [{"type": "Ready", "status": "False"}]}),
         );
-        let assessment = judged(&rules, &failed).unwrap();
-        assert_eq!(assessment.state, State::Failed);
-        assert!(
-            assessment.message.contains("failed is true"),
-            "{}",
-            assessment.message
-        );
+        assert_judged(&rules, &failed, State::Failed, "failed is true");
         // inProgress is tried first, even when current would be true.
         let pending = widget(
             json!({"phase": "Pending", "observedGeneration": 2, "conditions": [{"type": "Ready", "status": "True"}]}),
@@ -288,13 +290,7 @@ mod tests {
         let unknown = widget(
             json!({"observedGeneration": 2, "conditions": [{"type": "Ready", "status": "Unknown"}]}),
         );
-        let assessment = judged(&rules, &unknown).unwrap();
-        assert_eq!(assessment.state, State::InProgress);
-        assert!(
-            assessment.message.contains("not yet true"),
-            "{}",
-            assessment.message
-        );
+        assert_judged(&rules, &unknown, State::InProgress, "not yet true");
     }
 
     #[test]
@@ -303,13 +299,7 @@ mod tests {
         let stale = widget(
             json!({"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True"}]}),
         );
-        let assessment = judged(&rules, &stale).unwrap();
-        assert_eq!(assessment.state, State::InProgress);
-        assert!(
-            assessment.message.contains("generation 1"),
-            "{}",
-            assessment.message
-        );
+        assert_judged(&rules, &stale, State::InProgress, "generation 1");
     }
 
     #[test]
@@ -317,13 +307,7 @@ mod tests {
         let rules = [rule(None, None, READY)];
         let mut bare = widget(json!(null));
         bare.as_object_mut().unwrap().remove("status");
-        let assessment = judged(&rules, &bare).unwrap();
-        assert_eq!(assessment.state, State::InProgress);
-        assert!(
-            assessment.message.contains("conditions"),
-            "{}",
-            assessment.message
-        );
+        assert_judged(&rules, &bare, State::InProgress, "conditions");
         let guarded = [rule(
             None,
             None,
@@ -335,13 +319,7 @@ mod tests {
     #[test]
     fn a_non_boolean_result_is_named() {
         let rules = [rule(None, None, "spec.size")];
-        let assessment = judged(&rules, &widget(json!({}))).unwrap();
-        assert_eq!(assessment.state, State::InProgress);
-        assert!(
-            assessment.message.contains("not a bool"),
-            "{}",
-            assessment.message
-        );
+        assert_judged(&rules, &widget(json!({})), State::InProgress, "not a bool");
     }
 
     #[test]

@@ -483,6 +483,11 @@ mod tests {
         provisioner_namespace: "gantry-system",
     };
 
+    const IN_APP: Scope<'static> = Scope {
+        install_namespace: Some("app"),
+        ..SCOPE
+    };
+
     /// The highlight of the one object named `name`, or `None`.
     fn reason_of(objects: &[PlannedObject], scope: &Scope<'_>, name: &str) -> Option<String> {
         requested_permissions(objects, scope)
@@ -490,6 +495,14 @@ mod tests {
             .into_iter()
             .find(|h| h.name == name)
             .map(|h| h.reason)
+    }
+
+    /// Asserts that the highlight of the object named `name` says `part`.
+    #[track_caller]
+    fn assert_reason_has(objects: &[PlannedObject], scope: &Scope<'_>, name: &str, part: &str) {
+        let reason =
+            reason_of(objects, scope, name).unwrap_or_else(|| panic!("{name}: no highlight"));
+        assert!(reason.contains(part), "{reason}");
     }
 
     fn rbac(kind: &str, namespace: Option<&str>, name: &str, body: Value) -> PlannedObject {
@@ -573,31 +586,32 @@ mod tests {
                 }),
             ),
         ];
-        let scope = Scope {
-            install_namespace: Some("app"),
-            ..SCOPE
-        };
-        let argo = reason_of(&objects, &scope, "argocd-application-controller").unwrap();
-        assert!(
-            argo.contains("verbs [*] on resources [*] in groups [*]"),
-            "{argo}"
+        assert_reason_has(
+            &objects,
+            &IN_APP,
+            "argocd-application-controller",
+            "verbs [*] on resources [*] in groups [*]",
         );
-        assert!(argo.contains("every non-resource URL"), "{argo}");
-        let olm = reason_of(&objects, &scope, "olm-operator-binding").unwrap();
-        assert!(
-            olm.contains("escalate,bind on [clusterroles,roles]"),
-            "{olm}"
+        assert_reason_has(
+            &objects,
+            &IN_APP,
+            "argocd-application-controller",
+            "every non-resource URL",
         );
-        assert!(
-            olm.contains("impersonate on [users,groups,serviceaccounts]"),
-            "{olm}"
+        assert_reason_has(
+            &objects,
+            &IN_APP,
+            "olm-operator-binding",
+            "escalate,bind on [clusterroles,roles]",
         );
-        assert_eq!(reason_of(&objects, &scope, "reader"), None);
-        let aggregated = reason_of(&objects, &scope, "widgets-edit").unwrap();
-        assert!(
-            aggregated.contains("aggregated role(s) edit"),
-            "{aggregated}"
+        assert_reason_has(
+            &objects,
+            &IN_APP,
+            "olm-operator-binding",
+            "impersonate on [users,groups,serviceaccounts]",
         );
+        assert_eq!(reason_of(&objects, &IN_APP, "reader"), None);
+        assert_reason_has(&objects, &IN_APP, "widgets-edit", "aggregated role(s) edit");
     }
 
     #[test]
@@ -667,29 +681,27 @@ mod tests {
                 sa,
             ),
         ];
-        let scope = Scope {
-            install_namespace: Some("app"),
-            ..SCOPE
-        };
         assert_eq!(
-            reason_of(&objects, &scope, "to-cluster-admin").as_deref(),
+            reason_of(&objects, &IN_APP, "to-cluster-admin").as_deref(),
             Some("binds cluster-admin")
         );
         assert_eq!(
-            reason_of(&objects, &scope, "to-admin").as_deref(),
+            reason_of(&objects, &IN_APP, "to-admin").as_deref(),
             Some("binds admin")
         );
-        assert!(
-            reason_of(&objects, &scope, "to-everything")
-                .unwrap()
-                .contains("ClusterRole everything, which grants wildcards")
+        assert_reason_has(
+            &objects,
+            &IN_APP,
+            "to-everything",
+            "ClusterRole everything, which grants wildcards",
         );
-        assert!(
-            reason_of(&objects, &scope, "to-all-users")
-                .unwrap()
-                .contains("group(s) system:authenticated")
+        assert_reason_has(
+            &objects,
+            &IN_APP,
+            "to-all-users",
+            "group(s) system:authenticated",
         );
-        assert_eq!(reason_of(&objects, &scope, "to-view"), None);
+        assert_eq!(reason_of(&objects, &IN_APP, "to-view"), None);
     }
 
     #[test]
@@ -742,20 +754,15 @@ mod tests {
                 json!({ "roleRef": { "kind": "ClusterRole", "name": "secret-watcher" } }),
             ),
         ];
-        let scope = Scope {
-            install_namespace: Some("app"),
-            ..SCOPE
-        };
         assert_eq!(
-            reason_of(&objects, &scope, "secret-watcher").as_deref(),
+            reason_of(&objects, &IN_APP, "secret-watcher").as_deref(),
             Some(
                 "reads Secrets cluster-wide where a ClusterRoleBinding binds it (list,watch on secrets)"
             )
         );
-        let wildcard = reason_of(&objects, &scope, "core-reader").unwrap();
-        assert!(wildcard.contains("(get on secrets)"), "{wildcard}");
+        assert_reason_has(&objects, &IN_APP, "core-reader", "(get on secrets)");
         assert_eq!(
-            reason_of(&objects, &scope, "to-secret-watcher").as_deref(),
+            reason_of(&objects, &IN_APP, "to-secret-watcher").as_deref(),
             Some("binds ClusterRole secret-watcher, which reads Secrets, cluster-wide")
         );
         for name in [
@@ -766,7 +773,7 @@ mod tests {
             "to-secret-writer",
             "in-app-to-secret-watcher",
         ] {
-            assert_eq!(reason_of(&objects, &scope, name), None, "{name}");
+            assert_eq!(reason_of(&objects, &IN_APP, name), None, "{name}");
         }
     }
 
@@ -875,21 +882,19 @@ mod tests {
                 json!({ "spec": { "group": "metrics.k8s.io", "service": { "name": "metrics-server", "namespace": "kube-system" } } }),
             ),
         ];
-        let validating = reason_of(&objects, &SCOPE, "cert-manager-webhook").unwrap();
-        assert!(
-            validating.contains("admission webhook: webhook.cert-manager.io failurePolicy Fail"),
-            "{validating}"
+        assert_reason_has(
+            &objects,
+            &SCOPE,
+            "cert-manager-webhook",
+            "admission webhook: webhook.cert-manager.io failurePolicy Fail",
         );
-        assert!(
-            reason_of(&objects, &SCOPE, "mutator")
-                .unwrap()
-                .contains("m.example.com failurePolicy Ignore")
+        assert_reason_has(
+            &objects,
+            &SCOPE,
+            "mutator",
+            "m.example.com failurePolicy Ignore",
         );
-        assert!(
-            reason_of(&objects, &SCOPE, "v1beta1.metrics.k8s.io")
-                .unwrap()
-                .contains("aggregated API")
-        );
+        assert_reason_has(&objects, &SCOPE, "v1beta1.metrics.k8s.io", "aggregated API");
     }
 
     #[test]
@@ -902,27 +907,23 @@ mod tests {
             config_map("gantry-system", "provisioner"),
             object("", "Namespace", None, "app", json!({})),
         ];
-        let scope = Scope {
-            install_namespace: Some("app"),
-            ..SCOPE
-        };
-        assert_eq!(reason_of(&objects, &scope, "inside"), None);
+        assert_eq!(reason_of(&objects, &IN_APP, "inside"), None);
         assert_eq!(
-            reason_of(&objects, &scope, "outside").as_deref(),
+            reason_of(&objects, &IN_APP, "outside").as_deref(),
             Some("lives outside the install namespace app (in other)")
         );
-        let system = reason_of(&objects, &scope, "system").unwrap();
-        assert!(system.contains("lives in kube-system"), "{system}");
-        assert!(system.contains("outside the install namespace"), "{system}");
-        assert!(
-            reason_of(&objects, &scope, "provisioner")
-                .unwrap()
-                .contains("the provisioner's namespace gantry-system")
+        assert_reason_has(&objects, &IN_APP, "system", "lives in kube-system");
+        assert_reason_has(&objects, &IN_APP, "system", "outside the install namespace");
+        assert_reason_has(
+            &objects,
+            &IN_APP,
+            "provisioner",
+            "the provisioner's namespace gantry-system",
         );
         // Without an install namespace, nothing is "outside" it.
         assert_eq!(reason_of(&objects, &SCOPE, "outside"), None);
         // The bundle's own Namespace is no reason for attention.
-        assert_eq!(reason_of(&objects, &scope, "app"), None);
+        assert_eq!(reason_of(&objects, &IN_APP, "app"), None);
     }
 
     #[test]
@@ -1019,46 +1020,30 @@ mod tests {
                 template(json!({ "hostNetwork": true })),
             ),
         ];
-        let scope = Scope {
-            install_namespace: Some("app"),
-            ..SCOPE
-        };
-        let exporter = reason_of(&objects, &scope, "node-exporter").unwrap();
-        assert!(
-            exporter.contains("node's namespaces (hostNetwork, hostPID)"),
-            "{exporter}"
+        assert_reason_has(
+            &objects,
+            &IN_APP,
+            "node-exporter",
+            "node's namespaces (hostNetwork, hostPID)",
         );
-        assert!(exporter.contains("mounts host paths /"), "{exporter}");
-        let agent = reason_of(&objects, &scope, "agent").unwrap();
-        assert!(
-            agent.contains("runs container mount-bpf privileged"),
-            "{agent}"
+        assert_reason_has(&objects, &IN_APP, "node-exporter", "mounts host paths /");
+        assert_reason_has(
+            &objects,
+            &IN_APP,
+            "agent",
+            "runs container mount-bpf privileged",
         );
-        assert!(
-            agent.contains("adds capabilities NET_ADMIN,SYS_ADMIN to container agent"),
-            "{agent}"
+        assert_reason_has(
+            &objects,
+            &IN_APP,
+            "agent",
+            "adds capabilities NET_ADMIN,SYS_ADMIN to container agent",
         );
-        assert_eq!(reason_of(&objects, &scope, "web"), None);
-        assert_eq!(reason_of(&objects, &scope, "db"), None);
-        assert!(
-            reason_of(&objects, &scope, "ipc")
-                .unwrap()
-                .contains("hostIPC")
-        );
-        assert!(
-            reason_of(&objects, &scope, "cleanup")
-                .unwrap()
-                .contains("mounts host paths /var/log")
-        );
-        assert!(
-            reason_of(&objects, &scope, "debug")
-                .unwrap()
-                .contains("container shell privileged")
-        );
-        assert!(
-            reason_of(&objects, &scope, "rs")
-                .unwrap()
-                .contains("hostNetwork")
-        );
+        assert_eq!(reason_of(&objects, &IN_APP, "web"), None);
+        assert_eq!(reason_of(&objects, &IN_APP, "db"), None);
+        assert_reason_has(&objects, &IN_APP, "ipc", "hostIPC");
+        assert_reason_has(&objects, &IN_APP, "cleanup", "mounts host paths /var/log");
+        assert_reason_has(&objects, &IN_APP, "debug", "container shell privileged");
+        assert_reason_has(&objects, &IN_APP, "rs", "hostNetwork");
     }
 }

@@ -59,15 +59,7 @@ pub async fn publish(
 mod tests {
     use super::*;
 
-    use crate::status::{Facts, set_condition, summarize};
-
-    fn status_with(conditions: &[(&str, bool, &str)]) -> BundleStatus {
-        let mut status = BundleStatus::default();
-        for (t, s, r) in conditions {
-            set_condition(&mut status.conditions, t, *s, r, "", Some(1));
-        }
-        status
-    }
+    use crate::status::{Facts, status_with, summarize};
 
     #[test]
     fn a_change_of_ready_is_an_event_warning_only_for_failures() {

@@ -14,3 +14,13 @@ pub use history::{record_history, refresh_history_approval};
 pub use message::set_short_message;
 pub use summary::{Facts, Hold, summarize};
 pub use writes::{show_progress, write_bundle_status, write_class_status};
+
+/// A status with `conditions` (type, status, reason) set for generation 1.
+#[cfg(test)]
+fn status_with(conditions: &[(&str, bool, &str)]) -> gantry_api::BundleStatus {
+    let mut status = gantry_api::BundleStatus::default();
+    for (t, s, r) in conditions {
+        set_condition(&mut status.conditions, t, *s, r, "", Some(1));
+    }
+    status
+}

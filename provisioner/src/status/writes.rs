@@ -195,15 +195,7 @@ mod tests {
     use super::*;
     use gantry_api::conditions::{reasons, types};
 
-    use crate::status::set_condition;
-
-    fn status_with(conditions: &[(&str, bool, &str)]) -> BundleStatus {
-        let mut status = BundleStatus::default();
-        for (t, s, r) in conditions {
-            set_condition(&mut status.conditions, t, *s, r, "", Some(1));
-        }
-        status
-    }
+    use crate::status::status_with;
 
     #[test]
     fn changes_name_the_fields_and_conditions_a_write_changes() {

@@ -208,15 +208,21 @@ mod tests {
         }
     }
 
-    fn manual(approval: Option<&Approval>) -> Verdict {
+    /// The verdict on `sha256:new` of bundle `b` under a manual policy, the spec changing
+    /// `changes`.
+    fn manual_with(changes: Changes<'_>, approval: Option<&Approval>) -> Verdict {
         verdict(
             ApprovalPolicy::Manual,
             "reviewed",
             "b",
             "sha256:new",
-            &Changes::default(),
+            &changes,
             approval,
         )
+    }
+
+    fn manual(approval: Option<&Approval>) -> Verdict {
+        manual_with(Changes::default(), approval)
     }
 
     #[test]
@@ -278,18 +284,11 @@ mod tests {
         let mut approved = decision(ApprovalDecision::Approved, "sha256:new", None);
         approved.images = vec![mirror.clone()];
         let with = |images: &[ImageOverride]| {
-            verdict(
-                ApprovalPolicy::Manual,
-                "reviewed",
-                "b",
-                "sha256:new",
-                &Changes {
-                    images,
-                    patches: &[],
-                    ignore: &[],
-                },
-                Some(&approved),
-            )
+            let changes = Changes {
+                images,
+                ..Changes::default()
+            };
+            manual_with(changes, Some(&approved))
         };
         assert!(with(std::slice::from_ref(&mirror)).approved);
         let changed = ImageOverride {
@@ -314,18 +313,12 @@ mod tests {
         let mut approved = decision(ApprovalDecision::Approved, "sha256:new", None);
         approved.patches = vec![remove_replicas.clone()];
         let with = |patches: &[BundlePatch], images: &[ImageOverride]| {
-            verdict(
-                ApprovalPolicy::Manual,
-                "reviewed",
-                "b",
-                "sha256:new",
-                &Changes {
-                    images,
-                    patches,
-                    ignore: &[],
-                },
-                Some(&approved),
-            )
+            let changes = Changes {
+                images,
+                patches,
+                ignore: &[],
+            };
+            manual_with(changes, Some(&approved))
         };
         assert!(with(std::slice::from_ref(&remove_replicas), &[]).approved);
         let other_target = BundlePatch {

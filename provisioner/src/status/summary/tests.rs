@@ -7,7 +7,7 @@ use gantry_api::{BundlePhase, BundleStatus};
 use gantry_rules::health_policy::EffectiveHealth;
 
 use super::*;
-use crate::status::set_condition;
+use crate::status::{set_condition, status_with};
 
 const NO_WAIT: EffectiveHealth = EffectiveHealth {
     wait: false,
@@ -17,14 +17,6 @@ const WAIT: EffectiveHealth = EffectiveHealth {
     wait: true,
     timeout: Duration::from_secs(300),
 };
-
-fn status_with(conditions: &[(&str, bool, &str)]) -> BundleStatus {
-    let mut status = BundleStatus::default();
-    for (t, s, r) in conditions {
-        set_condition(&mut status.conditions, t, *s, r, "", Some(1));
-    }
-    status
-}
 
 fn installed() -> BundleStatus {
     status_with(&[
@@ -55,6 +47,17 @@ fn outcome(status: &BundleStatus, facts: &Facts<'_>) -> (&'static str, BundlePha
         ready.status == "True",
         ready.reason.clone(),
     )
+}
+
+/// Asserts the [`outcome`] of `status`.
+#[track_caller]
+fn assert_outcome(
+    status: &BundleStatus,
+    facts: &Facts<'_>,
+    expected: (&str, BundlePhase, bool, &str),
+) {
+    let (rule, phase, ready, reason) = outcome(status, facts);
+    assert_eq!((rule, phase, ready, reason.as_str()), expected);
 }
 
 #[test]
@@ -88,14 +91,15 @@ fn deleting_wins_over_everything() {
         hold: Some(&hold),
         ..facts(NO_WAIT)
     };
-    assert_eq!(
-        outcome(&status, &deleting),
+    assert_outcome(
+        &status,
+        &deleting,
         (
             "deleting",
             BundlePhase::Deleting,
             false,
-            reasons::UNINSTALLING.to_string()
-        )
+            reasons::UNINSTALLING,
+        ),
     );
     set_condition(
         &mut status.conditions,
@@ -125,14 +129,10 @@ fn a_suspended_bundle_keeps_ready_a_dependency_hold_does_not() {
         hold: Some(&suspended),
         ..facts(NO_WAIT)
     };
-    assert_eq!(
-        outcome(&status, &held),
-        (
-            "held",
-            BundlePhase::Installed,
-            true,
-            reasons::SUSPENDED.to_string()
-        )
+    assert_outcome(
+        &status,
+        &held,
+        ("held", BundlePhase::Installed, true, reasons::SUSPENDED),
     );
     // Suspended before it was ever installed: not Ready.
     let fresh = BundleStatus::default();
@@ -148,14 +148,15 @@ fn a_suspended_bundle_keeps_ready_a_dependency_hold_does_not() {
         hold: Some(&waiting),
         ..facts(NO_WAIT)
     };
-    assert_eq!(
-        outcome(&status, &held),
+    assert_outcome(
+        &status,
+        &held,
         (
             "held",
             BundlePhase::Pending,
             false,
-            reasons::DEPENDENCY_NOT_READY.to_string()
-        )
+            reasons::DEPENDENCY_NOT_READY,
+        ),
     );
 }
 
@@ -165,14 +166,15 @@ fn a_failed_step_wins_over_progress_and_names_its_reason() {
         (types::UNPACKED, false, reasons::PULL_FAILED),
         (types::INSTALLED, false, reasons::INSTALLING),
     ]);
-    assert_eq!(
-        outcome(&status, &facts(NO_WAIT)),
+    assert_outcome(
+        &status,
+        &facts(NO_WAIT),
         (
             "failed step",
             BundlePhase::Failing,
             false,
-            reasons::PULL_FAILED.to_string()
-        )
+            reasons::PULL_FAILED,
+        ),
     );
 }
 
@@ -227,14 +229,10 @@ fn a_denial_is_its_own_phase() {
         (types::UNPACKED, true, reasons::UNPACK_SUCCEEDED),
         (types::APPROVED, false, reasons::DENIED),
     ]);
-    assert_eq!(
-        outcome(&status, &facts(NO_WAIT)),
-        (
-            "failed step",
-            BundlePhase::Denied,
-            false,
-            reasons::DENIED.to_string()
-        )
+    assert_outcome(
+        &status,
+        &facts(NO_WAIT),
+        ("failed step", BundlePhase::Denied, false, reasons::DENIED),
     );
 }
 
@@ -274,14 +272,15 @@ fn waiting_steps_have_their_phases() {
 fn the_health_gate_holds_ready_only_when_the_policy_waits() {
     let mut status = installed();
     // Not assessed yet.
-    assert_eq!(
-        outcome(&status, &facts(WAIT)),
+    assert_outcome(
+        &status,
+        &facts(WAIT),
         (
             "health gate",
             BundlePhase::Installed,
             false,
-            reasons::PROGRESSING.to_string()
-        )
+            reasons::PROGRESSING,
+        ),
     );
     assert_eq!(outcome(&status, &facts(NO_WAIT)).0, "installed");
 
@@ -293,14 +292,15 @@ fn the_health_gate_holds_ready_only_when_the_policy_waits() {
         "1 of 1 object not healthy",
         Some(1),
     );
-    assert_eq!(
-        outcome(&status, &facts(WAIT)),
+    assert_outcome(
+        &status,
+        &facts(WAIT),
         (
             "health gate",
             BundlePhase::Failing,
             false,
-            reasons::HEALTH_CHECK_FAILED.to_string()
-        )
+            reasons::HEALTH_CHECK_FAILED,
+        ),
     );
     assert!(outcome(&status, &facts(NO_WAIT)).2, "no wait: Ready");
 
@@ -312,26 +312,23 @@ fn the_health_gate_holds_ready_only_when_the_policy_waits() {
         "1 object healthy",
         Some(1),
     );
-    assert_eq!(
-        outcome(&status, &facts(WAIT)),
+    assert_outcome(
+        &status,
+        &facts(WAIT),
         (
             "installed",
             BundlePhase::Installed,
             true,
-            reasons::INSTALL_SUCCEEDED.to_string()
-        )
+            reasons::INSTALL_SUCCEEDED,
+        ),
     );
 }
 
 #[test]
 fn nothing_started_is_pending() {
-    assert_eq!(
-        outcome(&BundleStatus::default(), &facts(WAIT)),
-        (
-            "pending",
-            BundlePhase::Pending,
-            false,
-            reasons::PENDING.to_string()
-        )
+    assert_outcome(
+        &BundleStatus::default(),
+        &facts(WAIT),
+        ("pending", BundlePhase::Pending, false, reasons::PENDING),
     );
 }

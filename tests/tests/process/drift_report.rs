@@ -6,7 +6,6 @@ use gantry_api::conditions::{reasons, types};
 use gantry_api::{Bundle, DriftMode};
 use gantry_tests::e2e::kubectl::{kubeconfig, kubectl_bundle, ok, text};
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, unique_name};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
@@ -23,10 +22,8 @@ fn drifted(status: &'static str, reason: &'static str) -> impl Fn(&Bundle) -> bo
 
 #[tokio::test]
 async fn reported_drift_is_shown_and_left_until_a_forced_reconcile() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("drift-report");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "drift-report").await;
     let image = push(
         &format!("{ns}/app:v1"),
         &[
@@ -74,10 +71,7 @@ async fn reported_drift_is_shown_and_left_until_a_forced_reconcile() {
         "{message}"
     );
     // Reported, not corrected: the pass that found it wrote nothing, and Ready stays.
-    assert_eq!(
-        config_map_data(&client, &ns, "a").await.as_deref(),
-        Some("2")
-    );
+    assert_config_map(&client, &ns, "a", Some("2")).await;
     assert!(config_map_data(&client, &ns, "b").await.is_none());
     assert!(is_ready(&bundle), "{:?}", bundle.status);
 
@@ -96,14 +90,8 @@ async fn reported_drift_is_shown_and_left_until_a_forced_reconcile() {
         drifted("False", reasons::NO_DRIFT)(b)
     })
     .await;
-    assert_eq!(
-        config_map_data(&client, &ns, "a").await.as_deref(),
-        Some("1")
-    );
-    assert_eq!(
-        config_map_data(&client, &ns, "b").await.as_deref(),
-        Some("1")
-    );
+    assert_config_map(&client, &ns, "a", Some("1")).await;
+    assert_config_map(&client, &ns, "b", Some("1")).await;
     // The next drift is reported again: the force was for that one pass.
     config_maps
         .patch(
@@ -121,20 +109,10 @@ async fn reported_drift_is_shown_and_left_until_a_forced_reconcile() {
         drifted("True", reasons::DRIFT_DETECTED),
     )
     .await;
-    assert_eq!(
-        config_map_data(&client, &ns, "a").await.as_deref(),
-        Some("3")
-    );
+    assert_config_map(&client, &ns, "a", Some("3")).await;
 
     // Back to Correct: no Drifted condition, and the drift is repaired.
-    Api::<Bundle>::all(client.clone())
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"drift": "Correct"}})),
-        )
-        .await
-        .unwrap();
+    patch_spec(&client, &name, json!({"drift": "Correct"})).await;
     wait_bundle(&client, &name, "no Drifted condition", |b| {
         condition(b, types::DRIFTED).is_none() && is_ready(b)
     })

@@ -11,9 +11,7 @@ use gantry_api::conditions::{reasons, types};
 use gantry_api::{ApprovalPolicy, Bundle, BundlePhase};
 use gantry_tests::e2e::kubectl::*;
 use gantry_tests::e2e::*;
-use gantry_tests::{
-    Registry, RegistryOptions, bundle_dir, control_plane, registry, unique_name, wait_until,
-};
+use gantry_tests::{Registry, RegistryOptions, bundle_dir, registry, unique_name, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
@@ -91,8 +89,7 @@ async fn installed_with(
     class: Option<&str>,
     files: &[(&str, String)],
 ) -> (String, String) {
-    let ns = unique_name(prefix);
-    ensure_namespace(client, &ns).await;
+    let ns = unique_namespace(client, prefix).await;
     let pinned = push(&format!("{ns}/app:v1"), files).await;
     let name = unique_name(prefix);
     let mut bundle_spec = spec(&pinned, Some(&ns));
@@ -115,8 +112,7 @@ async fn installed(client: &Client, prefix: &str) -> (String, String) {
 
 #[tokio::test]
 async fn approve_and_deny_through_kubectl() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let UnderReview {
         name,
         namespace: ns,
@@ -200,10 +196,7 @@ async fn approve_and_deny_through_kubectl() {
     ]);
     assert!(approved.status.success(), "{}", text(&approved));
     wait_bundle(&client, &name, "Ready", is_ready).await;
-    assert_eq!(
-        config_map_data(&client, &ns, "cm").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "cm", Some("v1")).await;
     // history shows the manual approval: who decided when, and why.
     let history = ok(&["history", &name]);
     let row = history
@@ -225,7 +218,7 @@ async fn approve_and_deny_through_kubectl() {
     );
 
     // A new digest needs a new approval; deny it.
-    let second = push(&repo, &[("a.yaml", config_map("cm", None, "v2"))]).await;
+    let second = push_config_map(&repo, "cm", None, "v2").await;
     wait_bundle(&client, &name, "awaiting the new digest", |b| {
         b.status.as_ref().and_then(|s| s.resolved_image.as_deref()) == Some(second.as_str())
             && condition(b, types::APPROVED).is_some_and(|c| c.reason == reasons::AWAITING_APPROVAL)
@@ -233,10 +226,7 @@ async fn approve_and_deny_through_kubectl() {
     .await;
     let denied = kubectl_bundle(&["deny", &name, "--reason", "not now", "--kubeconfig", &kc]);
     assert!(denied.status.success(), "{}", text(&denied));
-    let bundle = wait_bundle(&client, &name, "Denied", |b| {
-        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::Denied)
-    })
-    .await;
+    let bundle = wait_bundle(&client, &name, "Denied", phase_is(BundlePhase::Denied)).await;
     assert!(
         condition(&bundle, types::APPROVED)
             .unwrap()
@@ -267,14 +257,10 @@ async fn approve_and_deny_through_kubectl() {
 
 #[tokio::test]
 async fn approve_refuses_a_bundle_that_is_not_unpacked() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let name = unique_name("not-unpacked");
     // A class that does not exist: the bundle never unpacks.
-    let mut s = spec(
-        &format!("{}/none/none:v1", registry().host()),
-        Some("default"),
-    );
+    let mut s = spec(&in_registry("none/none:v1"), Some("default"));
     s.provisioner_class_name = Some(unique_name("absent"));
     create_bundle(&client, &name, s).await;
     let refused = kubectl_bundle(&["approve", &name, "--yes", "--kubeconfig", &kubeconfig()]);
@@ -294,8 +280,7 @@ async fn approve_refuses_a_bundle_that_is_not_unpacked() {
 
 #[tokio::test]
 async fn decisions_are_refused_where_the_class_approves_automatically() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let (name, _) = installed(&client, "auto").await;
     let refused = fails(&["deny", &name, "--reason", "no"]);
     assert!(
@@ -337,8 +322,7 @@ async fn decisions_are_refused_where_the_class_approves_automatically() {
 
 #[tokio::test]
 async fn kubectl_flags_and_output_formats() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let (name, _) = installed(&client, "flags").await;
     let kc = kubeconfig();
     let row = |out: &str| out.lines().any(|l| l.starts_with(&name));
@@ -643,8 +627,7 @@ async fn contexts_clusters_users_and_kubeconfig_lists_as_kubectl_reads_them() {
 
 #[tokio::test]
 async fn watch_and_approve_wait() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let review = under_review(&client, "watch", |_| {
         vec![("a.yaml", config_map("cm", None, "v1"))]
     })
@@ -703,8 +686,7 @@ async fn watch_and_approve_wait() {
 
 #[tokio::test]
 async fn events_are_the_bundles_own_with_age_and_count() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let (name, ns) = installed(&client, "events").await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     // An event of an earlier bundle of the same name (another UID) is not shown.
@@ -766,8 +748,7 @@ async fn events_are_the_bundles_own_with_age_and_count() {
 
 #[tokio::test]
 async fn tree_shows_the_managed_objects_live() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     // No namespace: it goes to the bundle's installNamespace.
     let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: example.org/web:1\n";
     let (name, ns) = installed_with(
@@ -853,10 +834,8 @@ async fn tree_shows_the_managed_objects_live() {
 
 #[tokio::test]
 async fn version_and_check_read_the_cluster() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("system");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "system").await;
     let version = ok(&["version", "--system-namespace", &ns]);
     assert!(
         version.contains(env!("CARGO_PKG_VERSION"))
@@ -1146,8 +1125,7 @@ fn validate_warns_about_namespaced_objects_without_a_namespace() {
 
 #[tokio::test]
 async fn validate_against_the_cluster_checks_kinds_with_its_discovery() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     // A namespaced kind the cluster serves and no built-in table knows.
     let group = format!("{}.example.com", unique_name("validate"));
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
@@ -1347,8 +1325,7 @@ fn kubectl_completes_the_plugins_verbs_and_flags() {
 /// pruned objects are shown, and nothing is pushed or applied.
 #[tokio::test]
 async fn diff_of_a_directory_shows_what_it_would_change_and_changes_nothing() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let (name, ns) = installed_with(
         &client,
         "dir-diff",
@@ -1386,15 +1363,9 @@ async fn diff_of_a_directory_shows_what_it_would_change_and_changes_nothing() {
     assert!(!shown.contains(&format!("{ns}/same")), "{shown}");
 
     // Nothing changed in the cluster, and the bundle still installs what it did.
-    assert_eq!(
-        config_map_data(&client, &ns, "changed").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "changed", Some("v1")).await;
     assert_eq!(config_map_data(&client, &ns, "added").await, None);
-    assert_eq!(
-        config_map_data(&client, &ns, "removed").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "removed", Some("v1")).await;
     let after: Bundle = Api::all(client.clone()).get(&name).await.unwrap();
     assert_eq!(after.spec, before.spec);
     assert_eq!(
@@ -1469,8 +1440,7 @@ fn kubectl_complete(words: &[&str], env: &[(&str, &str)]) -> (Vec<String>, Strin
 /// kubectl completes bundle names from the cluster the kubeconfig names, and `-o` values.
 #[tokio::test]
 async fn kubectl_completes_bundle_names_and_output_formats() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let prefix = unique_name("completed");
     let names = [format!("{prefix}-a"), format!("{prefix}-b")];
     let image = registry().reference(&format!("{prefix}/app:v1"));
@@ -1568,8 +1538,7 @@ async fn kubectl_completes_bundle_names_and_output_formats() {
 /// automatically.
 #[tokio::test]
 async fn approve_and_deny_complete_the_bundles_they_decide_on() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let prefix = unique_name("decide");
     let files = |_: &str| vec![("a.yaml", config_map("cm", None, "v1"))];
     let awaiting = under_review(&client, &format!("{prefix}-awaiting"), files).await;
@@ -1593,8 +1562,7 @@ async fn approve_and_deny_complete_the_bundles_they_decide_on() {
         "60s",
     ]);
     let automatic = format!("{prefix}-automatic");
-    let ns = unique_name("decide-automatic");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "decide-automatic").await;
     create_bundle(&client, &automatic, spec(&approved.pinned, Some(&ns))).await;
     wait_bundle(&client, &automatic, "Ready", is_ready).await;
 
@@ -1623,18 +1591,12 @@ async fn one_object_class(client: &Client) -> String {
 
 #[tokio::test]
 async fn a_rejected_new_digest_is_named_and_the_installed_one_stays() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let class = one_object_class(&client).await;
-    let ns = unique_name("rejected");
-    ensure_namespace(&client, &ns).await;
-    let good = push(
-        &format!("{ns}/app:live"),
-        &[("a.yaml", config_map("cm", None, "v1"))],
-    )
-    .await;
+    let ns = unique_namespace(&client, "rejected").await;
+    let good = push_config_map(&format!("{ns}/app:live"), "cm", None, "v1").await;
     let name = unique_name("rejected");
-    let mut bundle_spec = spec(&format!("{}/{ns}/app:live", registry().host()), Some(&ns));
+    let mut bundle_spec = spec(&in_registry(&format!("{ns}/app:live")), Some(&ns));
     bundle_spec.provisioner_class_name = Some(class);
     create_bundle(&client, &name, bundle_spec).await;
     wait_bundle(&client, &name, "Ready", is_ready).await;
@@ -1712,28 +1674,17 @@ async fn a_rejected_new_digest_is_named_and_the_installed_one_stays() {
 
 #[tokio::test]
 async fn history_and_rollback_through_kubectl() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("history");
-    ensure_namespace(&client, &ns).await;
-    let first = push(
-        &format!("{ns}/app:live"),
-        &[("a.yaml", config_map("cm", None, "v1"))],
-    )
-    .await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "history").await;
+    let first = push_config_map(&format!("{ns}/app:live"), "cm", None, "v1").await;
     let name = unique_name("history");
-    create_bundle(
+    create_bundle_ready(
         &client,
         &name,
-        spec(&format!("{}/{ns}/app:live", registry().host()), Some(&ns)),
+        spec(&in_registry(&format!("{ns}/app:live")), Some(&ns)),
     )
     .await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
-    let second = push(
-        &format!("{ns}/app:live"),
-        &[("a.yaml", config_map("cm", None, "v2"))],
-    )
-    .await;
+    let second = push_config_map(&format!("{ns}/app:live"), "cm", None, "v2").await;
     wait_config_map(&client, &ns, "cm", "v2", "the moved tag installed").await;
     wait_bundle(&client, &name, "the second digest in history", |b| {
         b.status.as_ref().is_some_and(|s| s.history.len() == 2)
@@ -1787,8 +1738,7 @@ async fn history_and_rollback_through_kubectl() {
 /// `approval: Manual`): `history` says who approved it, not `Automatic`.
 #[tokio::test]
 async fn history_names_the_approver_of_a_digest_approved_after_its_install() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let (name, _) = installed(&client, "approved-later").await;
     let shown = ok(&["history", &name]);
     assert!(
@@ -1797,14 +1747,7 @@ async fn history_names_the_approver_of_a_digest_approved_after_its_install() {
     );
     let class = unique_name("approved-later-class");
     apply_class(&client, &class, class_spec(ApprovalPolicy::Manual), false).await;
-    Api::<Bundle>::all(client.clone())
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "provisionerClassName": class } })),
-        )
-        .await
-        .unwrap();
+    patch_spec(&client, &name, json!({ "provisionerClassName": class })).await;
     wait_bundle(
         &client,
         &name,
@@ -1835,8 +1778,7 @@ async fn history_names_the_approver_of_a_digest_approved_after_its_install() {
 
 #[tokio::test]
 async fn kubectl_get_shows_the_class_the_message_and_the_last_transition() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let (name, _) = installed(&client, "columns").await;
     let out = std::process::Command::new("kubectl")
         .args(["get", "bundles", &name, "--kubeconfig", &kubeconfig()])
@@ -1911,8 +1853,7 @@ async fn bundle_with_insecure(
 
 #[tokio::test]
 async fn a_registry_reached_in_the_wrong_protocol_is_named_with_the_fix() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
 
     // The class does not list the plain-HTTP registry: the controller speaks TLS to it.
     let host = registry().host();
@@ -1955,8 +1896,7 @@ async fn a_registry_reached_in_the_wrong_protocol_is_named_with_the_fix() {
 
 #[tokio::test]
 async fn registry_errors_name_the_reference_once() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let image = registry().reference(&format!("{}/app:v1", unique_name("missing")));
     let name = unique_name("missing");
     create_bundle(&client, &name, spec(&image, Some("default"))).await;
@@ -2037,8 +1977,7 @@ fn pull_names_the_protocol_the_registry_speaks() {
 
 #[tokio::test]
 async fn spec_images_rewrite_what_is_applied_and_an_approval_covers_the_rewrite() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let deployment = |ns: &str| {
         format!(
             "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: op\n  namespace: {ns}\nspec:\n  selector:\n    matchLabels: {{app: op}}\n  template:\n    metadata:\n      labels: {{app: op}}\n    spec:\n      initContainers:\n      - name: init\n        image: registry.example/tools/init:v1\n      containers:\n      - name: op\n        image: registry.example/team/op:v1\n      - name: side\n        image: registry.example/team/sidecar:v1\n"

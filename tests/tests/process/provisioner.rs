@@ -39,13 +39,12 @@ async fn a_bundle_installs_and_reports_its_digest() {
     )
     .await;
     let name = unique_name("ready");
-    create_bundle(
+    let bundle = create_bundle_ready(
         &client,
         &name,
-        spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns)),
+        spec(&in_registry(&format!("{ns}/app:v1")), Some(&ns)),
     )
     .await;
-    let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
     let status = bundle.status.clone().unwrap();
 
     assert_eq!(status.phase, Some(BundlePhase::Installed));
@@ -294,10 +293,8 @@ async fn a_failure_is_cleared_by_the_first_pass_after_the_registry_is_back() {
 
 #[tokio::test]
 async fn a_moved_tag_rolls_out_and_prunes() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("moved");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "moved").await;
     let repo = format!("{ns}/app:stable");
     let first = push(
         &repo,
@@ -314,21 +311,13 @@ async fn a_moved_tag_rolls_out_and_prunes() {
     )
     .await;
     let name = unique_name("moved");
-    create_bundle(
-        &client,
-        &name,
-        spec(&format!("{}/{repo}", registry().host()), Some(&ns)),
-    )
-    .await;
+    create_bundle(&client, &name, spec(&in_registry(&repo), Some(&ns))).await;
     let bundle = wait_bundle(&client, &name, "Ready on the first digest", is_ready).await;
     assert_eq!(
         bundle.status.unwrap().resolved_image.as_deref(),
         Some(first.as_str())
     );
-    assert_eq!(
-        config_map_data(&client, &ns, "dropped").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "dropped", Some("v1")).await;
 
     // The tag moves: the new digest is noticed, applied, and what it no longer has is pruned.
     let second = push(
@@ -345,14 +334,8 @@ async fn a_moved_tag_rolls_out_and_prunes() {
             && b.status.as_ref().and_then(|s| s.resolved_image.as_deref()) == Some(second.as_str())
     })
     .await;
-    assert_eq!(
-        config_map_data(&client, &ns, "kept").await.as_deref(),
-        Some("v2")
-    );
-    assert_eq!(
-        config_map_data(&client, &ns, "added").await.as_deref(),
-        Some("v2")
-    );
+    assert_config_map(&client, &ns, "kept", Some("v2")).await;
+    assert_config_map(&client, &ns, "added", Some("v2")).await;
     assert_eq!(
         config_map_data(&client, &ns, "dropped").await,
         None,
@@ -378,8 +361,7 @@ async fn a_moved_tag_rolls_out_and_prunes() {
 
 #[tokio::test]
 async fn bundles_of_another_provisioner_are_left_untouched() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let other = unique_name("other-class");
     apply_class(
         &client,
@@ -391,14 +373,9 @@ async fn bundles_of_another_provisioner_are_left_untouched() {
         false,
     )
     .await;
-    let ns = unique_name("untouched");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "untouched").await;
     let image = format!("{}/{ns}/app:v1", registry().host());
-    push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("never", None, "x"))],
-    )
-    .await;
+    push_config_map(&format!("{ns}/app:v1"), "never", None, "x").await;
     let foreign = unique_name("foreign");
     let mut foreign_spec = spec(&image, Some(&ns));
     foreign_spec.provisioner_class_name = Some(other.clone());
@@ -429,13 +406,8 @@ async fn a_second_installation_serves_only_the_classes_naming_its_id() {
     let second =
         start_installation(&client, SECOND_ID, &["--sharding", "--backoff-base=200ms"]).await;
     let (second_storage, second_class) = (&second.storage, second.class.clone());
-    let ns = unique_name("installations");
-    ensure_namespace(&client, &ns).await;
-    let image = push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("installed", None, "x"))],
-    )
-    .await;
+    let ns = unique_namespace(&client, "installations").await;
+    let image = push_config_map(&format!("{ns}/app:v1"), "installed", None, "x").await;
     let theirs = unique_name("theirs");
     create_bundle(
         &client,
@@ -540,20 +512,14 @@ async fn a_second_installation_serves_only_the_classes_naming_its_id() {
 
 #[tokio::test]
 async fn the_default_class_serves_bundles_without_a_class() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("default");
-    ensure_namespace(&client, &ns).await;
-    push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("c", None, "x"))],
-    )
-    .await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "default").await;
+    push_config_map(&format!("{ns}/app:v1"), "c", None, "x").await;
     let name = unique_name("default");
     let created = create_bundle(
         &client,
         &name,
-        spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns)),
+        spec(&in_registry(&format!("{ns}/app:v1")), Some(&ns)),
     )
     .await;
     assert_eq!(created.spec.provisioner_class_name, None);
@@ -576,18 +542,12 @@ async fn the_default_class_serves_bundles_without_a_class() {
 
 #[tokio::test]
 async fn a_missing_class_waits_and_proceeds_when_it_appears() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("late-class");
-    ensure_namespace(&client, &ns).await;
-    push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("c", None, "x"))],
-    )
-    .await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "late-class").await;
+    push_config_map(&format!("{ns}/app:v1"), "c", None, "x").await;
     let class = unique_name("late");
     let name = unique_name("late-class");
-    let mut bundle_spec = spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns));
+    let mut bundle_spec = spec(&in_registry(&format!("{ns}/app:v1")), Some(&ns));
     bundle_spec.provisioner_class_name = Some(class.clone());
     create_bundle(&client, &name, bundle_spec).await;
     let waiting = wait_bundle(
@@ -615,17 +575,13 @@ async fn a_missing_class_waits_and_proceeds_when_it_appears() {
 
 #[tokio::test]
 async fn pull_failures_retry_with_growing_delays() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     // A tag that does not exist.
     let missing = unique_name("missing-tag");
     create_bundle(
         &client,
         &missing,
-        spec(
-            &format!("{}/nothing/here:v404", registry().host()),
-            Some("default"),
-        ),
+        spec(&in_registry("nothing/here:v404"), Some("default")),
     )
     .await;
     let mut delays = Vec::new();
@@ -659,10 +615,7 @@ async fn pull_failures_retry_with_growing_delays() {
     let first = delays.first().copied().unwrap();
     let last = delays.last().copied().unwrap();
     assert!(last > first * 2.0, "delays grow: {delays:?}");
-    let bundle = wait_bundle(&client, &missing, "Failing", |b| {
-        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::Failing)
-    })
-    .await;
+    let bundle = wait_bundle(&client, &missing, "Failing", phase_is(BundlePhase::Failing)).await;
     assert_eq!(
         condition(&bundle, types::READY).unwrap().reason,
         reasons::PULL_FAILED
@@ -702,10 +655,8 @@ fn parse_retry(message: &str) -> Option<(u32, f64)> {
 
 #[tokio::test]
 async fn an_invalid_bundle_fails_with_nothing_applied() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("invalid");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "invalid").await;
     // The image is pushed by skipping validation: a raw layer with a broken second file.
     let image = push_unvalidated(
         &format!("{ns}/app:v1"),
@@ -791,8 +742,7 @@ async fn push_unvalidated(repository_tag: &str, files: &[(&str, String)]) -> Str
 
 #[tokio::test]
 async fn a_crd_and_its_resources_install_together() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let ns = unique_name("crd");
     let group = format!("{ns}.example.com");
     let crd = format!(
@@ -852,14 +802,9 @@ async fn a_crd_and_its_resources_install_together() {
 
 #[tokio::test]
 async fn install_namespace_defaulting_absence_and_late_namespace() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let ns = unique_name("late-ns");
-    let image = push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("c", None, "x"))],
-    )
-    .await;
+    let image = push_config_map(&format!("{ns}/app:v1"), "c", None, "x").await;
 
     // No namespace on the object and none set on the bundle: the objects are named.
     let without = unique_name("no-ns");
@@ -895,18 +840,11 @@ async fn install_namespace_defaulting_absence_and_late_namespace() {
 
 #[tokio::test]
 async fn drift_is_corrected() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("drift");
-    ensure_namespace(&client, &ns).await;
-    let image = push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("watched", None, "desired"))],
-    )
-    .await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "drift").await;
+    let image = push_config_map(&format!("{ns}/app:v1"), "watched", None, "desired").await;
     let name = unique_name("drift");
-    create_bundle(&client, &name, spec(&image, Some(&ns))).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, spec(&image, Some(&ns))).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
 
     // A changed field comes back.
@@ -945,8 +883,7 @@ async fn a_check_lists_a_kind_once_per_namespace_and_reads_only_what_the_list_mi
     gantry();
     let cluster = control_plane();
     let client = cluster.client().await;
-    let ns = unique_name("listed");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "listed").await;
     let files: Vec<(String, String)> = (0..20)
         .map(|i| {
             (
@@ -958,8 +895,7 @@ async fn a_check_lists_a_kind_once_per_namespace_and_reads_only_what_the_list_mi
     let files: Vec<(&str, String)> = files.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let image = push(&format!("{ns}/app:v1"), &files).await;
     let name = unique_name("listed");
-    create_bundle(&client, &name, spec(&image, Some(&ns))).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, spec(&image, Some(&ns))).await;
     let reads_before = AuditLog::read(&cluster.audit_log())
         .unwrap()
         .config_map_reads(&ns)
@@ -1006,23 +942,12 @@ async fn a_check_lists_a_kind_once_per_namespace_and_reads_only_what_the_list_mi
 
 #[tokio::test]
 async fn two_bundles_claiming_one_object_conflict_on_the_second() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("claim");
-    ensure_namespace(&client, &ns).await;
-    let first_image = push(
-        &format!("{ns}/first:v1"),
-        &[("a.yaml", config_map("shared", None, "first"))],
-    )
-    .await;
-    let second_image = push(
-        &format!("{ns}/second:v1"),
-        &[("a.yaml", config_map("shared", None, "second"))],
-    )
-    .await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "claim").await;
+    let first_image = push_config_map(&format!("{ns}/first:v1"), "shared", None, "first").await;
+    let second_image = push_config_map(&format!("{ns}/second:v1"), "shared", None, "second").await;
     let first = unique_name("first");
-    create_bundle(&client, &first, spec(&first_image, Some(&ns))).await;
-    wait_bundle(&client, &first, "Ready", is_ready).await;
+    create_bundle_ready(&client, &first, spec(&first_image, Some(&ns))).await;
     let second = unique_name("second");
     create_bundle(&client, &second, spec(&second_image, Some(&ns))).await;
     let bundle = wait_bundle(
@@ -1102,18 +1027,13 @@ async fn two_bundles_claiming_one_object_conflict_on_the_second() {
     wait_bundle_gone(&client, &first).await;
     reconcile_handled(&client, &second).await;
     wait_bundle(&client, &second, "Ready once the object is free", is_ready).await;
-    assert_eq!(
-        config_map_data(&client, &ns, "shared").await.as_deref(),
-        Some("second")
-    );
+    assert_config_map(&client, &ns, "shared", Some("second")).await;
 }
 
 #[tokio::test]
 async fn an_object_of_a_failed_first_install_stays_that_bundle_s() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("cut-short");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "cut-short").await;
     // The second wave fails after the first (a Namespace) was written: a Service in that
     // Namespace the API server refuses (port 0), judged once the Namespace exists and before
     // the wave writes anything, so the ConfigMap of that wave is never written; the inventory
@@ -1154,11 +1074,7 @@ async fn an_object_of_a_failed_first_install_stays_that_bundle_s() {
         "recorded before applying"
     );
 
-    let other = push(
-        &format!("{ns}/other:v1"),
-        &[("a.yaml", config_map("shared", None, "other"))],
-    )
-    .await;
+    let other = push_config_map(&format!("{ns}/other:v1"), "shared", None, "other").await;
     let claimant = unique_name("claimant");
     create_bundle(&client, &claimant, spec(&other, Some(&ns))).await;
     wait_failure(
@@ -1174,22 +1090,16 @@ async fn an_object_of_a_failed_first_install_stays_that_bundle_s() {
 
 #[tokio::test]
 async fn require_digest_rejects_a_tag() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let class = unique_name("pinned-only");
     let mut body = class_spec(ApprovalPolicy::Automatic);
     body.require_digest = true;
     apply_class(&client, &class, body, false).await;
-    let ns = unique_name("pinned");
-    ensure_namespace(&client, &ns).await;
-    let pinned = push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("c", None, "x"))],
-    )
-    .await;
+    let ns = unique_namespace(&client, "pinned").await;
+    let pinned = push_config_map(&format!("{ns}/app:v1"), "c", None, "x").await;
 
     let tagged = unique_name("tagged");
-    let mut s = spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns));
+    let mut s = spec(&in_registry(&format!("{ns}/app:v1")), Some(&ns));
     s.provisioner_class_name = Some(class.clone());
     create_bundle(&client, &tagged, s).await;
     wait_failure(
@@ -1204,20 +1114,17 @@ async fn require_digest_rejects_a_tag() {
     let by_digest = unique_name("by-digest");
     let mut s = spec(&pinned, Some(&ns));
     s.provisioner_class_name = Some(class);
-    create_bundle(&client, &by_digest, s).await;
-    wait_bundle(&client, &by_digest, "Ready", is_ready).await;
+    create_bundle_ready(&client, &by_digest, s).await;
 }
 
 #[tokio::test]
 async fn a_private_registry_through_a_pull_secret() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let private = gantry_tests::Registry::start(gantry_tests::RegistryOptions {
         tls: true,
         auth: Some(("puller".into(), "pull-pass".into())),
     });
-    let ns = unique_name("private");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "private").await;
     // Push with credentials and the registry's CA.
     let dir = tempfile::tempdir().unwrap();
     write_bundle(
@@ -1326,18 +1233,12 @@ async fn a_private_registry_through_a_pull_secret() {
     // With it, the bundle installs.
     let allowed = unique_name("with-secret");
     s.pull_secret = Some(pull_secret);
-    create_bundle(&client, &allowed, s).await;
-    let bundle = wait_bundle(&client, &allowed, "Ready", is_ready).await;
+    let bundle = create_bundle_ready(&client, &allowed, s).await;
     assert_eq!(
         bundle.status.unwrap().resolved_image.as_deref(),
         Some(pushed.pinned.as_str())
     );
-    assert_eq!(
-        config_map_data(&client, &ns, "secret-config")
-            .await
-            .as_deref(),
-        Some("private")
-    );
+    assert_config_map(&client, &ns, "secret-config", Some("private")).await;
 }
 
 /// Writes `status.approval` as an approver does: server-side apply on the status subresource
@@ -1385,8 +1286,7 @@ async fn stored_content(name: &str) -> Vec<String> {
 /// only itself stored. Found by the chaos run: the earlier content stayed stored for good.
 #[tokio::test]
 async fn content_approved_later_leaves_only_itself_stored() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let UnderReview {
         name,
         namespace: ns,
@@ -1400,7 +1300,7 @@ async fn content_approved_later_leaves_only_itself_stored() {
     decide(&client, &name, "Approved", digest_of(&first), "v1").await;
     wait_bundle(&client, &name, "Ready at v1", is_ready).await;
 
-    let second = push(&repo, &[("a.yaml", config_map("gated", None, "v2"))]).await;
+    let second = push_config_map(&repo, "gated", None, "v2").await;
     wait_bundle(&client, &name, "awaiting approval of v2", |b| {
         b.status.as_ref().and_then(|s| s.resolved_image.as_deref()) == Some(second.as_str())
             && b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
@@ -1417,10 +1317,7 @@ async fn content_approved_later_leaves_only_itself_stored() {
             && b.status.as_ref().and_then(|s| s.resolved_image.as_deref()) == Some(second.as_str())
     })
     .await;
-    assert_eq!(
-        config_map_data(&client, &ns, "gated").await.as_deref(),
-        Some("v2")
-    );
+    assert_config_map(&client, &ns, "gated", Some("v2")).await;
     let current = bundle.status.unwrap().content_digest.unwrap();
     assert_eq!(
         stored_content(&name).await,
@@ -1431,8 +1328,7 @@ async fn content_approved_later_leaves_only_itself_stored() {
 
 #[tokio::test]
 async fn manual_approval_is_bound_to_the_digest() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let UnderReview {
         name,
         namespace: ns,
@@ -1488,13 +1384,10 @@ async fn manual_approval_is_bound_to_the_digest() {
         condition(&bundle, types::APPROVED).unwrap().reason,
         reasons::APPROVED
     );
-    assert_eq!(
-        config_map_data(&client, &ns, "gated").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "gated", Some("v1")).await;
 
     // The tag moves: the new digest waits for a new approval; the old objects stay.
-    let second = push(&repo, &[("a.yaml", config_map("gated", None, "v2"))]).await;
+    let second = push_config_map(&repo, "gated", None, "v2").await;
     let bundle = wait_bundle(&client, &name, "waiting for the new digest", |b| {
         b.status.as_ref().and_then(|s| s.resolved_image.as_deref()) == Some(second.as_str())
             && condition(b, types::APPROVED).is_some_and(|c| c.reason == reasons::AWAITING_APPROVAL)
@@ -1506,10 +1399,7 @@ async fn manual_approval_is_bound_to_the_digest() {
             .message
             .contains("does not carry over")
     );
-    assert_eq!(
-        config_map_data(&client, &ns, "gated").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "gated", Some("v1")).await;
     // The controller kept the approver's decision as it was written.
     let approval = bundle.status.unwrap().approval.unwrap();
     assert_eq!(approval.digest, digest_of(&first));
@@ -1517,10 +1407,7 @@ async fn manual_approval_is_bound_to_the_digest() {
 
     // Denying the new digest stops it: phase Denied, reason from the approver, an Event.
     decide(&client, &name, "Denied", digest_of(&second), "not this one").await;
-    let bundle = wait_bundle(&client, &name, "Denied", |b| {
-        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::Denied)
-    })
-    .await;
+    let bundle = wait_bundle(&client, &name, "Denied", phase_is(BundlePhase::Denied)).await;
     let denied = condition(&bundle, types::APPROVED).unwrap();
     assert_eq!(denied.reason, reasons::DENIED);
     assert!(
@@ -1557,8 +1444,7 @@ async fn manual_approval_is_bound_to_the_digest() {
 
 #[tokio::test]
 async fn the_controller_never_rewrites_the_approval() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let UnderReview {
         name,
         namespace: ns,
@@ -1650,10 +1536,8 @@ async fn bundle_events(
 
 #[tokio::test]
 async fn an_event_series_counts_only_the_same_message() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("series");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "series").await;
     // A ConfigMap in a namespace that does not exist: the dry run cannot judge it, and its
     // apply fails after `Installing` is shown, the same way on every attempt, retried with
     // backoff.
@@ -1695,19 +1579,8 @@ async fn an_event_series_counts_only_the_same_message() {
     // Two installs of different digests are two Events, each counted once.
     let mut installed = Vec::new();
     for version in ["v1", "v2"] {
-        let image = push(
-            &format!("{ns}/app:{version}"),
-            &[("a.yaml", config_map("ok", None, version))],
-        )
-        .await;
-        Api::<Bundle>::all(client.clone())
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "spec": { "image": image } })),
-            )
-            .await
-            .unwrap();
+        let image = push_config_map(&format!("{ns}/app:{version}"), "ok", None, version).await;
+        set_image(&client, &name, &image).await;
         wait_bundle(&client, &name, "installed", |b| {
             is_ready(b)
                 && b.status.as_ref().and_then(|s| s.installed_image.as_deref())

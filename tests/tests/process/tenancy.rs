@@ -176,8 +176,7 @@ fn binding_to_cluster_admin(name: &str, namespace: &str, account: &str) -> Strin
 async fn a_limited_service_account_cannot_bind_cluster_admin_and_nothing_is_applied() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("limited");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "limited").await;
     // May manage ConfigMaps in its namespace and create ClusterRoleBindings, but holds nothing
     // of cluster-admin: RBAC refuses to let it grant more than it has.
     let limited = service_account(
@@ -260,8 +259,7 @@ async fn a_limited_service_account_cannot_bind_cluster_admin_and_nothing_is_appl
 async fn prune_and_uninstall_run_as_the_service_account() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("nodelete");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "nodelete").await;
     let creator = service_account(
         &client,
         &ns,
@@ -285,11 +283,7 @@ async fn prune_and_uninstall_run_as_the_service_account() {
     wait_bundle(&client, &name, "Ready as the creator", is_ready).await;
 
     // v2 drops a ConfigMap: pruning it is a delete, which the ServiceAccount may not do.
-    let v2 = push(
-        &format!("{ns}/app:v2"),
-        &[("a.yaml", config_map("kept", None, "v2"))],
-    )
-    .await;
+    let v2 = push_config_map(&format!("{ns}/app:v2"), "kept", None, "v2").await;
     let bundles: Api<Bundle> = Api::all(client.clone());
     bundles
         .patch(
@@ -312,10 +306,7 @@ async fn prune_and_uninstall_run_as_the_service_account() {
         message.contains("forbidden") && message.contains(&format!("ServiceAccount {ns}/creator")),
         "{message}"
     );
-    assert_eq!(
-        config_map_data(&client, &ns, "dropped").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "dropped", Some("v1")).await;
 
     // Uninstalling is deleting too: refused, the objects stay, the bundle waits.
     bundles
@@ -354,8 +345,7 @@ async fn prune_and_uninstall_run_as_the_service_account() {
 async fn permissions_granted_by_name_are_checked_object_by_object() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("byname");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "byname").await;
     let named = service_account(
         &client,
         &ns,
@@ -397,24 +387,10 @@ async fn permissions_granted_by_name_are_checked_object_by_object() {
     assert_eq!(config_map_data(&client, &ns, "granted").await, None);
     assert_eq!(config_map_data(&client, &ns, "other").await, None);
 
-    let granted = push(
-        &format!("{ns}/app:granted"),
-        &[("a.yaml", config_map("granted", None, "v1"))],
-    )
-    .await;
-    Api::<Bundle>::all(client.clone())
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": { "image": granted } })),
-        )
-        .await
-        .unwrap();
+    let granted = push_config_map(&format!("{ns}/app:granted"), "granted", None, "v1").await;
+    set_image(&client, &name, &granted).await;
     wait_bundle(&client, &name, "Ready with the granted name only", is_ready).await;
-    assert_eq!(
-        config_map_data(&client, &ns, "granted").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "granted", Some("v1")).await;
     assert_eq!(config_map_data(&client, &ns, "other").await, None);
 }
 
@@ -422,13 +398,8 @@ async fn permissions_granted_by_name_are_checked_object_by_object() {
 async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("required");
-    ensure_namespace(&client, &ns).await;
-    let image = push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("c", None, "v1"))],
-    )
-    .await;
+    let ns = unique_namespace(&client, "required").await;
+    let image = push_config_map(&format!("{ns}/app:v1"), "c", None, "v1").await;
 
     // The default class names no ServiceAccount.
     let name = unique_name("required");
@@ -493,10 +464,7 @@ async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled
     )
     .await;
     assert_eq!(applied_as(&bundle), Some(own));
-    assert_eq!(
-        config_map_data(&client, &ns, "c").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "c", Some("v1")).await;
 }
 
 /// Pushes `files` as `repository:tag` to `to` (a registry of the test's own); the pinned
@@ -544,8 +512,7 @@ async fn requests_served(registry: &Registry) -> f64 {
 async fn images_outside_a_class_s_allowed_images_are_refused() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("sources");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "sources").await;
     // A registry of this test alone: every request it serves is this test's.
     let own = Registry::start(RegistryOptions::default());
     let broad = broad_service_account(&client).await;
@@ -612,10 +579,7 @@ async fn images_outside_a_class_s_allowed_images_are_refused() {
         is_ready,
     )
     .await;
-    assert_eq!(
-        config_map_data(&client, &ns, "inside").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "inside", Some("v1")).await;
     // The counter sees the provisioner's requests: an allowed image is pulled from it.
     assert!(requests_served(&own).await > pushed);
 }
@@ -635,8 +599,7 @@ fn diff(name: &str) -> std::process::Output {
 async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("diff");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "diff").await;
     let broad = broad_service_account(&client).await;
     let class = class_applying_as(&client, "diff", &broad, ApprovalPolicy::Manual).await;
     let v1 = push(
@@ -675,9 +638,12 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
     };
     let name = unique_name("diff");
     create_bundle(&client, &name, spec_of_class(&v1, Some(&ns), &class)).await;
-    wait_bundle(&client, &name, "AwaitingApproval", |b| {
-        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
-    })
+    wait_bundle(
+        &client,
+        &name,
+        "AwaitingApproval",
+        phase_is(BundlePhase::AwaitingApproval),
+    )
     .await;
 
     // Nothing is installed yet: everything would be created.
@@ -713,14 +679,7 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
         ],
     )
     .await;
-    Api::<Bundle>::all(client.clone())
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": { "image": v2 } })),
-        )
-        .await
-        .unwrap();
+    set_image(&client, &name, &v2).await;
     let pinned_digest = v2.rsplit_once('@').unwrap().1.to_string();
     wait_bundle(&client, &name, "the new digest awaiting approval", |b| {
         let status = b.status.as_ref();
@@ -777,10 +736,7 @@ async fn kubectl_bundle_diff_shows_what_an_approval_would_change() {
     );
     assert_eq!(String::from_utf8_lossy(&from_registry.stdout), out);
     // The diff is a dry run: nothing changed on the cluster.
-    assert_eq!(
-        config_map_data(&client, &ns, "settings").await.as_deref(),
-        Some("old-value")
-    );
+    assert_config_map(&client, &ns, "settings", Some("old-value")).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     assert!(cms.get_opt("retired").await.unwrap().is_some());
     assert!(
@@ -1004,8 +960,7 @@ async fn an_operator_install_awaiting_approval_highlights_what_an_approver_must_
 async fn a_service_account_that_may_write_but_not_read_applies_nothing() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("noread");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "noread").await;
     let writer = service_account(
         &client,
         &ns,
@@ -1056,8 +1011,5 @@ async fn a_service_account_that_may_write_but_not_read_applies_nothing() {
     )
     .await;
     wait_bundle(&client, &name, "Ready once it may read", is_ready).await;
-    assert_eq!(
-        config_map_data(&client, &ns, "second").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "second", Some("v1")).await;
 }

@@ -26,8 +26,7 @@ const PROMPTLY: Duration = Duration::from_secs(30);
 /// An installation whose provisioner serves `id`, with retries fast and periodic visits at their
 /// defaults.
 async fn installation(id: &str) -> (Client, Installation) {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let installation = start_installation(
         &client,
         &format!("{PLAIN_PROVISIONER}-{id}"),
@@ -35,17 +34,6 @@ async fn installation(id: &str) -> (Client, Installation) {
     )
     .await;
     (client, installation)
-}
-
-async fn set_image(client: &Client, name: &str, image: &str) {
-    Api::<Bundle>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": { "image": image } })),
-        )
-        .await
-        .unwrap();
 }
 
 fn deployment(name: &str, replicas: i32) -> String {
@@ -126,10 +114,7 @@ async fn a_malformed_image_stalls_naming_the_field_and_drift_of_what_is_installe
         .await
         .unwrap();
     restored(&client, &ns, "first", "v1").await;
-    assert_eq!(
-        config_map_data(&client, &ns, "second").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "second", Some("v1")).await;
     let bundle = Api::<Bundle>::all(client.clone()).get(&name).await.unwrap();
     assert_stalled(&bundle, reasons::INVALID_IMAGE_REFERENCE);
     v1_stays_installed(&bundle, &v1);
@@ -195,37 +180,34 @@ async fn approve(client: &Client, name: &str, digest: &str) {
 #[tokio::test]
 async fn drift_of_what_is_installed_is_repaired_while_a_new_digest_awaits_approval() {
     let (client, _installation) = installation("awaiting").await;
-    let ns = unique_name("awaiting");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "awaiting").await;
     let class = unique_name("awaiting");
     let spec = ProvisionerClassSpec {
         provisioner: format!("{PLAIN_PROVISIONER}-awaiting"),
         ..class_spec(ApprovalPolicy::Manual)
     };
     apply_class(&client, &class, spec, false).await;
-    let v1 = push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("first", None, "v1"))],
-    )
-    .await;
+    let v1 = push_config_map(&format!("{ns}/app:v1"), "first", None, "v1").await;
     let name = ns.clone();
     create_bundle(&client, &name, spec_of_class(&v1, Some(&ns), &class)).await;
-    wait_bundle(&client, &name, "v1 awaiting approval", |b| {
-        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
-    })
+    wait_bundle(
+        &client,
+        &name,
+        "v1 awaiting approval",
+        phase_is(BundlePhase::AwaitingApproval),
+    )
     .await;
     approve(&client, &name, digest_of(&v1)).await;
     wait_bundle(&client, &name, "v1 Ready", is_ready).await;
 
-    let v2 = push(
-        &format!("{ns}/app:v2"),
-        &[("a.yaml", config_map("first", None, "v2"))],
-    )
-    .await;
+    let v2 = push_config_map(&format!("{ns}/app:v2"), "first", None, "v2").await;
     set_image(&client, &name, &v2).await;
-    wait_bundle(&client, &name, "v2 awaiting approval", |b| {
-        b.status.as_ref().and_then(|s| s.phase) == Some(BundlePhase::AwaitingApproval)
-    })
+    wait_bundle(
+        &client,
+        &name,
+        "v2 awaiting approval",
+        phase_is(BundlePhase::AwaitingApproval),
+    )
     .await;
     Api::<ConfigMap>::namespaced(client.clone(), &ns)
         .delete("first", &DeleteParams::default())
@@ -237,8 +219,7 @@ async fn drift_of_what_is_installed_is_repaired_while_a_new_digest_awaits_approv
 #[tokio::test]
 async fn nothing_of_a_bundle_is_written_while_the_api_server_refuses_one_of_its_objects() {
     let (client, installation) = installation("invalid").await;
-    let ns = unique_name("invalid");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "invalid").await;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(client.clone(), &ns);
@@ -364,8 +345,7 @@ async fn objects_in_a_namespace_the_bundle_creates_are_judged_before_their_wave_
 #[tokio::test]
 async fn a_forbidden_stall_goes_on_as_soon_as_a_role_binding_grants_what_it_lacked() {
     let (client, _installation) = installation("forbidden").await;
-    let ns = unique_name("forbidden");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "forbidden").await;
     control_plane().service_account_token(&ns, "deployer").await;
     // It may read ConfigMaps (drift watches and health need that), not write them.
     let role = |name: &str, verbs: &[&str]| {
@@ -408,11 +388,7 @@ async fn a_forbidden_stall_goes_on_as_soon_as_a_role_binding_grants_what_it_lack
         ..class_spec(ApprovalPolicy::Automatic)
     };
     apply_class(&client, &class, spec, false).await;
-    let image = push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("settings", None, "v1"))],
-    )
-    .await;
+    let image = push_config_map(&format!("{ns}/app:v1"), "settings", None, "v1").await;
     let name = ns.clone();
     create_bundle(&client, &name, spec_of_class(&image, Some(&ns), &class)).await;
     let bundle = wait_failure(
@@ -450,8 +426,5 @@ async fn a_forbidden_stall_goes_on_as_soon_as_a_role_binding_grants_what_it_lack
     })
     .await;
     println!("Ready {:.1?} after the grant", granted.elapsed());
-    assert_eq!(
-        config_map_data(&client, &ns, "settings").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "settings", Some("v1")).await;
 }

@@ -298,16 +298,19 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapSummary<T> {
     }
 }
 
-/// Visits a mapping, handing each key and its value to `field`; anything else gives `T`'s
-/// default.
+/// Visits a mapping, handing each key and its value to `field`, starting from `start`; null
+/// gives `null`, anything else `T`'s default (`start` and `null` are the default unless given).
 macro_rules! mapping_walker {
     ($ty:ty, |$value:ident, $key:ident, $map:ident| $body:block) => {
+        mapping_walker!($ty, null = <$ty>::default(), start = <$ty>::default(), |$value, $key, $map| $body);
+    };
+    ($ty:ty, null = $null:expr, start = $start:expr, |$value:ident, $key:ident, $map:ident| $body:block) => {
         impl<'de> Deserialize<'de> for $ty {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 struct V;
                 impl<'de> Visitor<'de> for V {
                     type Value = $ty;
-                    any_value!('de, $ty, other = <$ty>::default(), null = <$ty>::default());
+                    any_value!('de, $ty, other = <$ty>::default(), null = $null);
                     fn visit_str<E: de::Error>(self, _: &str) -> Result<$ty, E> {
                         Ok(<$ty>::default())
                     }
@@ -315,7 +318,7 @@ macro_rules! mapping_walker {
                         skip_seq(seq).map(|_| <$ty>::default())
                     }
                     fn visit_map<A: MapAccess<'de>>(self, mut $map: A) -> Result<$ty, A::Error> {
-                        let mut $value = <$ty>::default();
+                        let mut $value = $start;
                         while let Some(Key($key)) = $map.next_key::<Key>()? $body
                         Ok($value)
                     }
@@ -349,43 +352,28 @@ mapping_walker!(SpecSummary, |spec, key, map| {
     }
 });
 
-impl<'de> Deserialize<'de> for MetaSummary {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = MetaSummary;
-            any_value!('de, MetaSummary, other = MetaSummary::default(), null = MetaSummary {
-                null: true,
-                ..Default::default()
-            });
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<MetaSummary, E> {
-                Ok(MetaSummary::default())
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<MetaSummary, A::Error> {
-                skip_seq(seq).map(|_| MetaSummary::default())
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetaSummary, A::Error> {
-                let mut meta = MetaSummary {
-                    is_map: true,
-                    ..Default::default()
-                };
-                while let Some(Key(key)) = map.next_key::<Key>()? {
-                    match key.as_str() {
-                        "name" => meta.name = map.next_value()?,
-                        "namespace" => meta.namespace = map.next_value()?,
-                        "labels" => meta.labels = map.next_value()?,
-                        "annotations" => meta.annotations = map.next_value()?,
-                        _ => {
-                            map.next_value::<Skip>()?;
-                        }
-                    }
-                }
-                Ok(meta)
+mapping_walker!(
+    MetaSummary,
+    null = MetaSummary {
+        null: true,
+        ..Default::default()
+    },
+    start = MetaSummary {
+        is_map: true,
+        ..Default::default()
+    },
+    |meta, key, map| {
+        match key.as_str() {
+            "name" => meta.name = map.next_value()?,
+            "namespace" => meta.namespace = map.next_value()?,
+            "labels" => meta.labels = map.next_value()?,
+            "annotations" => meta.annotations = map.next_value()?,
+            _ => {
+                map.next_value::<Skip>()?;
             }
         }
-        d.deserialize_any(V)
     }
-}
+);
 
 /// `items`: a sequence of documents, or anything else (ignored unless the document is a list).
 enum Items {
@@ -418,42 +406,27 @@ impl<'de> Deserialize<'de> for Items {
     }
 }
 
-impl<'de> Deserialize<'de> for DocSummary {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = DocSummary;
-            any_value!('de, DocSummary, other = DocSummary::default(), null = DocSummary::default());
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<DocSummary, E> {
-                Ok(DocSummary::default())
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<DocSummary, A::Error> {
-                skip_seq(seq).map(|_| DocSummary::default())
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DocSummary, A::Error> {
-                let mut doc = DocSummary {
-                    is_map: true,
-                    ..Default::default()
-                };
-                while let Some(Key(key)) = map.next_key::<Key>()? {
-                    match key.as_str() {
-                        "apiVersion" => doc.api_version = map.next_value()?,
-                        "kind" => doc.kind = map.next_value()?,
-                        "metadata" => doc.metadata = Some(map.next_value()?),
-                        "spec" => doc.spec = map.next_value()?,
-                        "items" => match map.next_value::<Items>()? {
-                            Items::Seq(items) => doc.items = Some(items),
-                            Items::Null => {}
-                            Items::Other => doc.items_other = true,
-                        },
-                        _ => {
-                            map.next_value::<Skip>()?;
-                        }
-                    }
-                }
-                Ok(doc)
+mapping_walker!(
+    DocSummary,
+    null = DocSummary::default(),
+    start = DocSummary {
+        is_map: true,
+        ..Default::default()
+    },
+    |doc, key, map| {
+        match key.as_str() {
+            "apiVersion" => doc.api_version = map.next_value()?,
+            "kind" => doc.kind = map.next_value()?,
+            "metadata" => doc.metadata = Some(map.next_value()?),
+            "spec" => doc.spec = map.next_value()?,
+            "items" => match map.next_value::<Items>()? {
+                Items::Seq(items) => doc.items = Some(items),
+                Items::Null => {}
+                Items::Other => doc.items_other = true,
+            },
+            _ => {
+                map.next_value::<Skip>()?;
             }
         }
-        d.deserialize_any(V)
     }
-}
+);

@@ -397,10 +397,7 @@ async fn node_pull_pods_report_pull_errors_content_errors_and_content() {
         Some(content_digest.as_str())
     );
     assert_eq!(status.platform.as_deref(), Some("linux/amd64"));
-    assert_eq!(
-        config_map_data(&client, &ns, "from-node").await.as_deref(),
-        Some("node")
-    );
+    assert_config_map(&client, &ns, "from-node", Some("node")).await;
     wait_removed(&client, &third).await;
     delete_bundles(&client, &[&name]).await;
 }
@@ -764,8 +761,7 @@ async fn a_manual_node_class_asks_approval_for_the_digest_the_node_pulled() {
     let mut class = class_spec(ApprovalPolicy::Manual);
     class.pull_mode = PullMode::Node;
     apply_class(&client, &manual, class, false).await;
-    let ns = unique_name("node-manual");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "node-manual").await;
     let repository = format!("{}/{ns}/app", registry().host());
     let name = unique_name("node-manual");
     let mut bundle_spec = spec(&format!("{repository}:v1"), Some(&ns));
@@ -835,9 +831,6 @@ async fn a_manual_node_class_asks_approval_for_the_digest_the_node_pulled() {
     assert_eq!(config_map_data(&client, &ns, "reviewed").await, None);
     approve(pulled.clone()).await;
     wait_bundle(&client, &name, "Ready", is_ready).await;
-    assert_eq!(
-        config_map_data(&client, &ns, "reviewed").await.as_deref(),
-        Some("node")
-    );
+    assert_config_map(&client, &ns, "reviewed", Some("node")).await;
     delete_bundles(&client, &[&name]).await;
 }

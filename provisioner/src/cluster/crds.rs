@@ -41,18 +41,22 @@ pub async fn read_live(client: &Client, name: &str) -> Result<Option<Value>> {
     Ok(live::for_health(client, &crds, name, true).await?)
 }
 
-/// Whether any object of `group`/`version`, resource `plural`, exists (a list with limit 1). A
+/// The objects of the live CRD `crd` as read through `version`, in all namespaces.
+fn objects_api(client: &Client, crd: &Value, version: &str) -> Api<DynamicObject> {
+    let text = |pointer| {
+        crd.pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let gvk = GroupVersionKind::gvk(text("/spec/group"), version, text("/spec/names/kind"));
+    let resource = ApiResource::from_gvk_with_plural(&gvk, text("/spec/names/plural"));
+    Api::all_with(client.clone(), &resource)
+}
+
+/// Whether any object of the live CRD `crd` is read through `version` (a list with limit 1). A
 /// version the API server does not serve (any more) has none to show.
-pub async fn has_objects(
-    client: &Client,
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-) -> Result<bool> {
-    let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+pub async fn has_objects(client: &Client, crd: &Value, version: &str) -> Result<bool> {
+    let api = objects_api(client, crd, version);
     match api.list_metadata(&ListParams::default().limit(1)).await {
         Ok(list) => Ok(!list.items.is_empty()),
         Err(e) if crate::cluster::errors::is_not_found(&e) => Ok(false),
@@ -60,18 +64,14 @@ pub async fn has_objects(
     }
 }
 
-/// Every object of `group`/`version`, resource `plural`, in all namespaces, read in pages; none
-/// when the version is not served.
+/// Every object of the live CRD `crd` read through `version`, in all namespaces, read in pages;
+/// none when the version is not served.
 pub async fn list_objects(
     client: &Client,
-    group: &str,
+    crd: &Value,
     version: &str,
-    kind: &str,
-    plural: &str,
 ) -> Result<Vec<DynamicObject>> {
-    let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let api = objects_api(client, crd, version);
     let mut objects = Vec::new();
     let mut params = ListParams::default().limit(500);
     loop {

@@ -67,7 +67,7 @@ pub(crate) async fn findings(ctx: &Context, plan: &Plan) -> Result<Vec<CrdFindin
                 continue;
             };
             if finding.change == Change::NoLongerServed {
-                if read_through(ctx, &live, &version).await? {
+                if crds::has_objects(&ctx.client, &live, &version).await? {
                     found.push(finding.to_string());
                 }
                 continue;
@@ -77,7 +77,7 @@ pub(crate) async fn findings(ctx: &Context, plan: &Plan) -> Result<Vec<CrdFindin
                 continue;
             }
             if !stored.contains_key(&version) {
-                let objects = objects_of(ctx, &live, &version).await?;
+                let objects = crds::list_objects(&ctx.client, &live, &version).await?;
                 stored.insert(version.clone(), objects);
             }
             let holders: Vec<String> = stored[&version]
@@ -101,42 +101,4 @@ pub(crate) async fn findings(ctx: &Context, plan: &Plan) -> Result<Vec<CrdFindin
         }
     }
     Ok(all)
-}
-
-/// The objects of the live CRD `crd` as read through `version`, in all namespaces.
-async fn objects_of(
-    ctx: &Context,
-    crd: &serde_json::Value,
-    version: &str,
-) -> Result<Vec<DynamicObject>> {
-    let text = |pointer: &str| {
-        crd.pointer(pointer)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-    };
-    crds::list_objects(
-        &ctx.client,
-        text("/spec/group"),
-        version,
-        text("/spec/names/kind"),
-        text("/spec/names/plural"),
-    )
-    .await
-}
-
-/// Whether objects of the live CRD `crd` are read through `version`.
-async fn read_through(ctx: &Context, crd: &serde_json::Value, version: &str) -> Result<bool> {
-    let text = |pointer: &str| {
-        crd.pointer(pointer)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-    };
-    crds::has_objects(
-        &ctx.client,
-        text("/spec/group"),
-        version,
-        text("/spec/names/kind"),
-        text("/spec/names/plural"),
-    )
-    .await
 }

@@ -288,16 +288,8 @@ pub fn read_canonical<R: Read>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dir::bundle_dir;
     use crate::layer::BundleFiles;
-
-    fn bundle_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("manifests")).unwrap();
-        for (name, content) in files {
-            std::fs::write(dir.path().join("manifests").join(name), content).unwrap();
-        }
-        dir
-    }
 
     const A: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a2}\n";
     const B: &str = "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"b\"}}";

@@ -29,24 +29,26 @@ pub fn canonical_from_root(
     write_canonical_file_objects(&files, out, limits)
 }
 
+/// A bundle directory holding `files` in `manifests/`.
+#[cfg(test)]
+pub(crate) fn bundle_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("manifests")).unwrap();
+    for (name, content) in files {
+        std::fs::write(dir.path().join("manifests").join(name), content).unwrap();
+    }
+    dir
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bundle(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("manifests")).unwrap();
-        for (name, content) in files {
-            std::fs::write(dir.path().join("manifests").join(name), content).unwrap();
-        }
-        dir
-    }
 
     const CONFIG_MAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n";
 
     #[test]
     fn the_tarball_is_the_one_a_pull_writes() {
-        let dir = bundle(&[("a.yaml", CONFIG_MAP)]);
+        let dir = bundle_dir(&[("a.yaml", CONFIG_MAP)]);
         let out = dir.path().join("out.tar.gz");
         let limits = EffectiveLimits::default();
         let (digest, objects) = canonical_from_root(dir.path(), &out, &limits).unwrap();
@@ -61,7 +63,7 @@ mod tests {
     #[test]
     fn content_errors_are_the_pull_errors() {
         let limits = EffectiveLimits::default();
-        let dir = bundle(&[("a.yaml", "kind: [")]);
+        let dir = bundle_dir(&[("a.yaml", "kind: [")]);
         let error = canonical_from_root(dir.path(), &dir.path().join("o"), &limits).unwrap_err();
         assert!(matches!(error, ImageError::InvalidYaml { .. }), "{error}");
 
@@ -69,7 +71,7 @@ mod tests {
         let error = canonical_from_root(empty.path(), &empty.path().join("o"), &limits);
         assert!(matches!(error, Err(ImageError::MissingManifests)));
 
-        let dir = bundle(&[("a.yaml", CONFIG_MAP)]);
+        let dir = bundle_dir(&[("a.yaml", CONFIG_MAP)]);
         let small = EffectiveLimits {
             max_uncompressed_bytes: 10,
             ..limits

@@ -488,6 +488,17 @@ pub(crate) mod tests {
         Ok((dir, tree.finish()?))
     }
 
+    /// Applies `layers` in order (named `l0`, `l1`…), each successfully; what the tree then
+    /// makes of them.
+    fn layered(layers: [Vec<u8>; 2]) -> (tempfile::TempDir, Result<BundleFiles, ImageError>) {
+        let (dir, mut tree) = tree(EffectiveLimits::default());
+        for (index, layer) in layers.into_iter().enumerate() {
+            tree.apply_layer(index, &format!("l{index}"), Cursor::new(layer))
+                .unwrap();
+        }
+        (dir, tree.finish())
+    }
+
     fn rejected_entry(layer: Vec<u8>) -> (String, String) {
         match apply_one(layer) {
             Err(ImageError::InvalidEntry { path, reason }) => (path, reason),
@@ -527,7 +538,6 @@ pub(crate) mod tests {
 
     #[test]
     fn layers_apply_in_order_with_whiteouts() {
-        let (_dir, mut t) = tree(EffectiveLimits::default());
         let l0 = TarBuilder::default()
             .dir("manifests/")
             .file("manifests/a.yaml", "a0")
@@ -541,11 +551,9 @@ pub(crate) mod tests {
             // A whiteout never hides a file of its own layer.
             .file("manifests/.wh.d.yaml", "")
             .build();
-        t.apply_layer(0, "l0", Cursor::new(l0)).unwrap();
-        t.apply_layer(1, "l1", Cursor::new(l1)).unwrap();
-        let bundle = t.finish().unwrap();
+        let (_dir, bundle) = layered([l0, l1]);
         assert_eq!(
-            contents(&bundle),
+            contents(&bundle.unwrap()),
             vec![
                 ("a.yaml".into(), "a1".into()),
                 ("c.yaml".into(), "c0".into()),
@@ -556,7 +564,6 @@ pub(crate) mod tests {
 
     #[test]
     fn opaque_whiteout_clears_lower_layers_only() {
-        let (_dir, mut t) = tree(EffectiveLimits::default());
         let l0 = TarBuilder::default()
             .file("manifests/a.yaml", "a0")
             .file("manifests/b.yaml", "b0")
@@ -566,36 +573,31 @@ pub(crate) mod tests {
             .file("manifests/c.yaml", "c1")
             .file("manifests/.wh..wh..opq", "")
             .build();
-        t.apply_layer(0, "l0", Cursor::new(l0)).unwrap();
-        t.apply_layer(1, "l1", Cursor::new(l1)).unwrap();
+        let (_dir, bundle) = layered([l0, l1]);
         assert_eq!(
-            contents(&t.finish().unwrap()),
+            contents(&bundle.unwrap()),
             vec![("c.yaml".into(), "c1".into())]
         );
     }
 
     #[test]
     fn removing_the_directory_leaves_it_missing() {
-        let (_dir, mut t) = tree(EffectiveLimits::default());
         let l0 = TarBuilder::default()
             .dir("manifests")
             .file("manifests/a.yaml", "a0")
             .build();
         let l1 = TarBuilder::default().file(".wh.manifests", "").build();
-        t.apply_layer(0, "l0", Cursor::new(l0)).unwrap();
-        t.apply_layer(1, "l1", Cursor::new(l1)).unwrap();
-        assert!(matches!(t.finish(), Err(ImageError::MissingManifests)));
+        let (_dir, bundle) = layered([l0, l1]);
+        assert!(matches!(bundle, Err(ImageError::MissingManifests)));
 
-        let (_dir, mut t) = tree(EffectiveLimits::default());
         let l0 = TarBuilder::default().file("manifests/a.yaml", "a0").build();
         let l1 = TarBuilder::default()
             .file(".wh.manifests", "")
             .file("manifests/b.yaml", "b1")
             .build();
-        t.apply_layer(0, "l0", Cursor::new(l0)).unwrap();
-        t.apply_layer(1, "l1", Cursor::new(l1)).unwrap();
+        let (_dir, bundle) = layered([l0, l1]);
         assert_eq!(
-            contents(&t.finish().unwrap()),
+            contents(&bundle.unwrap()),
             vec![("b.yaml".into(), "b1".into())]
         );
     }

@@ -638,11 +638,7 @@ rules: []
     }
 
     fn bundle(files: &[(&str, &str)]) -> (tempfile::TempDir, BundleFiles) {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("manifests")).unwrap();
-        for (name, content) in files {
-            std::fs::write(dir.path().join("manifests").join(name), content).unwrap();
-        }
+        let dir = crate::dir::bundle_dir(files);
         let files = BundleFiles::from_dir(dir.path(), &limits()).unwrap();
         (dir, files)
     }

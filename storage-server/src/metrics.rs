@@ -47,26 +47,32 @@ pub struct Metrics {
 impl Metrics {
     /// `stored_bytes` and `stored_tarballs` are the store's own gauges.
     pub fn new(stored_bytes: Gauge, stored_tarballs: Gauge) -> Self {
-        let mut registry = Registry::with_prefix("gantry_storage");
-        let requests = Family::<RequestLabels, Counter>::default();
+        let mut metrics = Self {
+            registry: Registry::with_prefix("gantry_storage"),
+            requests: Family::default(),
+            received_bytes: Counter::default(),
+            sent_bytes: Counter::default(),
+            auth_decisions: Family::default(),
+            corrupt_tarballs: Counter::default(),
+            removed_temp_files: Counter::default(),
+        };
+        let registry = &mut metrics.registry;
         registry.register(
             "http_requests",
             "HTTP requests answered, by method and status code",
-            requests.clone(),
+            metrics.requests.clone(),
         );
-        let received_bytes = Counter::default();
         registry.register_with_unit(
             "http_received",
             "Request body bytes received",
             Unit::Bytes,
-            received_bytes.clone(),
+            metrics.received_bytes.clone(),
         );
-        let sent_bytes = Counter::default();
         registry.register_with_unit(
             "http_sent",
             "Response body bytes sent",
             Unit::Bytes,
-            sent_bytes.clone(),
+            metrics.sent_bytes.clone(),
         );
         registry.register_with_unit(
             "stored",
@@ -79,33 +85,22 @@ impl Metrics {
             "Number of stored tarballs",
             stored_tarballs,
         );
-        let auth_decisions = Family::<AuthLabels, Counter>::default();
         registry.register(
             "auth_decisions",
             "Authentication and authorisation decisions",
-            auth_decisions.clone(),
+            metrics.auth_decisions.clone(),
         );
-        let corrupt_tarballs = Counter::default();
         registry.register(
             "corrupt_tarballs",
             "Stored tarballs whose content did not match their name, moved to quarantine",
-            corrupt_tarballs.clone(),
+            metrics.corrupt_tarballs.clone(),
         );
-        let removed_temp_files = Counter::default();
         registry.register(
             "removed_temp_files",
             "Temporary files of interrupted uploads removed at start-up",
-            removed_temp_files.clone(),
+            metrics.removed_temp_files.clone(),
         );
-        Self {
-            registry,
-            requests,
-            received_bytes,
-            sent_bytes,
-            auth_decisions,
-            corrupt_tarballs,
-            removed_temp_files,
-        }
+        metrics
     }
 
     /// Counts an answered request.

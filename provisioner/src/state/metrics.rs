@@ -63,132 +63,119 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("gantry_provisioner");
-        let reconciles = Family::<ResultLabels, Counter>::default();
+        let mut metrics = Self {
+            registry: Registry::with_prefix("gantry_provisioner"),
+            reconciles: Family::default(),
+            reconcile_duration: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            failures: Family::default(),
+            objects_applied: Counter::default(),
+            objects_unchanged: Counter::default(),
+            objects_deleted: Counter::default(),
+            bytes_pulled: Counter::default(),
+            pulls_reused: Counter::default(),
+            status_writes: Counter::default(),
+            leader: Gauge::default(),
+            runtime_tasks: Gauge::default(),
+            health_transitions: Family::default(),
+            signature_verifications: Family::default(),
+            shard_bundles: Family::default(),
+            shard_handovers: Counter::default(),
+            shard_unowned_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 12)),
+            shard_releases: Counter::default(),
+            shard_reconcile_share: Gauge::default(),
+        };
+        let registry = &mut metrics.registry;
         registry.register(
             "reconciles",
             "Bundle reconciles by result",
-            reconciles.clone(),
+            metrics.reconciles.clone(),
         );
-        let reconcile_duration = Histogram::new(exponential_buckets(0.005, 2.0, 14));
         registry.register(
             "reconcile_duration_seconds",
             "Duration of bundle reconciles",
-            reconcile_duration.clone(),
+            metrics.reconcile_duration.clone(),
         );
-        let failures = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "failures",
             "Failed bundle reconciles by reason",
-            failures.clone(),
+            metrics.failures.clone(),
         );
-        let objects_applied = Counter::default();
         registry.register(
             "objects_applied",
             "Objects written with server-side apply",
-            objects_applied.clone(),
+            metrics.objects_applied.clone(),
         );
-        let objects_unchanged = Counter::default();
         registry.register(
             "objects_unchanged",
             "Objects found live as desired (nothing sent)",
-            objects_unchanged.clone(),
+            metrics.objects_unchanged.clone(),
         );
-        let objects_deleted = Counter::default();
         registry.register(
             "objects_deleted",
             "Objects deleted by pruning or uninstalling",
-            objects_deleted.clone(),
+            metrics.objects_deleted.clone(),
         );
-        let bytes_pulled = Counter::default();
         registry.register(
             "bytes_pulled",
             "Compressed layer bytes pulled from registries",
-            bytes_pulled.clone(),
+            metrics.bytes_pulled.clone(),
         );
-        let pulls_reused = Counter::default();
         registry.register(
             "pulls_reused",
             "Pulls answered from the canonical tarball of an earlier pull of the same image digest, platform, limits and credentials",
-            pulls_reused.clone(),
+            metrics.pulls_reused.clone(),
         );
-        let status_writes = Counter::default();
         registry.register(
             "status_writes",
             "Bundle status writes",
-            status_writes.clone(),
+            metrics.status_writes.clone(),
         );
-        let leader = Gauge::default();
-        registry.register("leader", "1 while this replica leads", leader.clone());
-        let runtime_tasks = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica leads",
+            metrics.leader.clone(),
+        );
         registry.register(
             "runtime_tasks",
             "Tasks alive in the async runtime",
-            runtime_tasks.clone(),
+            metrics.runtime_tasks.clone(),
         );
-        let health_transitions = Family::<HealthLabels, Counter>::default();
         registry.register(
             "health_transitions",
             "Changes of bundles' Healthy condition, by the state entered",
-            health_transitions.clone(),
+            metrics.health_transitions.clone(),
         );
-        let signature_verifications = Family::<ResultLabels, Counter>::default();
         registry.register(
             "signature_verifications",
             "Signature verifications that asked the registry, by result (verified, failed)",
-            signature_verifications.clone(),
+            metrics.signature_verifications.clone(),
         );
-        let shard_bundles = Family::<ShardLabels, Gauge>::default();
         registry.register(
             "shard_bundles",
             "Bundles this shard holds: those of the slots it serves",
-            shard_bundles.clone(),
+            metrics.shard_bundles.clone(),
         );
-        let shard_handovers = Counter::default();
         registry.register(
             "shard_handovers",
             "Slots moved from one shard to another",
-            shard_handovers.clone(),
+            metrics.shard_handovers.clone(),
         );
-        let shard_unowned_seconds = Histogram::new(exponential_buckets(0.05, 2.0, 12));
         registry.register(
             "shard_unowned_seconds",
             "Time slots spent without a live shard before the sharder gave them to one",
-            shard_unowned_seconds.clone(),
+            metrics.shard_unowned_seconds.clone(),
         );
-        let shard_releases = Counter::default();
         registry.register(
             "shard_releases",
             "Slots this replica let go when the sharder took them",
-            shard_releases.clone(),
+            metrics.shard_releases.clone(),
         );
-        let shard_reconcile_share = Gauge::default();
         registry.register(
             "shard_reconcile_share",
             "Bundles this shard reconciles at once: its share of --reconcile-concurrency, by the slots it serves",
-            shard_reconcile_share.clone(),
+            metrics.shard_reconcile_share.clone(),
         );
-        Self {
-            registry,
-            reconciles,
-            reconcile_duration,
-            failures,
-            objects_applied,
-            objects_unchanged,
-            objects_deleted,
-            bytes_pulled,
-            pulls_reused,
-            status_writes,
-            leader,
-            runtime_tasks,
-            health_transitions,
-            signature_verifications,
-            shard_bundles,
-            shard_handovers,
-            shard_unowned_seconds,
-            shard_releases,
-            shard_reconcile_share,
-        }
+        metrics
     }
 }
 

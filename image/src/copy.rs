@@ -8,17 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::StreamExt;
-use oci_client::manifest::{ImageIndexEntry, OciDescriptor};
+use oci_client::manifest::OciDescriptor;
 use oci_client::{Reference, RegistryOperation};
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::client::{RegistryClient, SizeCheck, map_error, map_stream_error, parse_reference};
 use super::error::ImageError;
 use super::platform::Platform;
-
-const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+use super::pull::AnyManifest;
 
 /// What a copy has done so far, for progress shown while it runs.
 #[derive(Debug, Default)]
@@ -53,39 +50,14 @@ pub struct RawManifest {
     pub index: bool,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Parts {
-    media_type: Option<String>,
-    manifests: Option<Vec<ImageIndexEntry>>,
-    config: Option<OciDescriptor>,
-    layers: Option<Vec<OciDescriptor>>,
-    #[serde(default)]
-    annotations: BTreeMap<String, String>,
-}
-
-impl Parts {
-    fn parse(reference: &Reference, body: &[u8]) -> Result<Self, ImageError> {
-        serde_json::from_slice(body).map_err(|e| ImageError::InvalidManifest {
-            reference: reference.whole(),
-            reason: format!("not a valid manifest: {e}"),
-        })
-    }
-
-    fn is_index(&self) -> bool {
-        match self.media_type.as_deref() {
-            Some(t) => t == OCI_INDEX || t == oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE,
-            None => self.manifests.is_some() && self.layers.is_none(),
-        }
-    }
-
+impl AnyManifest {
     /// The media type to push the body with: the one it declares, else the OCI type.
     fn media_type(&self) -> String {
         self.media_type.clone().unwrap_or_else(|| {
             if self.is_index() {
-                OCI_INDEX.into()
+                oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE.into()
             } else {
-                OCI_MANIFEST.into()
+                oci_client::manifest::OCI_IMAGE_MEDIA_TYPE.into()
             }
         })
     }
@@ -100,7 +72,7 @@ impl RegistryClient {
         let (body, digest) = self
             .fetch_manifest(&parsed, authorization.as_deref(), None)
             .await?;
-        let parts = Parts::parse(&parsed, &body)?;
+        let parts = AnyManifest::parse(&parsed, &body)?;
         let index = parts.is_index();
         let platforms = parts
             .manifests
@@ -142,7 +114,7 @@ impl RegistryClient {
             .fetch_manifest(&source, authorization.as_deref(), None)
             .await?;
         let source = source.clone_with_digest(digest.clone());
-        let parts = Parts::parse(&source, &body)?;
+        let parts = AnyManifest::parse(&source, &body)?;
         let mut copied = CopiedImage {
             digest: digest.clone(),
             index: parts.is_index(),
@@ -156,7 +128,7 @@ impl RegistryClient {
                 let (child_body, _) = self
                     .fetch_manifest(&child, authorization.as_deref(), Some(entry.size))
                     .await?;
-                let child_parts = Parts::parse(&child, &child_body)?;
+                let child_parts = AnyManifest::parse(&child, &child_body)?;
                 if child_parts.is_index() {
                     return Err(ImageError::InvalidManifest {
                         reference: child.whole(),
@@ -195,7 +167,7 @@ impl RegistryClient {
         &self,
         source: &Reference,
         target: &Reference,
-        parts: &Parts,
+        parts: &AnyManifest,
         stats: &Arc<CopyStats>,
         copied: &mut CopiedImage,
     ) -> Result<(), ImageError> {

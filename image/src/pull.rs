@@ -2,7 +2,7 @@
 //! verification, decompression, limits and whiteouts into a scratch directory, then
 //! validate the result.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -189,15 +189,36 @@ impl PulledBundle {
     }
 }
 
-/// The parts of a manifest or index this module reads.
+/// The parts of a manifest or index that pulls and copies read.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct AnyManifest {
+pub(crate) struct AnyManifest {
     schema_version: Option<i64>,
-    media_type: Option<String>,
-    manifests: Option<Vec<ImageIndexEntry>>,
-    config: Option<OciDescriptor>,
-    layers: Option<Vec<OciDescriptor>>,
+    pub(crate) media_type: Option<String>,
+    pub(crate) manifests: Option<Vec<ImageIndexEntry>>,
+    pub(crate) config: Option<OciDescriptor>,
+    pub(crate) layers: Option<Vec<OciDescriptor>>,
+    #[serde(default)]
+    pub(crate) annotations: BTreeMap<String, String>,
+}
+
+impl AnyManifest {
+    /// `body` as a manifest or index, of any schema version.
+    pub(crate) fn parse(reference: &Reference, body: &[u8]) -> Result<Self, ImageError> {
+        serde_json::from_slice(body).map_err(|e| ImageError::InvalidManifest {
+            reference: reference.whole(),
+            reason: format!("not a valid manifest: {e}"),
+        })
+    }
+
+    pub(crate) fn is_index(&self) -> bool {
+        match self.media_type.as_deref() {
+            Some(oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE)
+            | Some(oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE) => true,
+            Some(_) => false,
+            None => self.manifests.is_some() && self.layers.is_none(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -209,21 +230,9 @@ struct ImageConfig {
     variant: Option<String>,
 }
 
-fn is_index(manifest: &AnyManifest) -> bool {
-    match manifest.media_type.as_deref() {
-        Some(oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE)
-        | Some(oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE) => true,
-        Some(_) => false,
-        None => manifest.manifests.is_some() && manifest.layers.is_none(),
-    }
-}
-
+/// `body` as a manifest or index of schema version 2.
 fn parse_manifest(reference: &Reference, body: &[u8]) -> Result<AnyManifest, ImageError> {
-    let manifest: AnyManifest =
-        serde_json::from_slice(body).map_err(|e| ImageError::InvalidManifest {
-            reference: reference.whole(),
-            reason: format!("not a valid manifest: {e}"),
-        })?;
+    let manifest = AnyManifest::parse(reference, body)?;
     if manifest.schema_version != Some(2) {
         return Err(ImageError::InvalidManifest {
             reference: reference.whole(),
@@ -249,7 +258,7 @@ impl RegistryClient {
             .fetch_manifest(&reference, authorization.as_deref(), None)
             .await?;
         let manifest = parse_manifest(&reference, &body)?;
-        if !is_index(&manifest) {
+        if !manifest.is_index() {
             return Ok(digest);
         }
         let entries = manifest.manifests.unwrap_or_default();
@@ -270,7 +279,7 @@ impl RegistryClient {
         // Everything below is fetched by digest, so a tag moving meanwhile changes nothing.
         let top = reference.clone_with_digest(top_digest.clone());
         let manifest = parse_manifest(&top, &body)?;
-        let (image_ref, manifest, manifest_digest, platform, from_index) = if is_index(&manifest) {
+        let (image_ref, manifest, manifest_digest, platform, from_index) = if manifest.is_index() {
             let entries = manifest.manifests.unwrap_or_default();
             let (entry, platform) = select(&entries, &wanted, &reference.whole())?;
             let image_ref = reference.clone_with_digest(entry.digest.clone());
@@ -278,7 +287,7 @@ impl RegistryClient {
                 .fetch_manifest(&image_ref, authorization.as_deref(), Some(entry.size))
                 .await?;
             let manifest = parse_manifest(&image_ref, &body)?;
-            if is_index(&manifest) {
+            if manifest.is_index() {
                 return Err(ImageError::InvalidManifest {
                     reference: image_ref.whole(),
                     reason: "nested image indexes are not supported".into(),

@@ -228,11 +228,6 @@ pub(super) async fn read_bundle(
         .ok_or_else(|| BundleNotRead::NotFound(name.to_string()))
 }
 
-/// [`read_bundle`], for the commands that answer with `anyhow`.
-pub(super) async fn get_bundle(bundles: &Api<Bundle>, name: &str) -> anyhow::Result<Bundle> {
-    Ok(read_bundle(bundles, name).await?)
-}
-
 /// The Bundles `names` names, each once, in the order given, as `kubectl get bundle A B`
 /// reads them: one the API server refuses (not found, forbidden) is said on stderr as kubectl
 /// says it, `Error from server (NotFound): bundles.gantry.dev "x" not found`, and the others

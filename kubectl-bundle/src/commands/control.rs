@@ -17,7 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::cluster::GlobalArgs;
-use super::cluster::get_bundle;
+use super::cluster::read_bundle;
 use super::output::causes;
 
 /// The bundles a command acts on: names, or `--all`.
@@ -85,7 +85,10 @@ async fn resolve(
     let mut seen = BTreeSet::new();
     for name in &targets.names {
         if seen.insert(name) {
-            found.push((name.clone(), get_bundle(bundles, name).await));
+            let read = read_bundle(bundles, name)
+                .await
+                .map_err(anyhow::Error::from);
+            found.push((name.clone(), read));
         }
     }
     Ok(found)
@@ -405,22 +408,21 @@ async fn wait_outcomes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gantry_api::{BundleSpec, BundleStatus, Condition};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use crate::commands::testing::condition;
+    use gantry_api::{BundleSpec, BundleStatus};
 
     fn bundle(handled: Option<&str>, ready: bool, reason: &str) -> Bundle {
         let mut bundle = Bundle::new("b", BundleSpec::default());
         bundle.metadata.generation = Some(2);
         bundle.status = Some(BundleStatus {
             last_handled_reconcile_at: handled.map(str::to_string),
-            conditions: vec![Condition {
-                type_: types::READY.into(),
-                status: if ready { "True" } else { "False" }.into(),
-                reason: reason.into(),
-                message: "m".into(),
-                observed_generation: Some(2),
-                last_transition_time: Time(Timestamp::UNIX_EPOCH),
-            }],
+            conditions: vec![condition(
+                types::READY,
+                if ready { "True" } else { "False" },
+                reason,
+                "m",
+                Some(2),
+            )],
             ..Default::default()
         });
         bundle

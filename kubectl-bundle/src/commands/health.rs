@@ -29,19 +29,17 @@ pub fn unhealthy_objects(status: &BundleStatus) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use k8s_openapi::jiff::Timestamp;
+    use crate::commands::testing::condition;
 
     fn healthy(status: &str, message: &str) -> BundleStatus {
         BundleStatus {
-            conditions: vec![Condition {
-                type_: types::HEALTHY.into(),
-                status: status.into(),
-                reason: "HealthCheckFailed".into(),
-                message: message.into(),
-                observed_generation: Some(1),
-                last_transition_time: Time(Timestamp::UNIX_EPOCH),
-            }],
+            conditions: vec![condition(
+                types::HEALTHY,
+                status,
+                "HealthCheckFailed",
+                message,
+                Some(1),
+            )],
             ..Default::default()
         }
     }

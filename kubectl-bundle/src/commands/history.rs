@@ -4,7 +4,7 @@ use clap::Args;
 use gantry_api::{Bundle, HistoryApproval, HistoryEntry};
 use kube::api::Api;
 
-use super::cluster::{GlobalArgs, get_bundle};
+use super::cluster::{GlobalArgs, read_bundle};
 use super::output::{OutputFormat, age, parse_output, print_structured, print_table};
 
 #[derive(Args, Debug)]
@@ -22,7 +22,7 @@ pub struct HistoryArgs {
 
 pub async fn history(global: &GlobalArgs, args: HistoryArgs) -> anyhow::Result<()> {
     let bundles: Api<Bundle> = Api::all(global.client().await?);
-    let bundle = get_bundle(&bundles, &args.name).await?;
+    let bundle = read_bundle(&bundles, &args.name).await?;
     let status = bundle.status.unwrap_or_default();
     if print_structured(
         &serde_json::to_value(&status.history)?,

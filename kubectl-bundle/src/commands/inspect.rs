@@ -13,7 +13,7 @@ use kube::discovery::{ApiCapabilities, Scope};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::cluster::{GlobalArgs, get_bundle, get_bundles};
+use super::cluster::{GlobalArgs, get_bundles, read_bundle};
 use super::output::{
     OutputFormat, age, colours, list_of, parse_output, print_structured, styled_table, table,
 };
@@ -140,7 +140,7 @@ pub fn events_table(events: &[Event]) -> String {
 
 pub async fn events(global: &GlobalArgs, args: EventsArgs) -> anyhow::Result<()> {
     let client = global.client().await?;
-    let bundle = get_bundle(&Api::all(client.clone()), &args.name).await?;
+    let bundle = read_bundle(&Api::all(client.clone()), &args.name).await?;
     let events = bundle_events(&client, &bundle, true).await?;
     if print_structured(&list_of(&events)?, args.output.as_ref())? {
         return Ok(());

@@ -19,6 +19,8 @@ mod rollback;
 mod scope;
 mod status;
 mod system;
+#[cfg(test)]
+mod testing;
 mod ui;
 
 use clap::{CommandFactory, Parser, Subcommand};

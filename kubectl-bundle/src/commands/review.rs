@@ -185,21 +185,13 @@ pub(super) fn images_lines(images: &[gantry_api::ImageOverride]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::testing;
     use gantry_api::{KindCount, NamespacePermissions, PermissionHighlight};
 
     fn status(resolved: &str, approval: Option<(ApprovalDecision, &str)>) -> BundleStatus {
         BundleStatus {
             resolved_image: Some(format!("127.0.0.1:5000/app@{resolved}")),
-            approval: approval.map(|(decision, digest)| Approval {
-                decision,
-                digest: digest.into(),
-                reason: None,
-                time: None,
-                approved_by: None,
-                images: Vec::new(),
-                patches: Vec::new(),
-                ignore: Vec::new(),
-            }),
+            approval: approval.map(|(decision, digest)| testing::approval(decision, digest)),
             ..Default::default()
         }
     }

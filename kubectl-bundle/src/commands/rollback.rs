@@ -349,9 +349,7 @@ async fn wait_rolled_back(
 mod tests {
     use super::*;
     use crate::commands::history::tests::entry;
-    use gantry_api::Condition;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use k8s_openapi::jiff::Timestamp;
+    use crate::commands::testing;
 
     #[test]
     fn without_to_the_newest_entry_not_installed_is_chosen() {
@@ -370,13 +368,9 @@ mod tests {
 
     #[test]
     fn a_refusal_of_the_current_generation_ends_the_wait() {
-        let condition = |type_: &str, status: &str, reason: &str, generation: i64| Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message: "prometheuses.monitoring.coreos.com v1 ...: property removed".into(),
-            observed_generation: Some(generation),
-            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        let condition = |type_: &str, status: &str, reason: &str, generation: i64| {
+            let message = "prometheuses.monitoring.coreos.com v1 ...: property removed";
+            testing::condition(type_, status, reason, message, Some(generation))
         };
         let image = "r.test/app@sha256:aa";
         let mut bundle = Bundle::new("app", Default::default());

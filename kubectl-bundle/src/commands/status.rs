@@ -237,24 +237,21 @@ fn summary(bundle: &Bundle, events: &anyhow::Result<Vec<Event>>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gantry_api::Condition;
+    use crate::commands::testing::condition;
     use gantry_api::conditions::reasons;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use k8s_openapi::jiff::Timestamp;
 
     #[test]
     fn the_summary_says_a_stall_first_and_why_events_are_missing() {
         let mut bundle = Bundle::new("app", Default::default());
         bundle.status = Some(gantry_api::BundleStatus {
             class_name: Some("plain".into()),
-            conditions: vec![Condition {
-                type_: types::STALLED.into(),
-                status: "True".into(),
-                reason: reasons::INVALID_HEALTH_EXPRESSION.into(),
-                message: "spec.healthCheckExprs[0]: line 1".into(),
-                observed_generation: None,
-                last_transition_time: Time(Timestamp::UNIX_EPOCH),
-            }],
+            conditions: vec![condition(
+                types::STALLED,
+                "True",
+                reasons::INVALID_HEALTH_EXPRESSION,
+                "spec.healthCheckExprs[0]: line 1",
+                None,
+            )],
             ..Default::default()
         });
         let text = summary(&bundle, &Err(anyhow::anyhow!("events are forbidden")));

@@ -263,6 +263,7 @@ pub async fn print(root: &Command, words: &[String]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::testing::condition;
     use clap::CommandFactory;
 
     fn words(text: &str) -> Vec<String> {
@@ -346,22 +347,14 @@ mod tests {
             let mut bundle = Bundle::new("b", Default::default());
             bundle.status = Some(gantry_api::BundleStatus {
                 conditions: reason
-                    .map(|reason| gantry_api::Condition {
-                        type_: types::APPROVED.into(),
-                        status: if reason == reasons::APPROVED
-                            || reason == reasons::AUTOMATIC_APPROVAL
-                        {
+                    .map(|reason| {
+                        let approved = [reasons::APPROVED, reasons::AUTOMATIC_APPROVAL];
+                        let status = if approved.contains(&reason) {
                             "True"
                         } else {
                             "False"
-                        }
-                        .into(),
-                        reason: reason.into(),
-                        message: String::new(),
-                        observed_generation: None,
-                        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-                        ),
+                        };
+                        condition(types::APPROVED, status, reason, "", None)
                     })
                     .into_iter()
                     .collect(),

@@ -1,22 +1,22 @@
 //! [`decide`](super::decide) without a cluster.
 
 use super::*;
+use crate::commands::testing::{approval, condition};
 use gantry_api::conditions::reasons;
-use gantry_api::{BundleStatus, Condition, ProvisionerClassSpec};
+use gantry_api::{BundleStatus, ProvisionerClassSpec};
 
 /// Bundle `b` resolving to sha256:aa, unpacked or not, served by a class of `approval`.
 fn shown(unpacked: bool, approval: Option<ApprovalPolicy>) -> Shown {
     let mut bundle = Bundle::new("b", Default::default());
     bundle.status = Some(BundleStatus {
         resolved_image: Some("r.test/app@sha256:aa".into()),
-        conditions: vec![Condition {
-            type_: types::UNPACKED.into(),
-            status: if unpacked { "True" } else { "False" }.into(),
-            reason: reasons::UNPACK_SUCCEEDED.into(),
-            message: String::new(),
-            observed_generation: None,
-            last_transition_time: Time(Timestamp::UNIX_EPOCH),
-        }],
+        conditions: vec![condition(
+            types::UNPACKED,
+            if unpacked { "True" } else { "False" },
+            reasons::UNPACK_SUCCEEDED,
+            "",
+            None,
+        )],
         ..Default::default()
     });
     let class = approval.map(|approval| {
@@ -57,16 +57,7 @@ fn a_decision_needs_a_manual_class_and_the_digest_reviewed() {
 fn an_approval_on_record_is_not_made_again_but_can_be_denied() {
     let mut manual = shown(true, Some(ApprovalPolicy::Manual));
     let status = manual.bundle.status.as_mut().unwrap();
-    status.approval = Some(Approval {
-        decision: ApprovalDecision::Approved,
-        digest: "sha256:aa".into(),
-        reason: None,
-        time: None,
-        approved_by: None,
-        images: Vec::new(),
-        patches: Vec::new(),
-        ignore: Vec::new(),
-    });
+    status.approval = Some(approval(ApprovalDecision::Approved, "sha256:aa"));
     assert!(matches!(
         decide(&manual, ApprovalDecision::Approved, None),
         Err(DecisionError::AlreadyApproved { digest, .. }) if digest == "sha256:aa"

@@ -195,19 +195,14 @@ pub(super) async fn wait_decided(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::testing::{approval, condition};
     use gantry_api::{BundleStatus, Condition};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
 
     fn condition_(type_: &str, ok: bool, reason: &str, message: &str) -> Condition {
-        Condition {
-            type_: type_.into(),
-            status: if ok { "True" } else { "False" }.into(),
-            reason: reason.into(),
-            message: message.into(),
-            observed_generation: Some(1),
-            last_transition_time: Time(Timestamp::UNIX_EPOCH),
-        }
+        let status = if ok { "True" } else { "False" };
+        condition(type_, status, reason, message, Some(1))
     }
 
     /// A bundle resolving to sha256:aa with `approval` on record and these conditions.
@@ -227,14 +222,10 @@ mod tests {
     #[test]
     fn an_approval_waits_for_the_status_written_after_it() {
         let approval = Approval {
-            decision: ApprovalDecision::Approved,
-            digest: "sha256:aa".into(),
             reason: Some("ok".into()),
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
-            images: Vec::new(),
-            patches: Vec::new(),
-            ignore: Vec::new(),
+            ..approval(ApprovalDecision::Approved, "sha256:aa")
         };
         // Right after a deny, the status is the deny's: not this approval's outcome.
         let denied_before = decided(
@@ -316,14 +307,10 @@ mod tests {
     #[test]
     fn a_denial_waits_until_the_provisioner_handled_it() {
         let denial = Approval {
-            decision: ApprovalDecision::Denied,
-            digest: "sha256:aa".into(),
             reason: Some("not now".into()),
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
-            images: Vec::new(),
-            patches: Vec::new(),
-            ignore: Vec::new(),
+            ..approval(ApprovalDecision::Denied, "sha256:aa")
         };
         assert_eq!(decision_text(&denial), "Denied sha256:aa by alice: not now");
         // Still awaiting approval: the provisioner has not read the denial.

@@ -21,7 +21,7 @@ use gantry_api::{Bundle, InventoryEntry};
 use kube::ResourceExt;
 use kube::api::Api;
 
-use super::cluster::{GlobalArgs, get_bundle};
+use super::cluster::{GlobalArgs, read_bundle};
 use super::image::RegistryArgs;
 use content::stored_content;
 use object::{
@@ -101,7 +101,7 @@ pub(crate) fn key_of(entry: &InventoryEntry) -> ObjectKey {
 async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
     let client = global.client().await?;
     let bundles: Api<Bundle> = Api::all(client.clone());
-    let bundle = get_bundle(&bundles, &args.name).await?;
+    let bundle = read_bundle(&bundles, &args.name).await?;
     let name = bundle.name_any();
     let status = bundle.status.clone().unwrap_or_default();
     // A patch that does not parse fails every object: said once.

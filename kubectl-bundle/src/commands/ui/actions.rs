@@ -59,7 +59,7 @@ fn outcome<T, E: std::error::Error + Send + Sync + 'static>(
     result: Result<T, E>,
     done: String,
     name: &str,
-    back: &str,
+    back: String,
 ) -> Response {
     let (flash, to) = match result {
         Ok(_) => (
@@ -74,7 +74,7 @@ fn outcome<T, E: std::error::Error + Send + Sync + 'static>(
                 ok: false,
                 text: causes(&error.into()),
             },
-            back.to_string(),
+            back,
         ),
     };
     ui.auth.set_flash(session, flash);
@@ -94,14 +94,8 @@ pub async fn approve(
     let approving = ApprovalDecision::Approved;
     let result = decision::record(&ui.client, &name, approving, Some(&form.digest), reason).await;
     let done = format!("Approved {} of bundle {name}", form.digest);
-    outcome(
-        &ui,
-        &session,
-        result,
-        done,
-        &name,
-        &format!("/bundles/{name}/review"),
-    )
+    let back = format!("/bundles/{name}/review");
+    outcome(&ui, &session, result, done, &name, back)
 }
 
 pub async fn deny(
@@ -121,14 +115,8 @@ pub async fn deny(
         decision::record(&ui.client, &name, denying, Some(&form.digest), Some(reason)).await
     };
     let done = format!("Denied {} of bundle {name}: {reason}", form.digest);
-    outcome(
-        &ui,
-        &session,
-        result,
-        done,
-        &name,
-        &format!("/bundles/{name}/review"),
-    )
+    let back = format!("/bundles/{name}/review");
+    outcome(&ui, &session, result, done, &name, back)
 }
 
 pub async fn rollback(
@@ -142,12 +130,6 @@ pub async fn rollback(
     }
     let result = rollback::roll_back(&ui.client, &name, Some(&form.to), false).await;
     let done = format!("Bundle {name} is pinned to {}: it rolls back now", form.to);
-    outcome(
-        &ui,
-        &session,
-        result,
-        done,
-        &name,
-        &format!("/bundles/{name}"),
-    )
+    let back = format!("/bundles/{name}");
+    outcome(&ui, &session, result, done, &name, back)
 }

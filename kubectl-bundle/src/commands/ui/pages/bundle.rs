@@ -18,8 +18,7 @@ use kube::ResourceExt;
 use maud::{Markup, html};
 
 use super::{
-    Live, kind_of, layout, not_found, page, phase_badge, read_bundle, reason_text, status_badge,
-    when,
+    Live, kind_of, layout, open_bundle, page, phase_badge, reason_text, status_badge, when,
 };
 use crate::commands::review::{approval_state, class_name, decision_text, resolved_digest, short};
 use crate::commands::ui::{Ui, auth::Session};
@@ -304,11 +303,9 @@ pub async fn bundle(
     Extension(session): Extension<Session>,
     Path(name): Path<String>,
 ) -> Response {
-    let since = ui.live.changes_seen();
-    let flash = ui.auth.take_flash(&session);
-    let bundle = match read_bundle(&ui, &name).await {
-        Ok(bundle) => bundle,
-        Err(error) => return not_found(&ui, &name, error, flash),
+    let (since, flash, bundle) = match open_bundle(&ui, &session, &name).await {
+        Ok(opened) => opened,
+        Err(page) => return page,
     };
     let status = bundle.status.clone().unwrap_or_default();
     let events = inspect::bundle_events(&ui.client, &bundle, true).await;

@@ -15,8 +15,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use maud::{DOCTYPE, Markup, html};
 
-use super::{Ui, auth::Flash};
-use crate::commands::{causes, cluster::get_bundle, output::age};
+use super::Ui;
+use super::auth::{Flash, Session};
+use crate::commands::{causes, cluster::read_bundle, output::age};
 
 /// What the page's `<body>` tells the script.
 #[derive(Default)]
@@ -125,11 +126,26 @@ fn reason_text(reason: &str) -> Markup {
     }
 }
 
-async fn read_bundle(ui: &Ui, name: &str) -> Result<Bundle, anyhow::Error> {
-    if !super::valid_name(name) {
-        anyhow::bail!("{name:?} is not a bundle name");
+/// What a bundle's pages start from: the live watch's count of changes before the read, the
+/// flash, and the bundle; or, when it cannot be read, the page that says why.
+async fn open_bundle(
+    ui: &Ui,
+    session: &Session,
+    name: &str,
+) -> Result<(u64, Option<Flash>, Bundle), Response> {
+    let since = ui.live.changes_seen();
+    let flash = ui.auth.take_flash(session);
+    let read = if super::valid_name(name) {
+        read_bundle(&Api::all(ui.client.clone()), name)
+            .await
+            .map_err(anyhow::Error::from)
+    } else {
+        Err(anyhow::anyhow!("{name:?} is not a bundle name"))
+    };
+    match read {
+        Ok(bundle) => Ok((since, flash, bundle)),
+        Err(error) => Err(not_found(ui, name, error, flash)),
     }
-    get_bundle(&Api::all(ui.client.clone()), name).await
 }
 
 fn not_found(ui: &Ui, name: &str, error: anyhow::Error, flash: Option<Flash>) -> Response {

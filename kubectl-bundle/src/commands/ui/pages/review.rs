@@ -14,7 +14,7 @@ use maud::{Markup, html};
 
 use super::bundle::{applied_as, highlights, permissions, state_panel};
 use super::diff::{changes_section, count};
-use super::{Live, layout, not_found, page, read_bundle};
+use super::{Live, layout, open_bundle, page};
 use crate::commands::review::{approval_state, resolved_digest, short};
 use crate::commands::ui::changes::{Change, ObjectChange};
 use crate::commands::ui::{Ui, auth::Session};
@@ -111,11 +111,9 @@ pub async fn review(
     Extension(session): Extension<Session>,
     Path(name): Path<String>,
 ) -> Response {
-    let since = ui.live.changes_seen();
-    let flash = ui.auth.take_flash(&session);
-    let bundle = match read_bundle(&ui, &name).await {
-        Ok(bundle) => bundle,
-        Err(error) => return not_found(&ui, &name, error, flash),
+    let (since, flash, bundle) = match open_bundle(&ui, &session, &name).await {
+        Ok(opened) => opened,
+        Err(page) => return page,
     };
     let status = bundle.status.clone().unwrap_or_default();
     let unpacked = is_true(&status.conditions, types::UNPACKED);

@@ -264,13 +264,17 @@ fn strings<'v>(value: &'v Value, field: &str) -> Vec<&'v str> {
         .unwrap_or_default()
 }
 
+/// The rules of a Role or ClusterRole.
+fn rules(role: &Value) -> impl Iterator<Item = &Value> {
+    role.get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
 /// Rules of a Role/ClusterRole that use `*` in verbs, resources or API groups.
 fn wildcard_rules(role: &Value) -> Vec<String> {
-    let Some(rules) = role.get("rules").and_then(Value::as_array) else {
-        return Vec::new();
-    };
-    rules
-        .iter()
+    rules(role)
         .filter_map(|rule| {
             let verbs = strings(rule, "verbs");
             let resources = strings(rule, "resources");
@@ -309,12 +313,7 @@ fn wildcard_rules(role: &Value) -> Vec<String> {
 /// or `*` of the core group (or `*`), not narrowed to Secrets named in `resourceNames`.
 fn secret_read_verbs(role: &Value) -> Vec<&str> {
     let mut verbs = Vec::new();
-    for rule in role
-        .get("rules")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for rule in rules(role) {
         let core = strings(rule, "apiGroups")
             .iter()
             .any(|g| g.is_empty() || *g == "*");
@@ -336,11 +335,7 @@ fn secret_read_verbs(role: &Value) -> Vec<&str> {
 /// Rules granting the verbs that get around RBAC: `escalate`, `bind`, `impersonate` (a `*`
 /// verb is reported as a wildcard already).
 fn powerful_verbs(role: &Value) -> Vec<String> {
-    let Some(rules) = role.get("rules").and_then(Value::as_array) else {
-        return Vec::new();
-    };
-    rules
-        .iter()
+    rules(role)
         .filter_map(|rule| {
             let verbs = strings(rule, "verbs");
             let powers: Vec<&str> = verbs
@@ -505,6 +500,10 @@ mod tests {
         assert!(reason.contains(part), "{reason}");
     }
 
+    fn cluster_role(name: &str, rules: Value) -> PlannedObject {
+        rbac("ClusterRole", None, name, json!({ "rules": rules }))
+    }
+
     fn rbac(kind: &str, namespace: Option<&str>, name: &str, body: Value) -> PlannedObject {
         object("rbac.authorization.k8s.io", kind, namespace, name, body)
     }
@@ -516,19 +515,13 @@ mod tests {
             object("", "ConfigMap", Some("app"), "a", json!({})),
             object("", "ConfigMap", Some("app"), "b", json!({})),
             object("", "Secret", Some("kube-system"), "s", json!({})),
-            object(
-                "rbac.authorization.k8s.io",
-                "ClusterRole",
-                None,
+            cluster_role(
                 "all",
-                json!({ "rules": [{ "apiGroups": ["*"], "resources": ["*"], "verbs": ["*"] }] }),
+                json!([{ "apiGroups": ["*"], "resources": ["*"], "verbs": ["*"] }]),
             ),
-            object(
-                "rbac.authorization.k8s.io",
-                "ClusterRole",
-                None,
+            cluster_role(
                 "view",
-                json!({ "rules": [{ "apiGroups": [""], "resources": ["pods"], "verbs": ["get"] }] }),
+                json!([{ "apiGroups": [""], "resources": ["pods"], "verbs": ["get"] }]),
             ),
         ];
         let p = requested_permissions(&objects, &SCOPE);
@@ -552,23 +545,19 @@ mod tests {
     fn rbac_wildcards_and_verbs_that_get_around_rbac() {
         // Shaped like Argo CD's application controller and OLM's operator roles.
         let objects = [
-            rbac(
-                "ClusterRole",
-                None,
+            cluster_role(
                 "argocd-application-controller",
-                json!({ "rules": [
+                json!([
                     { "apiGroups": ["*"], "resources": ["*"], "verbs": ["*"] },
                     { "nonResourceURLs": ["*"], "verbs": ["*"] }
-                ] }),
+                ]),
             ),
-            rbac(
-                "ClusterRole",
-                None,
+            cluster_role(
                 "olm-operator-binding",
-                json!({ "rules": [
+                json!([
                     { "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "roles"], "verbs": ["escalate", "bind", "get"] },
                     { "apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"], "verbs": ["impersonate"] }
-                ] }),
+                ]),
             ),
             rbac(
                 "Role",
@@ -634,11 +623,9 @@ mod tests {
         };
         let sa = json!({ "kind": "ServiceAccount", "name": "controller", "namespace": "app" });
         let objects = [
-            rbac(
-                "ClusterRole",
-                None,
+            cluster_role(
                 "everything",
-                json!({ "rules": [{ "apiGroups": ["*"], "resources": ["*"], "verbs": ["*"] }] }),
+                json!([{ "apiGroups": ["*"], "resources": ["*"], "verbs": ["*"] }]),
             ),
             binding(
                 "ClusterRoleBinding",
@@ -706,8 +693,7 @@ mod tests {
 
     #[test]
     fn cluster_wide_read_access_to_secrets() {
-        let role =
-            |name: &str, rule: Value| rbac("ClusterRole", None, name, json!({ "rules": [rule] }));
+        let role = |name: &str, rule: Value| cluster_role(name, json!([rule]));
         let cluster_binding = |name: &str, role: &str| {
             rbac(
                 "ClusterRoleBinding",
@@ -796,11 +782,9 @@ mod tests {
                 json!({ "rules": [{ "apiGroups": [""],
                     "resources": ["serviceaccounts"], "verbs": ["impersonate"] }] }),
             ),
-            rbac(
-                "ClusterRole",
-                None,
+            cluster_role(
                 "reader",
-                json!({ "rules": [{ "apiGroups": [""], "resources": ["pods"], "verbs": ["get"] }] }),
+                json!([{ "apiGroups": [""], "resources": ["pods"], "verbs": ["get"] }]),
             ),
             rbac(
                 "ClusterRoleBinding",

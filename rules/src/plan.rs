@@ -65,6 +65,15 @@ impl PlannedObject {
         serde_json::from_str(self.object.get()).unwrap_or(Value::Null)
     }
 
+    /// Makes `value` the object, after `doing` (what changed it, for the error).
+    fn set_value(&mut self, value: &Value, doing: &str) -> Result<()> {
+        self.object = serde_json::value::to_raw_value(value).map_err(|e| PlanError::Object {
+            object: self.to_string(),
+            message: format!("{doing}: {e}"),
+        })?;
+        Ok(())
+    }
+
     pub fn inventory_entry(&self) -> InventoryEntry {
         InventoryEntry {
             group: self.gvk.group.clone(),
@@ -123,8 +132,6 @@ impl Plan {
             .map(|o| o.name.as_str())
     }
 
-    /// Rewrites the container images `overrides` name (`Bundle.spec.images`) in every object:
-    /// what is applied, reviewed and compared is the rewritten object.
     /// Leaves the fields `rules` (`Bundle.spec.ignore`) name out of the objects they select,
     /// and records them on each object; returns how many fields were left out.
     pub fn ignore_fields(&mut self, rules: &[gantry_api::IgnoreRule]) -> Result<usize> {
@@ -144,15 +151,13 @@ impl Plan {
             }
             ignored += removed.len();
             object.ignored = removed;
-            object.object =
-                serde_json::value::to_raw_value(&value).map_err(|e| PlanError::Object {
-                    object: object.to_string(),
-                    message: format!("leaving out its ignored fields: {e}"),
-                })?;
+            object.set_value(&value, "leaving out its ignored fields")?;
         }
         Ok(ignored)
     }
 
+    /// Rewrites the container images `overrides` name (`Bundle.spec.images`) in every object:
+    /// what is applied, reviewed and compared is the rewritten object.
     pub fn rewrite_images(&mut self, overrides: &[gantry_api::ImageOverride]) -> Result<usize> {
         let mut rewritten = 0;
         if overrides.is_empty() {
@@ -169,11 +174,7 @@ impl Plan {
                 continue;
             }
             rewritten += changed.len();
-            object.object =
-                serde_json::value::to_raw_value(&value).map_err(|e| PlanError::Object {
-                    object: object.to_string(),
-                    message: format!("rewriting its images: {e}"),
-                })?;
+            object.set_value(&value, "rewriting its images")?;
         }
         Ok(rewritten)
     }

@@ -24,10 +24,7 @@ use kube::api::Api;
 use super::cluster::{GlobalArgs, read_bundle};
 use super::image::RegistryArgs;
 use content::stored_content;
-use object::{
-    ObjectDiff, bundle_patches, describe_entry, describe_value, diff_object, pruned,
-    unmatched_patches,
-};
+use object::{ObjectDiff, describe_entry, diff_object, plan, pruned};
 
 /// The prefix of the CRD upgrade check's findings among the highlights.
 pub(crate) const UNSAFE_CRD: &str = "unsafe CRD upgrade: ";
@@ -104,8 +101,6 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
     let bundle = read_bundle(&bundles, &args.name).await?;
     let name = bundle.name_any();
     let status = bundle.status.clone().unwrap_or_default();
-    // A patch that does not parse fails every object: said once.
-    let patches = bundle_patches(&bundle)?;
     let objects = if let Some(dir) = args.dir.clone() {
         tokio::task::spawn_blocking(move || super::image::dir::load_dir(&dir))
             .await
@@ -118,11 +113,10 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
     let mut failures = Vec::new();
     let mut desired: Vec<ObjectKey> = Vec::new();
     let mut out = String::new();
-    let unmatched = unmatched_patches(&client, &bundle, &patches, &objects).await;
-    for object in objects {
-        let value = object.value()?;
-        let described = describe_value(&value);
-        match diff_object(&client, &bundle, value).await {
+    // Planned as the provisioner plans it: an object it would refuse fails the whole diff.
+    let planned = plan(&client, &bundle, objects).await?;
+    for object in &planned.plan.objects {
+        match diff_object(&client, &bundle, &planned, object).await {
             Ok(ObjectDiff { key, text }) => {
                 desired.push(key);
                 if let Some(text) = text {
@@ -130,7 +124,7 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
                     out.push_str(&text);
                 }
             }
-            Err(error) => failures.push(format!("{described}: {}", super::output::causes(&error))),
+            Err(error) => failures.push(format!("{object}: {}", super::output::causes(&error))),
         }
     }
     for entry in &status.inventory {
@@ -166,7 +160,7 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
         }
     }
     print!("{out}");
-    for unmatched in unmatched {
+    for unmatched in planned.unmatched {
         eprintln!("warning: {unmatched} selects no object of the content: it patches nothing");
     }
     if !failures.is_empty() {

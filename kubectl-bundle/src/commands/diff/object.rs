@@ -1,12 +1,13 @@
 //! One object: as the provisioner would apply it, dry-run applied and compared with the live
 //! one; and the inventory objects the content no longer has.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, HashSet};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use gantry_api::patches::Patches;
 use gantry_api::{BUNDLE_LABEL, Bundle, FIELD_MANAGER, InventoryEntry};
 use gantry_image::BundleObject;
+use gantry_rules::plan::{Kind, Plan, PlannedObject, gvk_of, plan_patched};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
@@ -22,163 +23,119 @@ pub(crate) struct ObjectDiff {
     pub(crate) text: Option<String>,
 }
 
-/// The object as the provisioner applies it: its namespace defaulted (`scope`: `None` for a
-/// kind not served yet, whose object keeps the namespace it has), the patches that select it
-/// applied (a patch may rename it or move it), its images rewritten, and the bundle label
-/// added, so that the label is no change. Also the patches applied (their indexes).
-fn desired_object(
-    mut object: Value,
-    bundle: &Bundle,
-    patches: &Patches,
-    scope: Option<&Scope>,
-) -> anyhow::Result<(Value, Vec<usize>)> {
-    let default_namespace = |object: &mut Value| -> anyhow::Result<()> {
-        let metadata = object
-            .get_mut("metadata")
-            .and_then(Value::as_object_mut)
-            .context("the object has no metadata")?;
-        match scope {
-            None => {}
-            Some(Scope::Cluster) => {
-                metadata.remove("namespace");
-            }
-            Some(Scope::Namespaced) => {
-                let namespace = metadata
-                    .get("namespace")
-                    .and_then(Value::as_str)
-                    .filter(|ns| !ns.is_empty())
-                    .map(str::to_string)
-                    .or_else(|| bundle.spec.install_namespace.clone())
-                    .context("a namespaced object carries no namespace and the bundle sets no installNamespace")?;
-                metadata.insert("namespace".into(), Value::String(namespace));
-            }
-        }
-        Ok(())
-    };
-    default_namespace(&mut object)?;
-    let applied = patches.apply(&mut object)?;
-    if !applied.is_empty() {
-        default_namespace(&mut object)?;
-    }
-    // Images as the provisioner rewrites them (`spec.images`), after the patches: what would
-    // run is compared.
-    gantry_api::images::rewrite_images(&mut object, &bundle.spec.images);
-    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        let labels = metadata
-            .entry("labels")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if !labels.is_object() {
-            *labels = Value::Object(Default::default());
-        }
-        if let Some(labels) = labels.as_object_mut() {
-            labels.insert(BUNDLE_LABEL.into(), Value::String(bundle.name_any()));
-        }
-    }
-    Ok((object, applied))
+/// A bundle's content as the provisioner plans it (`gantry_rules::plan`: kinds resolved,
+/// namespaces defaulted, `spec.patches` applied, the bundle label added, `spec.images`
+/// rewritten), with the kinds the API server serves.
+pub(crate) struct Planned {
+    pub(crate) plan: Plan,
+    /// The patches of `spec.patches` that selected no object.
+    pub(crate) unmatched: Vec<String>,
+    served: HashMap<GroupVersionKind, Kind>,
 }
 
-/// `spec.patches` of the bundle, parsed; an error names the bundle and the patch.
-pub(super) fn bundle_patches(bundle: &Bundle) -> anyhow::Result<Patches> {
-    Patches::parse(&bundle.spec.patches)
-        .map_err(|e| anyhow::anyhow!("bundle {}: {e}", bundle.name_any()))
-}
-
-/// The patches of `spec.patches` that select no object of `objects`, as [`diff_object`]
-/// applies them: `spec.patches[1] (kind=Job)`. Each kind is looked up once.
-pub(super) async fn unmatched_patches(
+/// Plans `objects` for `bundle`, asking discovery once per kind.
+pub(crate) async fn plan(
     client: &Client,
     bundle: &Bundle,
-    patches: &Patches,
-    objects: &[BundleObject],
-) -> Vec<String> {
-    if patches.is_empty() {
-        return Vec::new();
-    }
-    let mut scopes: HashMap<GroupVersionKind, Option<Scope>> = HashMap::new();
-    let mut applied = BTreeSet::new();
-    for object in objects {
-        let Ok(value) = object.value() else {
-            continue;
-        };
-        let Ok((group, version)) = group_version(&value) else {
-            continue;
-        };
-        let gvk = GroupVersionKind::gvk(&group, &version, str_at(&value, "/kind"));
-        if !scopes.contains_key(&gvk) {
-            let scope = kube::discovery::pinned_kind(client, &gvk)
-                .await
-                .ok()
-                .map(|(_, capabilities)| capabilities.scope);
-            scopes.insert(gvk.clone(), scope);
-        }
-        let scope = scopes.get(&gvk).and_then(Option::as_ref);
-        if let Ok((_, indexes)) = desired_object(value, bundle, patches, scope) {
-            applied.extend(indexes);
+    objects: Vec<BundleObject>,
+) -> anyhow::Result<Planned> {
+    let mut served = HashMap::new();
+    for gvk in objects.iter().map(gvk_of).collect::<HashSet<_>>() {
+        if let Ok((resource, capabilities)) = kube::discovery::pinned_kind(client, &gvk).await {
+            let namespaced = capabilities.scope == Scope::Namespaced;
+            served.insert(
+                gvk,
+                Kind {
+                    resource,
+                    namespaced,
+                },
+            );
         }
     }
-    patches.unmatched(&applied)
+    planned_with(bundle, objects, served)
 }
 
-/// Dry-runs the apply of one object, as the provisioner would apply it, and compares the
-/// result with the live object.
+/// [`plan`] with the served kinds known.
+fn planned_with(
+    bundle: &Bundle,
+    objects: Vec<BundleObject>,
+    served: HashMap<GroupVersionKind, Kind>,
+) -> anyhow::Result<Planned> {
+    let patches = Patches::parse(&bundle.spec.patches)
+        .map_err(|e| anyhow::anyhow!("bundle {}: {e}", bundle.name_any()))?;
+    let (mut plan, unmatched) = plan_patched(
+        objects,
+        &bundle.name_any(),
+        bundle.spec.install_namespace.as_deref(),
+        &patches,
+        |gvk| served.get(gvk).cloned(),
+    )?;
+    plan.rewrite_images(&bundle.spec.images)?;
+    Ok(Planned {
+        plan,
+        unmatched,
+        served,
+    })
+}
+
+/// Dry-runs the apply of one planned object, as the provisioner would apply it, and compares
+/// the result with the live object.
 pub(crate) async fn diff_object(
     client: &Client,
     bundle: &Bundle,
-    object: Value,
+    planned: &Planned,
+    object: &PlannedObject,
 ) -> anyhow::Result<ObjectDiff> {
-    let (group, version) = group_version(&object)?;
-    let kind = str_at(&object, "/kind").to_string();
-    let gvk = GroupVersionKind::gvk(&group, &version, &kind);
-    let discovered = kube::discovery::pinned_kind(client, &gvk).await;
-    let scope = discovered.as_ref().ok().map(|(_, c)| &c.scope);
-    let (object, _) = desired_object(object, bundle, &bundle_patches(bundle)?, scope)?;
-    let name = str_at(&object, "/metadata/name").to_string();
-    let namespace = object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let Ok((resource, _)) = discovered else {
+    let PlannedObject {
+        gvk,
+        namespace,
+        name,
+        ..
+    } = object;
+    let key = (
+        gvk.group.clone(),
+        gvk.kind.clone(),
+        namespace.clone(),
+        name.clone(),
+    );
+    let title = title(&gvk.kind, namespace.as_deref(), name);
+    let mut desired = object.value();
+    if !planned.served.contains_key(gvk) {
         // A kind this very bundle defines (its CRD is not installed yet): created as it is.
-        let namespace = namespace.or_else(|| bundle.spec.install_namespace.clone());
-        let key = (group, kind.clone(), namespace.clone(), name.clone());
-        let title = title(&kind, namespace.as_deref(), &name);
         let note = "kind not served yet: a CRD of the bundle defines it";
         return Ok(ObjectDiff {
             key,
-            text: Some(unified(&title, None, Some(&object), note)),
+            text: Some(unified(&title, None, Some(&desired), note)),
         });
+    }
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &object.resource),
+        None => Api::all_with(client.clone(), &object.resource),
     };
-    let api: Api<DynamicObject> = match &namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    let key = (group, kind.clone(), namespace.clone(), name.clone());
-    let title = title(&kind, namespace.as_deref(), &name);
     let live = api
-        .get_opt(&name)
+        .get_opt(name)
         .await
         .with_context(|| format!("reading {title}"))?
         .map(|live| serde_json::to_value(live).unwrap_or(Value::Null));
     // Fields `spec.ignore` leaves to other controllers go out with their live values, as the
     // provisioner sends them: they are no change.
-    let mut object = object;
-    let ignored = gantry_api::ignore::ignored_paths(&bundle.spec.ignore, &object);
+    let ignored = gantry_api::ignore::ignored_paths(&bundle.spec.ignore, &desired);
     if !ignored.is_empty() {
-        let removed = gantry_api::ignore::remove_fields(&mut object, &ignored);
-        gantry_api::ignore::restore_fields(&mut object, &removed, live.as_ref());
+        let removed = gantry_api::ignore::remove_fields(&mut desired, &ignored);
+        gantry_api::ignore::restore_fields(&mut desired, &removed, live.as_ref());
     }
     let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
-    let (after, note) = match api.patch(&name, &params, &Patch::Apply(&object)).await {
+    let (after, note) = match api.patch(name, &params, &Patch::Apply(&desired)).await {
         Ok(applied) => (serde_json::to_value(applied).unwrap_or(Value::Null), ""),
         // Its namespace is created by the bundle and does not exist yet.
         Err(kube::Error::Api(status)) if status.code == 404 && live.is_none() => {
-            (object, "its namespace does not exist yet")
+            (desired, "its namespace does not exist yet")
         }
         Err(error) => return Err(error).with_context(|| format!("dry-run apply of {title}")),
     };
     let mut before = live.map(clean);
     let mut after = clean(after);
-    if kind == "Secret" && key.0.is_empty() {
+    if gvk.kind == "Secret" && gvk.group.is_empty() {
         mask_secrets(before.as_mut(), &mut after);
     }
     let text = (before.as_ref() != Some(&after))
@@ -216,15 +173,6 @@ pub(crate) async fn pruned(
     Ok(Some(unified(&title, Some(&live), None, "pruned")))
 }
 
-fn group_version(object: &Value) -> anyhow::Result<(String, String)> {
-    let api_version = str_at(object, "/apiVersion");
-    Ok(match api_version.split_once('/') {
-        Some((group, version)) => (group.to_string(), version.to_string()),
-        None if !api_version.is_empty() => (String::new(), api_version.to_string()),
-        None => bail!("the object has no apiVersion"),
-    })
-}
-
 fn str_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
     value
         .pointer(pointer)
@@ -256,9 +204,10 @@ pub(crate) fn describe_entry(entry: &InventoryEntry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gantry_rules::plan::testing::object;
     use serde_json::json;
     #[test]
-    fn the_desired_object_is_patched_then_rewritten_and_labelled() {
+    fn the_objects_are_planned_as_the_provisioner_plans_them() {
         let bundle = Bundle::new(
             "metrics",
             gantry_api::BundleSpec {
@@ -289,48 +238,79 @@ mod tests {
                 ..Default::default()
             },
         );
-        let patches = Patches::parse(&bundle.spec.patches).unwrap();
-        let deployment = json!({
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "server" },
-            "spec": { "replicas": 2, "template": { "spec": { "containers": [
-                { "name": "server", "image": "r/server:v1" },
-            ]}}},
-        });
-        let (object, applied) =
-            desired_object(deployment, &bundle, &patches, Some(&Scope::Namespaced)).unwrap();
-        assert_eq!(applied, [0], "matched in the namespace it is applied in");
-        assert_eq!(object.pointer("/spec/replicas"), None);
+        let kind = |group: &str, version: &str, kind: &str, plural: &str, namespaced: bool| {
+            let gvk = GroupVersionKind::gvk(group, version, kind);
+            let resource = kube::core::ApiResource::from_gvk_with_plural(&gvk, plural);
+            (
+                gvk,
+                Kind {
+                    resource,
+                    namespaced,
+                },
+            )
+        };
+        let served: HashMap<_, _> = [
+            kind("apps", "v1", "Deployment", "deployments", true),
+            kind("", "v1", "ConfigMap", "configmaps", true),
+            kind(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "ClusterRole",
+                "clusterroles",
+                false,
+            ),
+        ]
+        .into();
+        let deployment = object(
+            "a.yaml",
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "server" },
+                "spec": { "replicas": 2, "template": { "spec": { "containers": [
+                    { "name": "server", "image": "r/server:v1" },
+                ]}}},
+            }),
+        );
+        let config = object(
+            "b.yaml",
+            json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "c" } }),
+        );
+        let role = object(
+            "c.yaml",
+            json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                           "metadata": { "name": "r", "namespace": "ignored" } }),
+        );
+        let planned = planned_with(
+            &bundle,
+            vec![deployment, config.clone(), role],
+            served.clone(),
+        )
+        .unwrap();
+        assert!(planned.unmatched.is_empty(), "{:?}", planned.unmatched);
+        let [object, config_map, cluster_role] = &planned.plan.objects[..] else {
+            panic!("three objects planned");
+        };
+        let object = object.value();
+        assert_eq!(
+            object.pointer("/spec/replicas"),
+            None,
+            "matched in the namespace it is applied in"
+        );
         assert_eq!(
             object.pointer("/spec/template/spec/containers/1/image"),
             Some(&json!("r/sidecar:v2")),
             "a container a patch adds gets its image rewritten"
         );
         assert_eq!(object["metadata"]["labels"][BUNDLE_LABEL], "metrics");
+        assert_eq!(config_map.namespace.as_deref(), Some("other"));
+        assert_eq!(cluster_role.namespace, None);
+        assert_eq!(cluster_role.value()["metadata"].get("namespace"), None);
 
-        let config =
-            json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "c" } });
-        let (object, applied) =
-            desired_object(config, &bundle, &patches, Some(&Scope::Namespaced)).unwrap();
-        assert_eq!(
-            (applied, &object["metadata"]["namespace"]),
-            (vec![1], &json!("other"))
-        );
-
-        let role = json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                           "metadata": { "name": "r", "namespace": "ignored" } });
-        let (object, applied) =
-            desired_object(role, &bundle, &patches, Some(&Scope::Cluster)).unwrap();
-        assert!(applied.is_empty());
-        assert_eq!(object["metadata"].get("namespace"), None);
-
-        let broken = Patches::parse(&[gantry_api::BundlePatch {
+        let mut broken = bundle.clone();
+        broken.spec.patches = vec![gantry_api::BundlePatch {
             patch: "[{op: remove, path: /spec/paused}]".into(),
             target: Default::default(),
-        }])
-        .unwrap();
-        let config =
-            json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "c" } });
-        let error = desired_object(config, &bundle, &broken, Some(&Scope::Namespaced)).unwrap_err();
+        }];
+        let error = planned_with(&broken, vec![config], served).err().unwrap();
         assert!(
             error.to_string().contains("spec.patches[0]: operation 0 (remove /spec/paused) failed on v1 ConfigMap kube-system/c"),
             "{error}"

@@ -114,53 +114,57 @@ pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChang
         .requested_permissions
         .map(|p| p.highlights)
         .unwrap_or_default();
-    let compared: Vec<(diff::ObjectKey, ObjectChange)> = futures::stream::iter(objects)
-        .map(|object| {
-            let client = client.clone();
-            async move {
-                let value = object.value()?;
-                let title = diff::object::describe_value(&value);
-                let (size, crd) = (object.object.get().len(), CrdSummary::of(&value));
-                let found = diff::object::diff_object(&client, bundle, value).await;
-                anyhow::Ok(match found {
-                    Ok(diff::object::ObjectDiff { key, text }) => {
-                        let title = title_of(&key);
-                        let change = match &text {
-                            None => Change::Unchanged,
-                            Some(text) if created(text) => Change::Created,
-                            Some(_) => Change::Changed,
-                        };
-                        let text = text.unwrap_or_default();
-                        (
-                            key,
+    let planned = diff::object::plan(&client, bundle, objects).await?;
+    let compared: Vec<(diff::ObjectKey, ObjectChange)> =
+        // By index: a stream of borrowed objects makes the page's future not `Send`.
+        futures::stream::iter(0..planned.plan.objects.len())
+            .map(|index| {
+                let (client, planned) = (client.clone(), &planned);
+                async move {
+                    let object = &planned.plan.objects[index];
+                    let value = object.value();
+                    let title = diff::object::describe_value(&value);
+                    let (size, crd) = (object.object.get().len(), CrdSummary::of(&value));
+                    let found = diff::object::diff_object(&client, bundle, planned, object).await;
+                    anyhow::Ok(match found {
+                        Ok(diff::object::ObjectDiff { key, text }) => {
+                            let title = title_of(&key);
+                            let change = match &text {
+                                None => Change::Unchanged,
+                                Some(text) if created(text) => Change::Created,
+                                Some(_) => Change::Changed,
+                            };
+                            let text = text.unwrap_or_default();
+                            (
+                                key,
+                                ObjectChange {
+                                    title,
+                                    change,
+                                    text,
+                                    attention: Vec::new(),
+                                    size,
+                                    crd,
+                                },
+                            )
+                        }
+                        Err(error) => (
+                            (String::new(), String::new(), None, title.clone()),
                             ObjectChange {
                                 title,
-                                change,
-                                text,
+                                change: Change::Failed,
+                                text: crate::commands::causes(&error),
                                 attention: Vec::new(),
                                 size,
                                 crd,
                             },
-                        )
-                    }
-                    Err(error) => (
-                        (String::new(), String::new(), None, title.clone()),
-                        ObjectChange {
-                            title,
-                            change: Change::Failed,
-                            text: crate::commands::causes(&error),
-                            attention: Vec::new(),
-                            size,
-                            crd,
-                        },
-                    ),
-                })
-            }
-        })
-        .buffered(CONCURRENCY)
-        .try_collect()
-        .await
-        .with_context(|| format!("reading the content of bundle {name}"))?;
+                        ),
+                    })
+                }
+            })
+            .buffered(CONCURRENCY)
+            .try_collect()
+            .await
+            .with_context(|| format!("reading the content of bundle {name}"))?;
     let desired: Vec<&diff::ObjectKey> = compared.iter().map(|(key, _)| key).collect();
     let mut changes = Vec::new();
     for entry in &status.inventory {

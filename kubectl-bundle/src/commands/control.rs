@@ -65,8 +65,8 @@ pub struct ReconcileArgs {
     timeout: Duration,
 }
 
-/// The bundles named, each read (so a missing one is named), or every bundle with `--all`.
-/// Bundles that cannot be read are errors, reported by the caller.
+/// The bundles named, each read (so a missing one is named), or every bundle with `--all`
+/// (none: said on stderr). Bundles that cannot be read are errors, reported by the caller.
 async fn resolve(
     bundles: &Api<Bundle>,
     targets: &Targets,
@@ -78,6 +78,9 @@ async fn resolve(
             .context("listing bundles")?
             .items;
         all.sort_by_key(|b| b.name_any());
+        if all.is_empty() {
+            eprintln!("No bundles found.");
+        }
         return Ok(all.into_iter().map(|b| (b.name_any(), Ok(b))).collect());
     }
     let mut found = Vec::new();
@@ -140,10 +143,6 @@ async fn set_suspend(
     let patch = json!({ "spec": { "suspend": if suspend { json!(true) } else { Value::Null } } });
     let bundles: Api<Bundle> = Api::all(global.client().await?);
     let found = resolve(&bundles, targets).await?;
-    if found.is_empty() {
-        eprintln!("No bundles found.");
-        return Ok(());
-    }
     let several = found.len() > 1;
     let mut failures = Vec::new();
     let total = found.len();
@@ -254,10 +253,6 @@ fn report(name: &str, outcome: Outcome) -> anyhow::Result<()> {
 pub async fn reconcile(global: &GlobalArgs, args: ReconcileArgs) -> anyhow::Result<()> {
     let bundles: Api<Bundle> = Api::all(global.client().await?);
     let found = resolve(&bundles, &args.targets).await?;
-    if found.is_empty() {
-        eprintln!("No bundles found.");
-        return Ok(());
-    }
     let total = found.len();
     let several = total > 1;
     let mut failures = Vec::new();
@@ -390,17 +385,12 @@ async fn wait_outcomes(
             }
         };
         pending.remove(&name);
-        match result {
-            Ok(()) => {
-                outcomes.insert(name, Ok(()));
-            }
-            Err(e) => {
-                if several {
-                    eprintln!("error: {}", causes(&e));
-                }
-                outcomes.insert(name, Err(e));
-            }
+        if let Err(e) = &result
+            && several
+        {
+            eprintln!("error: {}", causes(e));
         }
+        outcomes.insert(name, result);
     }
     Ok(())
 }

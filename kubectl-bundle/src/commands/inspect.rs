@@ -4,8 +4,9 @@ use std::collections::{HashMap, HashSet};
 
 use anyhow::Context;
 use clap::Args;
+use gantry_api::conditions::types;
 use gantry_api::{Bundle, BundleStatus, InventoryEntry};
-use gantry_rules::conditions::ConditionStatus;
+use gantry_rules::conditions::{ConditionStatus, find};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -17,6 +18,7 @@ use super::cluster::{GlobalArgs, get_bundles, read_bundle};
 use super::output::{
     OutputFormat, age, colours, list_of, parse_output, print_structured, styled_table, table,
 };
+use super::review::kind_of;
 
 #[derive(Args, Debug)]
 #[command(
@@ -226,11 +228,7 @@ fn health_colour(state: &str) -> Option<&'static str> {
 }
 
 fn kind_name(entry: &InventoryEntry) -> String {
-    if entry.group.is_empty() {
-        entry.kind.clone()
-    } else {
-        format!("{}.{}", entry.kind, entry.group)
-    }
+    kind_of(&entry.group, &entry.kind)
 }
 
 async fn node(
@@ -326,18 +324,11 @@ async fn objects(
 /// One bundle's tree: the bundle, its objects, and why those that are not healthy are not.
 fn print_tree(bundle: &Bundle, nodes: &[Node], entries: &[Value]) {
     let status = bundle.status.clone().unwrap_or_default();
-    let ready = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == gantry_api::conditions::types::READY)
-        .map(|c| format!("Ready={}", c.status))
-        .unwrap_or_else(|| "-".into());
-    let healthy = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == gantry_api::conditions::types::HEALTHY)
-        .map(|c| format!("Healthy={}", c.status))
-        .unwrap_or_else(|| "-".into());
+    let state = |type_: &str| {
+        let condition = find(&status.conditions, type_);
+        condition.map_or_else(|| "-".into(), |c| format!("{type_}={}", c.status))
+    };
+    let (ready, healthy) = (state(types::READY), state(types::HEALTHY));
     let mut rows = vec![
         ["OBJECT", "NAMESPACE", "STATUS", "HEALTH", "SUMMARY"]
             .map(String::from)

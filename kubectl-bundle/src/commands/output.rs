@@ -106,17 +106,7 @@ fn custom_column_rows(
 /// Rows aligned as kubectl's tab writer aligns them: every column but the last as wide as its
 /// widest cell plus three spaces, and at least six.
 pub fn kubectl_table(rows: &[Vec<String>]) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count() + 3)
-                .max()
-                .unwrap_or(0)
-                .max(6)
-        })
-        .collect();
+    let widths: Vec<usize> = column_widths(rows).map(|w| (w + 3).max(6)).collect();
     let mut out = String::new();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -297,7 +287,6 @@ pub fn print_structured(value: &Value, format: Option<&OutputFormat>) -> anyhow:
     Ok(true)
 }
 
-/// Prints rows as an aligned table (the first row is the header).
 /// "1 object", "3 objects": a count and its noun, in English.
 pub fn count(n: usize, noun: &str) -> String {
     if n == 1 {
@@ -313,8 +302,18 @@ pub fn colours() -> bool {
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// Prints rows as an aligned table (the first row is the header).
 pub fn print_table(rows: &[Vec<String>]) {
     let _ = write!(std::io::stdout().lock(), "{}", table(rows));
+}
+
+/// The width of each column of `rows`, in characters: its widest cell's.
+fn column_widths(rows: &[Vec<String>]) -> impl Iterator<Item = usize> + '_ {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    (0..columns).map(|i| {
+        let cells = rows.iter().filter_map(|r| r.get(i));
+        cells.map(|c| c.chars().count()).max().unwrap_or(0)
+    })
 }
 
 /// Rows as an aligned table, columns three spaces apart.
@@ -328,16 +327,7 @@ pub fn styled_table(
     rows: &[Vec<String>],
     style: impl Fn(usize, usize, &str) -> Option<&'static str>,
 ) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
+    let widths: Vec<usize> = column_widths(rows).collect();
     let mut out = String::new();
     for (r, row) in rows.iter().enumerate() {
         let line: Vec<String> = row

@@ -6,6 +6,8 @@ use gantry_api::conditions::{reasons, types};
 use gantry_api::{Approval, ApprovalDecision, Bundle, BundleStatus, RequestedPermissions};
 use gantry_rules::conditions::find;
 
+use super::output::table;
+
 pub(crate) fn resolved_digest(status: &BundleStatus) -> Option<&str> {
     status
         .resolved_image
@@ -70,15 +72,17 @@ pub(crate) fn class_name(bundle: &Bundle) -> String {
         .unwrap_or_else(|| "<default>".into())
 }
 
+/// A kind as kubectl names it with its group: `Deployment.apps`, `ConfigMap` (the core group).
+pub(crate) fn kind_of(group: &str, kind: &str) -> String {
+    if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
+    }
+}
+
 /// The requested permissions as a readable table, flagged objects last.
 pub(super) fn permissions_table(permissions: &RequestedPermissions) -> String {
-    let kind = |group: &str, kind: &str| {
-        if group.is_empty() {
-            kind.to_string()
-        } else {
-            format!("{kind}.{group}")
-        }
-    };
     let mut rows = vec![vec![
         "SCOPE".to_string(),
         "KIND".to_string(),
@@ -87,7 +91,7 @@ pub(super) fn permissions_table(permissions: &RequestedPermissions) -> String {
     for k in &permissions.cluster_scoped {
         rows.push(vec![
             "cluster".into(),
-            kind(&k.group, &k.kind),
+            kind_of(&k.group, &k.kind),
             k.count.to_string(),
         ]);
     }
@@ -95,31 +99,21 @@ pub(super) fn permissions_table(permissions: &RequestedPermissions) -> String {
         for k in &ns.kinds {
             rows.push(vec![
                 format!("namespace {}", ns.namespace),
-                kind(&k.group, &k.kind),
+                kind_of(&k.group, &k.kind),
                 k.count.to_string(),
             ]);
         }
     }
-    let widths: Vec<usize> = (0..3)
-        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+    let mut out: String = table(&rows)
+        .lines()
+        .map(|row| format!("  {row}\n"))
         .collect();
-    let mut out = String::new();
-    for row in &rows {
-        out.push_str(&format!(
-            "  {:<a$}   {:<b$}   {}\n",
-            row[0],
-            row[1],
-            row[2],
-            a = widths[0],
-            b = widths[1]
-        ));
-    }
     if !permissions.highlights.is_empty() {
         out.push_str("\n  Needs attention:\n");
         for h in &permissions.highlights {
             let object = match &h.namespace {
-                Some(ns) => format!("{} {ns}/{}", kind(&h.group, &h.kind), h.name),
-                None => format!("{} {}", kind(&h.group, &h.kind), h.name),
+                Some(ns) => format!("{} {ns}/{}", kind_of(&h.group, &h.kind), h.name),
+                None => format!("{} {}", kind_of(&h.group, &h.kind), h.name),
             };
             out.push_str(&format!("  ! {object}: {}\n", h.reason));
         }

@@ -80,10 +80,7 @@ pub(super) async fn bundle_names(global: &GlobalArgs, offered: Offered) -> Vec<S
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn words(text: &str) -> Vec<String> {
-        text.split(' ').map(String::from).collect()
-    }
+    use crate::commands::complete::tests::words;
 
     #[test]
     fn cluster_flags_come_from_the_words() {

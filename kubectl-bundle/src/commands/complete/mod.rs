@@ -266,7 +266,8 @@ mod tests {
     use crate::commands::testing::condition;
     use clap::CommandFactory;
 
-    fn words(text: &str) -> Vec<String> {
+    /// The words of `text`, split at spaces: the last one is being completed.
+    pub(super) fn words(text: &str) -> Vec<String> {
         let mut words: Vec<String> = text.split(' ').map(String::from).collect();
         if text.is_empty() {
             words = vec![String::new()];

@@ -327,11 +327,23 @@ pub async fn record(
 ) -> Result<Recorded, DecisionError> {
     let shown = fetch(client, name).await?;
     let digest = decide(&shown, decision, reviewed)?;
+    record_decided(client, &shown.bundle, &digest, decision, reason).await
+}
+
+/// Writes `decision` of `digest` on `shown` (see [`write`]), with the approver the API server
+/// names.
+async fn record_decided(
+    client: &Client,
+    shown: &Bundle,
+    digest: &str,
+    decision: ApprovalDecision,
+    reason: Option<&str>,
+) -> Result<Recorded, DecisionError> {
     let approved_by = approver(client).await;
     let approval = write(
         client,
-        &shown.bundle,
-        &digest,
+        shown,
+        digest,
         decision,
         reason,
         approved_by.as_deref(),
@@ -422,20 +434,8 @@ pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<(
     if !args.yes {
         confirm(&digest)?;
     }
-    let approved_by = approver(&client).await;
     let reason = args.reason.as_deref();
-    let approval = write(
-        &client,
-        &shown.bundle,
-        &digest,
-        approving,
-        reason,
-        approved_by.as_deref(),
-    );
-    let recorded = Recorded {
-        approval: approval.await?,
-        approved_by,
-    };
+    let recorded = record_decided(&client, &shown.bundle, &digest, approving, reason).await?;
     println!("{}", recorded_line(&args.name, &recorded));
     if args.wait {
         wait_decided(&client, &args.name, &recorded.approval, args.timeout).await?;

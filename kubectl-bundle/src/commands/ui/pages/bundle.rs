@@ -17,10 +17,10 @@ use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
 use maud::{Markup, html};
 
-use super::{
-    Live, kind_of, layout, open_bundle, page, phase_badge, reason_text, status_badge, when,
+use super::{Live, layout, open_bundle, page, phase_badge, reason_text, status_badge, when};
+use crate::commands::review::{
+    approval_state, class_name, decision_text, kind_of, resolved_digest, short,
 };
-use crate::commands::review::{approval_state, class_name, decision_text, resolved_digest, short};
 use crate::commands::ui::{Ui, auth::Session};
 use crate::commands::{causes, diff::object::title, health, history, inspect, inspect::last_seen};
 

@@ -96,14 +96,6 @@ fn when(time: Timestamp) -> Markup {
     html! { time datetime=(time.to_string()) title=(time.to_string()) { (age(time)) " ago" } }
 }
 
-fn kind_of(group: &str, kind: &str) -> String {
-    if group.is_empty() {
-        kind.to_string()
-    } else {
-        format!("{kind}.{group}")
-    }
-}
-
 /// A highlight's reason, its bracketed lists (`[get,list,watch]`) as lists that wrap between
 /// their items.
 fn reason_text(reason: &str) -> Markup {

@@ -75,15 +75,11 @@ impl ObjectSelector {
                 .as_deref()
                 .is_none_or(|w| w.is_empty() || w == actual)
         };
-        let namespace = object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
         equal(&self.group, group)
             && equal(&self.version, version)
             && equal(&self.kind, str_at(object, "/kind"))
             && equal(&self.name, str_at(object, "/metadata/name"))
-            && equal(&self.namespace, namespace)
+            && equal(&self.namespace, str_at(object, "/metadata/namespace"))
             && selects(&self.label_selector, object.pointer("/metadata/labels"))
             && selects(
                 &self.annotation_selector,

@@ -61,6 +61,7 @@ fn approve(entry: &mut HistoryEntry, status: &BundleStatus) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::{set_condition, status_with};
     use gantry_api::Approval;
     use k8s_openapi::jiff::Timestamp;
 
@@ -70,15 +71,7 @@ mod tests {
 
     #[test]
     fn history_is_newest_first_bounded_and_without_repeats() {
-        let mut status = BundleStatus::default();
-        crate::status::set_condition(
-            &mut status.conditions,
-            types::APPROVED,
-            true,
-            reasons::APPROVED,
-            "",
-            Some(1),
-        );
+        let mut status = status_with(&[(types::APPROVED, true, reasons::APPROVED)]);
         status.approval = Some(Approval {
             decision: ApprovalDecision::Approved,
             digest: digest('a'),
@@ -116,22 +109,18 @@ mod tests {
     fn a_digest_approved_by_hand_after_its_install_says_so() {
         let image = format!("r.test/app@{}", digest('a'));
         let installed_at = Time(Timestamp::UNIX_EPOCH);
-        let mut status = BundleStatus::default();
-        let approved = |status: &mut BundleStatus, reason| {
-            crate::status::set_condition(
-                &mut status.conditions,
-                types::APPROVED,
-                true,
-                reason,
-                "",
-                Some(1),
-            )
-        };
-        approved(&mut status, reasons::AUTOMATIC_APPROVAL);
+        let mut status = status_with(&[(types::APPROVED, true, reasons::AUTOMATIC_APPROVAL)]);
         record_history(&mut status, &image, installed_at.clone());
         assert_eq!(status.history[0].approval, HistoryApproval::Automatic);
         // Its bundle moved to a class with `approval: Manual`, and alice approved the digest.
-        approved(&mut status, reasons::APPROVED);
+        set_condition(
+            &mut status.conditions,
+            types::APPROVED,
+            true,
+            reasons::APPROVED,
+            "",
+            Some(1),
+        );
         status.approval = Some(Approval {
             decision: ApprovalDecision::Approved,
             digest: digest('a'),

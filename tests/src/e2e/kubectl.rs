@@ -106,3 +106,69 @@ fn on(kubeconfig: &Path, args: &[&str]) -> Output {
 pub fn kubeconfig() -> String {
     control_plane().kubeconfig().display().to_string()
 }
+
+/// Binds user `user` to the rules of ClusterRole `role` as `manifests/06-rbac-users.yaml`
+/// defines it, under a name of its own (`{user}-{role}`).
+pub async fn bind_shipped_role(client: &kube::Client, user: &str, role: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Api, Patch, PatchParams};
+    let text =
+        std::fs::read_to_string(crate::workspace_root().join("manifests/06-rbac-users.yaml"))
+            .unwrap();
+    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let mut shipped = documents
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == role)
+        .unwrap_or_else(|| panic!("ClusterRole {role} in manifests/06-rbac-users.yaml"));
+    let name = format!("{user}-{role}");
+    shipped["metadata"] = serde_json::json!({ "name": name });
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": { "name": name },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user }],
+    });
+    let apply = PatchParams::apply("gantry-tests").force();
+    Api::<ClusterRole>::all(client.clone())
+        .patch(&name, &apply, &Patch::Apply(&shipped))
+        .await
+        .unwrap_or_else(|e| panic!("applying ClusterRole {name}: {e}"));
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(&name, &apply, &Patch::Apply(&binding))
+        .await
+        .unwrap_or_else(|e| panic!("applying ClusterRoleBinding {name}: {e}"));
+}
+
+/// Waits until user `user`, with kubeconfig `kc`, can read bundle `bundle`: RBAC reaches the
+/// authorizer shortly after a binding is written.
+pub async fn wait_user_reads(kc: &str, user: &str, bundle: &str) {
+    crate::wait_until(
+        &format!("{user} to read bundle {bundle}"),
+        super::WAIT,
+        || async {
+            let out = kubectl_bundle(&["status", bundle, "-o", "name", "--kubeconfig", kc]);
+            out.status.success().then_some(())
+        },
+    )
+    .await;
+}
+
+/// A user `user` with a client certificate, bound as [`bind_shipped_role`] binds it; the user's
+/// kubeconfig (written in `dir`), once the user can read bundle `bundle`.
+pub async fn shipped_role_user(
+    client: &kube::Client,
+    dir: &Path,
+    user: &str,
+    role: &str,
+    bundle: &str,
+) -> String {
+    bind_shipped_role(client, user, role).await;
+    let path = dir.join(format!("kubeconfig-{user}"));
+    control_plane()
+        .write_user_kubeconfig(&path, user, None)
+        .expect("writing a user's kubeconfig");
+    let kc = path.display().to_string();
+    wait_user_reads(&kc, user, bundle).await;
+    kc
+}

@@ -257,6 +257,11 @@ pub async fn create_bundle(client: &Client, name: &str, spec: BundleSpec) -> Bun
         .expect("creating a Bundle")
 }
 
+/// Bundle `name` as it is now.
+pub async fn get_bundle(client: &Client, name: &str) -> Bundle {
+    Api::<Bundle>::all(client.clone()).get(name).await.unwrap()
+}
+
 /// Creates Bundle `name` and waits until it is Ready.
 pub async fn create_bundle_ready(client: &Client, name: &str, spec: BundleSpec) -> Bundle {
     create_bundle(client, name, spec).await;
@@ -575,6 +580,14 @@ pub async fn under_review(
         pinned,
         bundle,
     }
+}
+
+/// [`under_review`] of an image of one ConfigMap, `cm` holding `v1`.
+pub async fn config_map_under_review(client: &Client, prefix: &str) -> UnderReview {
+    under_review(client, prefix, |_| {
+        vec![("a.yaml", config_map("cm", None, "v1"))]
+    })
+    .await
 }
 
 // --- Gantry ---------------------------------------------------------------------------------

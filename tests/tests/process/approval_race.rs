@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{ApprovalDecision, Bundle};
-use gantry_tests::control_plane;
 use gantry_tests::e2e::kubectl::*;
 use gantry_tests::e2e::*;
 use kube::api::Api;
@@ -138,8 +137,7 @@ impl Drop for OnTerminal {
 
 #[tokio::test]
 async fn approving_while_the_tag_moves_never_approves_the_new_digest() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let bundles: Api<Bundle> = Api::all(client.clone());
     let UnderReview {
         name,
@@ -147,10 +145,7 @@ async fn approving_while_the_tag_moves_never_approves_the_new_digest() {
         repository: repo,
         pinned: first,
         ..
-    } = under_review(&client, "race", |_| {
-        vec![("a.yaml", config_map("cm", None, "v1"))]
-    })
-    .await;
+    } = config_map_under_review(&client, "race").await;
     let (a, kc) = (digest_of(&first).to_string(), kubeconfig());
 
     // The approver runs approve: the plugin reads the bundle, shows A and asks.
@@ -158,7 +153,7 @@ async fn approving_while_the_tag_moves_never_approves_the_new_digest() {
     approver.wait_for(&format!("Approve {a}? [y/N]"));
 
     // Meanwhile the tag moves to B and the controller records it.
-    let second = push(&repo, &[("a.yaml", config_map("cm", None, "v2"))]).await;
+    let second = push_config_map(&repo, "cm", None, "v2").await;
     let b = digest_of(&second).to_string();
     wait_bundle(
         &client,

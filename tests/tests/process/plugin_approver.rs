@@ -5,47 +5,15 @@
 //! `version` warns when the plugin and the controller differ in major or minor version.
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{Bundle, BundlePhase, HistoryApproval};
+use gantry_api::{BundlePhase, HistoryApproval};
 use gantry_tests::e2e::kubectl::*;
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, unique_name, wait_until};
+use gantry_tests::{control_plane, unique_name};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
-use kube::discovery::ApiResource;
 use serde_json::{Value, json};
-
-/// Applies `object` (a JSON manifest) server-side as the admin.
-async fn apply(client: &Client, object: Value) {
-    let (group, version) = match object["apiVersion"].as_str().unwrap().split_once('/') {
-        Some((group, version)) => (group.to_string(), version.to_string()),
-        None => (
-            String::new(),
-            object["apiVersion"].as_str().unwrap().to_string(),
-        ),
-    };
-    let kind = object["kind"].as_str().unwrap().to_string();
-    let resource = ApiResource {
-        api_version: object["apiVersion"].as_str().unwrap().to_string(),
-        group,
-        version,
-        plural: match kind.to_lowercase() {
-            policy if policy.ends_with('y') => format!("{}ies", &policy[..policy.len() - 1]),
-            other => format!("{other}s"),
-        },
-        kind,
-    };
-    let name = object["metadata"]["name"].as_str().unwrap().to_string();
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    api.patch(
-        &name,
-        &PatchParams::apply("gantry-tests").force(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("applying {} {name}: {e}", resource.kind));
-}
 
 /// A user `user` bound to the rules of the ClusterRole `gantry-bundle-approver` as
 /// `manifests/06-rbac-users.yaml` defines it (under a name of its own); the user's kubeconfig,
@@ -59,66 +27,29 @@ async fn approver(
     bundle: &str,
     unauthenticated: bool,
 ) -> String {
-    let text = std::fs::read_to_string(
-        gantry_tests::workspace_root().join("manifests/06-rbac-users.yaml"),
-    )
-    .unwrap();
-    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    let mut role = documents
-        .into_iter()
-        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "gantry-bundle-approver")
-        .expect("ClusterRole gantry-bundle-approver in manifests/06-rbac-users.yaml");
-    let role_name = format!("{user}-approver");
-    role["metadata"] = json!({ "name": role_name });
-    apply(client, role).await;
-    apply(
-        client,
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": { "name": role_name },
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name },
-            "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user }],
-        }),
-    )
-    .await;
-    let path = dir.join(format!("kubeconfig-{user}"));
-    if unauthenticated {
-        let mut config = Kubeconfig::read_from(control_plane().kubeconfig()).unwrap();
-        for named in &mut config.auth_infos {
-            let auth = named.auth_info.as_mut().unwrap();
-            auth.impersonate = Some(user.into());
-            auth.impersonate_groups = Some(vec!["system:unauthenticated".into()]);
-        }
-        // JSON is YAML: kubectl and the plugin read it as a kubeconfig.
-        std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
-    } else {
-        control_plane()
-            .write_user_kubeconfig(&path, user, None)
-            .expect("writing a user's kubeconfig");
+    const ROLE: &str = "gantry-bundle-approver";
+    if !unauthenticated {
+        return shipped_role_user(client, dir, user, ROLE, bundle).await;
     }
+    bind_shipped_role(client, user, ROLE).await;
+    let mut config = Kubeconfig::read_from(control_plane().kubeconfig()).unwrap();
+    for named in &mut config.auth_infos {
+        let auth = named.auth_info.as_mut().unwrap();
+        auth.impersonate = Some(user.into());
+        auth.impersonate_groups = Some(vec!["system:unauthenticated".into()]);
+    }
+    let path = dir.join(format!("kubeconfig-{user}"));
+    // JSON is YAML: kubectl and the plugin read it as a kubeconfig.
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
     let kc = path.display().to_string();
-    // RBAC reaches the authorizer shortly after the binding is written.
-    wait_until(&format!("{user} to read bundle {bundle}"), WAIT, || async {
-        let out = kubectl_bundle(&["status", bundle, "-o", "name", "--kubeconfig", &kc]);
-        out.status.success().then_some(())
-    })
-    .await;
+    wait_user_reads(&kc, user, bundle).await;
     kc
-}
-
-async fn bundle(client: &Client, name: &str) -> Bundle {
-    Api::<Bundle>::all(client.clone()).get(name).await.unwrap()
 }
 
 #[tokio::test]
 async fn the_approver_is_recorded_and_shown() {
-    gantry();
-    let client = control_plane().client().await;
-    let review = under_review(&client, "approver", |_| {
-        vec![("a.yaml", config_map("cm", None, "v1"))]
-    })
-    .await;
+    let client = shared_gantry_client().await;
+    let review = config_map_under_review(&client, "approver").await;
     let name = review.name.clone();
     let first = digest_of(&review.pinned).to_string();
     let dir = tempfile::tempdir().unwrap();
@@ -141,7 +72,7 @@ async fn the_approver_is_recorded_and_shown() {
         "{}",
         text(&denied)
     );
-    let approval = bundle(&client, &name)
+    let approval = get_bundle(&client, &name)
         .await
         .status
         .unwrap()
@@ -173,7 +104,7 @@ async fn the_approver_is_recorded_and_shown() {
         "no warning when the API server says who: {}",
         text(&approved)
     );
-    let installed = bundle(&client, &name).await;
+    let installed = get_bundle(&client, &name).await;
     let status_ = installed.status.clone().unwrap();
     assert_eq!(
         status_.approval.as_ref().unwrap().approved_by.as_deref(),
@@ -210,11 +141,7 @@ async fn the_approver_is_recorded_and_shown() {
         .output()
         .unwrap();
     assert!(!whoami.status.success(), "{}", text(&whoami));
-    let second = push(
-        &review.repository,
-        &[("a.yaml", config_map("cm", None, "v2"))],
-    )
-    .await;
+    let second = push_config_map(&review.repository, "cm", None, "v2").await;
     let second_digest = digest_of(&second).to_string();
     wait_bundle(&client, &name, "awaiting the new digest", |b| {
         b.status.as_ref().and_then(|s| s.resolved_image.as_deref()) == Some(second.as_str())
@@ -245,7 +172,7 @@ async fn the_approver_is_recorded_and_shown() {
             && notes[0].contains("forbidden"),
         "{stderr}"
     );
-    let installed = bundle(&client, &name).await.status.unwrap();
+    let installed = get_bundle(&client, &name).await.status.unwrap();
     let approval = installed.approval.unwrap();
     assert_eq!(
         (approval.digest.as_str(), approval.approved_by),
@@ -266,12 +193,8 @@ async fn the_approver_is_recorded_and_shown() {
 
 #[tokio::test]
 async fn deny_wait_returns_once_the_provisioner_handled_the_denial() {
-    gantry();
-    let client = control_plane().client().await;
-    let review = under_review(&client, "deny-wait", |_| {
-        vec![("a.yaml", config_map("cm", None, "v1"))]
-    })
-    .await;
+    let client = shared_gantry_client().await;
+    let review = config_map_under_review(&client, "deny-wait").await;
     let name = review.name.clone();
     let digest = digest_of(&review.pinned).to_string();
 
@@ -293,7 +216,7 @@ async fn deny_wait_returns_once_the_provisioner_handled_the_denial() {
         "{denied}"
     );
     // Handled when the command returned: read once, no waiting here.
-    let status = bundle(&client, &name).await.status.unwrap();
+    let status = get_bundle(&client, &name).await.status.unwrap();
     assert_eq!(status.phase, Some(BundlePhase::Denied));
     let approved = status
         .conditions
@@ -327,7 +250,7 @@ async fn deny_wait_returns_once_the_provisioner_handled_the_denial() {
         again.contains(&format!("bundle {name} is Denied")),
         "{again}"
     );
-    let status = bundle(&client, &name).await.status.unwrap();
+    let status = get_bundle(&client, &name).await.status.unwrap();
     let approved = status
         .conditions
         .iter()
@@ -343,10 +266,8 @@ async fn deny_wait_returns_once_the_provisioner_handled_the_denial() {
 
 #[tokio::test]
 async fn version_warns_when_plugin_and_controller_differ_in_minor() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("skew");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "skew").await;
     let plugin = env!("CARGO_PKG_VERSION");
     let (major, minor) = {
         let mut parts = plugin.split('.');

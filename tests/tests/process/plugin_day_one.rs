@@ -9,7 +9,7 @@ use gantry_api::conditions::types;
 use gantry_api::{Bundle, BundlePhase};
 use gantry_tests::e2e::kubectl::*;
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, unique_name};
+use gantry_tests::unique_name;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -18,22 +18,12 @@ use serde_json::json;
 /// the other tests' bundles back.
 static CLUSTER: Isolated = Isolated::with_gantry(&SHARED_GANTRY_FLAGS);
 
-fn phase_is(phase: BundlePhase) -> impl Fn(&Bundle) -> bool {
-    move |b| b.status.as_ref().and_then(|s| s.phase) == Some(phase)
-}
-
 /// A Ready bundle of the default class (Automatic) holding one ConfigMap; its name.
 async fn installed(client: &Client, prefix: &str) -> String {
-    let ns = unique_name(prefix);
-    ensure_namespace(client, &ns).await;
-    let pinned = push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("cm", None, "v1"))],
-    )
-    .await;
+    let ns = unique_namespace(client, prefix).await;
+    let pinned = push_config_map(&format!("{ns}/app:v1"), "cm", None, "v1").await;
     let name = unique_name(prefix);
-    create_bundle(client, &name, spec(&pinned, Some(&ns))).await;
-    wait_bundle(client, &name, "Ready", is_ready).await;
+    create_bundle_ready(client, &name, spec(&pinned, Some(&ns))).await;
     name
 }
 
@@ -68,12 +58,8 @@ async fn suspended(client: &Client, name: &str) -> bool {
 
 #[tokio::test]
 async fn approve_wait_after_a_deny_waits_for_this_approval() {
-    gantry();
-    let client = control_plane().client().await;
-    let review = under_review(&client, "after-deny", |_| {
-        vec![("a.yaml", config_map("cm", None, "v1"))]
-    })
-    .await;
+    let client = shared_gantry_client().await;
+    let review = config_map_under_review(&client, "after-deny").await;
     let name = review.name.as_str();
     ok(&["deny", name, "--reason", "not yet"]);
     // The status the deny leaves: what an approval must not be judged by.
@@ -101,12 +87,8 @@ async fn approve_wait_after_a_deny_waits_for_this_approval() {
 
 #[tokio::test]
 async fn reconcile_of_a_bundle_awaiting_approval_returns_and_says_so() {
-    gantry();
-    let client = control_plane().client().await;
-    let review = under_review(&client, "reconcile-awaiting", |_| {
-        vec![("a.yaml", config_map("cm", None, "v1"))]
-    })
-    .await;
+    let client = shared_gantry_client().await;
+    let review = config_map_under_review(&client, "reconcile-awaiting").await;
     let name = review.name.as_str();
     let started = Instant::now();
     // Far below the timeout: the pass is handled within seconds.
@@ -145,8 +127,7 @@ async fn reconcile_of_a_bundle_awaiting_approval_returns_and_says_so() {
 
 #[tokio::test]
 async fn all_namespaces_is_accepted_on_every_verb() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let name = installed(&client, "all-ns").await;
     let dir = tempfile::tempdir().unwrap();
     write_bundle(dir.path(), &[("a.yaml", config_map("cm", Some("x"), "v"))]);
@@ -198,8 +179,7 @@ async fn all_namespaces_is_accepted_on_every_verb() {
 
 #[tokio::test]
 async fn list_selects_by_label_and_shows_suspended() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let (a, b) = (
         installed(&client, "label-a").await,
         installed(&client, "label-b").await,
@@ -249,8 +229,7 @@ async fn list_selects_by_label_and_shows_suspended() {
 /// printed, exit 1. `list` shows HEALTHY; a closed standard output ends it quietly.
 #[tokio::test]
 async fn list_status_and_tree_take_names_as_kubectl_get_does() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let (a, b) = (
         installed(&client, "names-a").await,
         installed(&client, "names-b").await,
@@ -326,10 +305,7 @@ async fn several_names_and_all_on_suspend_resume_and_reconcile() {
         installed(&client, "many-a").await,
         installed(&client, "many-b").await,
     );
-    let review = under_review(&client, "many-review", |_| {
-        vec![("a.yaml", config_map("cm", None, "v1"))]
-    })
-    .await;
+    let review = config_map_under_review(&client, "many-review").await;
     let c = review.name.as_str();
 
     // Several names.
@@ -492,14 +468,10 @@ fn plugin(args: &[&str]) -> Result<String, String> {
 
 #[tokio::test]
 async fn jsonpath_and_custom_columns_print_what_kubectl_prints() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     // Two bundles in two states, labelled so that both commands select them alone.
     let installed = installed(&client, "kubectl-dialect").await;
-    let review = under_review(&client, "kubectl-dialect", |_| {
-        vec![("a.yaml", config_map("cm", None, "v1"))]
-    })
-    .await;
+    let review = config_map_under_review(&client, "kubectl-dialect").await;
     let label = unique_name("dialect");
     for name in [&installed, &review.name] {
         Api::<Bundle>::all(client.clone())

@@ -256,22 +256,15 @@ pub(super) mod tests {
             change("ConfigMap app/same", Change::Unchanged, String::new()),
         ]);
         let html = changes_section(&changes, true).into_string();
-        assert!(
-            !details_of(&html, "ConfigMap app/new").contains(" open"),
-            "{html}"
-        );
-        assert!(
-            details_of(&html, "ConfigMap app/short").contains(" open"),
-            "{html}"
-        );
-        assert!(
-            !details_of(&html, "ConfigMap app/long").contains(" open"),
-            "{html}"
-        );
-        assert!(
-            !details_of(&html, "ConfigMap app/same").contains(" open"),
-            "{html}"
-        );
+        for (object, open) in [
+            ("new", false),
+            ("short", true),
+            ("long", false),
+            ("same", false),
+        ] {
+            let details = details_of(&html, &format!("ConfigMap app/{object}"));
+            assert_eq!(details.contains(" open"), open, "{object}: {html}");
+        }
         // The one-line summary names the size; a new object reads as it will be created.
         assert!(
             html.contains("ConfigMap app/new</span><span class=\"meta\">"),

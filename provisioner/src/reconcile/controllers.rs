@@ -384,8 +384,9 @@ fn class_error_policy(class: Arc<ProvisionerClass>, error: &Error, _ctx: Arc<Con
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::approval;
     use gantry_api::conditions::{reasons, types};
-    use gantry_api::{Approval, ApprovalDecision, BundleSpec};
+    use gantry_api::{ApprovalDecision, BundleSpec};
 
     fn named(name: &str, slot: &str) -> Bundle {
         let mut bundle = Bundle::new(
@@ -510,16 +511,8 @@ mod tests {
                     ))
             },
             &|b| {
-                b.status.get_or_insert_default().approval = Some(Approval {
-                    decision: ApprovalDecision::Approved,
-                    digest: "sha256:00".into(),
-                    reason: None,
-                    time: None,
-                    approved_by: None,
-                    images: Vec::new(),
-                    patches: Vec::new(),
-                    ignore: Vec::new(),
-                })
+                b.status.get_or_insert_default().approval =
+                    Some(approval(ApprovalDecision::Approved, "sha256:00"))
             },
         ];
         for (i, change) in changes.iter().enumerate() {

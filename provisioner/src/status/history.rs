@@ -61,7 +61,7 @@ fn approve(entry: &mut HistoryEntry, status: &BundleStatus) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{set_condition, status_with};
+    use crate::status::{approval, set_condition, status_with};
     use gantry_api::Approval;
     use k8s_openapi::jiff::Timestamp;
 
@@ -73,14 +73,10 @@ mod tests {
     fn history_is_newest_first_bounded_and_without_repeats() {
         let mut status = status_with(&[(types::APPROVED, true, reasons::APPROVED)]);
         status.approval = Some(Approval {
-            decision: ApprovalDecision::Approved,
-            digest: digest('a'),
             reason: Some("reviewed".into()),
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
-            images: Vec::new(),
-            patches: Vec::new(),
-            ignore: Vec::new(),
+            ..approval(ApprovalDecision::Approved, &digest('a'))
         });
         let image = |c| format!("r.test/app@{}", digest(c));
         record_history(&mut status, &image('a'), Time(Timestamp::now()));
@@ -122,14 +118,10 @@ mod tests {
             Some(1),
         );
         status.approval = Some(Approval {
-            decision: ApprovalDecision::Approved,
-            digest: digest('a'),
             reason: Some("reviewed".into()),
             time: Some(Time(Timestamp::now())),
             approved_by: Some("alice".into()),
-            images: Vec::new(),
-            patches: Vec::new(),
-            ignore: Vec::new(),
+            ..approval(ApprovalDecision::Approved, &digest('a'))
         });
         refresh_history_approval(&mut status, &image);
         let entry = &status.history[0];

@@ -195,7 +195,7 @@ mod tests {
     use super::*;
     use gantry_api::conditions::{reasons, types};
 
-    use crate::status::status_with;
+    use crate::status::{approval, status_with};
 
     #[test]
     fn changes_name_the_fields_and_conditions_a_write_changes() {
@@ -234,16 +234,10 @@ mod tests {
         let a = status_with(&[(types::UNPACKED, true, reasons::UNPACK_SUCCEEDED)]);
         let mut b = a.clone();
         b.conditions[0].last_transition_time = Time(Timestamp::UNIX_EPOCH);
-        b.approval = Some(gantry_api::Approval {
-            decision: gantry_api::ApprovalDecision::Approved,
-            digest: "sha256:00".into(),
-            reason: None,
-            time: None,
-            approved_by: None,
-            images: Vec::new(),
-            patches: Vec::new(),
-            ignore: Vec::new(),
-        });
+        b.approval = Some(approval(
+            gantry_api::ApprovalDecision::Approved,
+            "sha256:00",
+        ));
         assert!(!differs(&a, &b));
         b.phase = Some(gantry_api::BundlePhase::Installed);
         assert!(differs(&a, &b));

@@ -197,14 +197,8 @@ mod tests {
 
     fn decision(decision: ApprovalDecision, digest: &str, reason: Option<&str>) -> Approval {
         Approval {
-            decision,
-            digest: digest.into(),
             reason: reason.map(Into::into),
-            time: None,
-            approved_by: None,
-            images: Vec::new(),
-            patches: Vec::new(),
-            ignore: Vec::new(),
+            ..crate::status::approval(decision, digest)
         }
     }
 

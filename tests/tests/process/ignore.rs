@@ -6,7 +6,6 @@
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{IgnoreRule, ObjectSelector};
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, registry, unique_name};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -41,10 +40,8 @@ async fn replicas_and_image(deployments: &Api<Deployment>) -> (i32, String) {
 
 #[tokio::test]
 async fn ignored_fields_keep_the_value_another_controller_sets() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("ignore");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "ignore").await;
     let repository = format!("{ns}/app:v1");
     push(
         &repository,
@@ -56,10 +53,9 @@ async fn ignored_fields_keep_the_value_another_controller_sets() {
     .await;
     let name = ns.clone();
     // By tag: new content comes as the tag moves.
-    let mut bundle_spec = spec(&format!("{}/{repository}", registry().host()), Some(&ns));
+    let mut bundle_spec = spec(&in_registry(&repository), Some(&ns));
     bundle_spec.ignore = vec![replicas_rule()];
-    create_bundle(&client, &name, bundle_spec).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, bundle_spec).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     // Created as the bundle says.
     assert_eq!(
@@ -113,14 +109,7 @@ async fn ignored_fields_keep_the_value_another_controller_sets() {
     );
 
     // Without the rule, the bundle's value is applied again: the rule is what kept it.
-    Api::<gantry_api::Bundle>::all(client.clone())
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"ignore": null}})),
-        )
-        .await
-        .unwrap();
+    patch_spec(&client, &name, json!({ "ignore": null })).await;
     gantry_tests::wait_until("the bundle's replicas again", WAIT, || async {
         (replicas_and_image(&deployments).await.0 == 2).then_some(())
     })
@@ -129,10 +118,8 @@ async fn ignored_fields_keep_the_value_another_controller_sets() {
 
 #[tokio::test]
 async fn an_invalid_ignore_rule_fails_before_anything_is_applied() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("ignore-bad");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "ignore-bad").await;
     let image = push(
         &format!("{ns}/app:v1"),
         &[("b.yaml", config_map("settings", None, "one"))],

@@ -2,7 +2,7 @@
 //! leader dies. A control plane of its own: these provisioners must be the only ones.
 
 use gantry_tests::e2e::*;
-use gantry_tests::{Provisioner, StorageOptions, StorageServer, registry, unique_name, wait_until};
+use gantry_tests::{Provisioner, StorageOptions, StorageServer, unique_name, wait_until};
 
 /// This module's cluster, without a Gantry: the test starts two provisioners.
 static CLUSTER: Isolated = Isolated::new();
@@ -37,18 +37,13 @@ async fn replicas_elect_one_leader_and_fail_over() {
     })
     .await;
 
-    let ns = unique_name("leader");
-    ensure_namespace(&client, &ns).await;
-    push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("one", None, "1"))],
-    )
-    .await;
+    let ns = unique_namespace(&client, "leader").await;
+    push_config_map(&format!("{ns}/app:v1"), "one", None, "1").await;
     let before = unique_name("before");
     create_bundle(
         &client,
         &before,
-        spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns)),
+        spec(&in_registry(&format!("{ns}/app:v1")), Some(&ns)),
     )
     .await;
     wait_bundle(&client, &before, "Ready under the first leader", is_ready).await;
@@ -69,7 +64,7 @@ async fn replicas_elect_one_leader_and_fail_over() {
     create_bundle(
         &client,
         &after,
-        spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns)),
+        spec(&in_registry(&format!("{ns}/app:v1")), Some(&ns)),
     )
     .await;
     // Both bundles name the same ConfigMap: the second conflicts, which proves the new leader

@@ -165,18 +165,19 @@ async fn the_manifests_install_a_working_gantry() {
         .await
         .unwrap();
 
-    let ns = unique_name("shipped");
-    ensure_namespace(&client, &ns).await;
-    push(
+    let ns = unique_namespace(&client, "shipped").await;
+    push_config_map(
         &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("installed", None, "by-the-manifests"))],
+        "installed",
+        None,
+        "by-the-manifests",
     )
     .await;
     let name = unique_name("shipped");
     create_bundle(
         &client,
         &name,
-        spec(&format!("{}/{ns}/app:v1", registry().host()), Some(&ns)),
+        spec(&in_registry(&format!("{ns}/app:v1")), Some(&ns)),
     )
     .await;
     let bundle = wait_bundle(&client, &name, "Ready with the shipped RBAC", is_ready).await;
@@ -327,10 +328,7 @@ async fn editors_cannot_approve_and_approvers_can() {
     editors
         .create(
             &PostParams::default(),
-            &Bundle::new(
-                &name,
-                spec(&format!("{}/x/y:v1", registry().host()), Some(&ns)),
-            ),
+            &Bundle::new(&name, spec(&in_registry("x/y:v1"), Some(&ns))),
         )
         .await
         .expect("an editor creates bundles");

@@ -6,10 +6,10 @@ use gantry_api::conditions::{reasons, types};
 use gantry_api::{Bundle, BundlePhase};
 use gantry_tests::e2e::kubectl::*;
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, unique_name, wait_until};
+use gantry_tests::{unique_name, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use serde_json::{Value, json};
 
 /// A Deployment `server` as upstream ships it: two replicas, one container with one argument.
@@ -24,14 +24,7 @@ fn deployment(namespace: Option<&str>) -> String {
 
 /// Sets `spec.patches` of bundle `name`.
 async fn set_patches(client: &Client, name: &str, patches: Value) {
-    Api::<Bundle>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "patches": patches } })),
-        )
-        .await
-        .expect("setting spec.patches");
+    patch_spec(client, name, json!({ "patches": patches })).await;
 }
 
 /// Whether the bundle's status describes its current generation.
@@ -53,8 +46,7 @@ fn args(deployment: &Deployment) -> Vec<String> {
 
 #[tokio::test]
 async fn patches_change_the_objects_they_select_and_only_those() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let ns = unique_name("patched");
     let moved_to = unique_name("patched-to");
     ensure_namespace(&client, &ns).await;
@@ -93,8 +85,7 @@ async fn patches_change_the_objects_they_select_and_only_those() {
         },
     ]))
     .unwrap();
-    create_bundle(&client, &name, bundle_spec).await;
-    let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
+    let bundle = create_bundle_ready(&client, &name, bundle_spec).await;
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let live = deployments.get("server").await.unwrap();
@@ -193,10 +184,8 @@ async fn patches_change_the_objects_they_select_and_only_those() {
 
 #[tokio::test]
 async fn a_patch_that_cannot_apply_fails_the_bundle_and_nothing_is_applied() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("bad-patch");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "bad-patch").await;
     let image = push(
         &format!("{ns}/app:v1"),
         &[
@@ -289,8 +278,7 @@ async fn a_patch_that_cannot_apply_fails_the_bundle_and_nothing_is_applied() {
 
 #[tokio::test]
 async fn an_approval_covers_the_patches_it_was_given_with() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let UnderReview {
         name,
         namespace: ns,
@@ -319,7 +307,7 @@ async fn an_approval_covers_the_patches_it_was_given_with() {
             && approved.contains(r#"replace /data/value "reviewed""#),
         "{approved}"
     );
-    let bundle = Api::<Bundle>::all(client.clone()).get(&name).await.unwrap();
+    let bundle = get_bundle(&client, &name).await;
     let approval = bundle.status.unwrap().approval.unwrap();
     assert_eq!(approval.patches, bundle.spec.patches);
     assert_eq!(

@@ -6,7 +6,7 @@
 use gantry_api::Bundle;
 use gantry_api::conditions::{reasons, types};
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, registry, unique_name};
+use gantry_tests::{control_plane, unique_name};
 use kube::api::Api;
 
 /// This module's cluster, with one provisioner whose flags would make every test here time
@@ -21,37 +21,28 @@ static CLUSTER: Isolated = Isolated::with_gantry(&[
 ]);
 
 fn tagged(ns: &str, tag: &str) -> String {
-    format!("{}/{ns}/app:{tag}", registry().host())
+    in_registry(&format!("{ns}/app:{tag}"))
 }
 
 #[tokio::test]
 async fn a_bundle_interval_resolves_a_moved_tag_while_the_flag_is_long() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("interval");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "interval").await;
     for tag in ["fast", "slow"] {
-        push(
-            &format!("{ns}/app:{tag}"),
-            &[("a.yaml", config_map(&format!("{tag}-cm"), None, "v1"))],
-        )
-        .await;
+        push_config_map(&format!("{ns}/app:{tag}"), &format!("{tag}-cm"), None, "v1").await;
     }
     let fast = unique_name("fast");
     let slow = unique_name("slow");
     let mut fast_spec = spec(&tagged(&ns, "fast"), Some(&ns));
     fast_spec.interval = Some("2s".into());
     create_bundle(&client, &fast, fast_spec).await;
-    create_bundle(&client, &slow, spec(&tagged(&ns, "slow"), Some(&ns))).await;
-    let slow_before = wait_bundle(&client, &slow, "Ready", is_ready).await;
+    let slow_before =
+        create_bundle_ready(&client, &slow, spec(&tagged(&ns, "slow"), Some(&ns))).await;
     wait_bundle(&client, &fast, "Ready", is_ready).await;
 
     for tag in ["fast", "slow"] {
-        push(
-            &format!("{ns}/app:{tag}"),
-            &[("a.yaml", config_map(&format!("{tag}-cm"), None, "v2"))],
-        )
-        .await;
+        push_config_map(&format!("{ns}/app:{tag}"), &format!("{tag}-cm"), None, "v2").await;
     }
     wait_config_map(&client, &ns, "fast-cm", "v2", "the moved tag installed").await;
     // The other bundle follows the provisioner's hour: its tag is not asked again.
@@ -79,8 +70,7 @@ fn retry(message: &str) -> Option<(u32, f64)> {
 async fn a_bundle_retry_interval_caps_the_backoff() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("retry");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "retry").await;
     let name = unique_name("retry");
     let mut bundle_spec = spec(&tagged(&ns, "later"), Some(&ns));
     bundle_spec.retry_interval = Some("1s".into());
@@ -100,11 +90,7 @@ async fn a_bundle_retry_interval_caps_the_backoff() {
     let (_, delay) = retry(message).unwrap();
     assert!(delay <= 1.0, "capped at spec.retryInterval: {message}");
 
-    push(
-        &format!("{ns}/app:later"),
-        &[("a.yaml", config_map("cm", None, "v1"))],
-    )
-    .await;
+    push_config_map(&format!("{ns}/app:later"), "cm", None, "v1").await;
     wait_config_map(&client, &ns, "cm", "v1", "installed at the next retry").await;
 }
 
@@ -112,8 +98,7 @@ async fn a_bundle_retry_interval_caps_the_backoff() {
 async fn a_bundle_timeout_ends_an_apply_that_waits() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("timeout");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "timeout").await;
     let group = format!("{ns}.example.test");
     // The Widget names a version the CRD defines but does not serve: the apply waits for it.
     let crd = format!(

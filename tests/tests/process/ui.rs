@@ -21,8 +21,7 @@ use gantry_api::conditions::types;
 use gantry_api::{ApprovalDecision, Bundle, BundlePhase};
 use gantry_tests::e2e::kubectl::*;
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, unique_name, wait_until};
-use kube::Client;
+use gantry_tests::{unique_name, wait_until};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use thirtyfour::prelude::*;
@@ -395,16 +394,11 @@ fn broad_role(name: &str) -> String {
     )
 }
 
-async fn bundle(client: &Client, name: &str) -> Bundle {
-    Api::<Bundle>::all(client.clone()).get(name).await.unwrap()
-}
-
 // --- tests ----------------------------------------------------------------------------------
 
 #[tokio::test]
 async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let role = unique_name("ui-broad");
     let review = under_review(&client, "ui-approve", |ns| {
         vec![
@@ -568,7 +562,7 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
         .wait_text("#flash", &format!("pinned to {first}"))
         .await;
     browser.expect_path(&format!("/bundles/{name}")).await;
-    assert_eq!(bundle(&client, &name).await.spec.image, review.pinned);
+    assert_eq!(get_bundle(&client, &name).await.spec.image, review.pinned);
     // The page rolls back itself: no command's lines on the server's output.
     assert!(
         !server.output.lock().unwrap().contains("spec.image"),
@@ -580,8 +574,7 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
 
 #[tokio::test]
 async fn a_denial_with_a_reason_shows_on_the_bundle() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let review = under_review(&client, "ui-deny", |ns| {
         vec![("a.yaml", config_map("cm", Some(ns), "v1"))]
     })
@@ -604,7 +597,7 @@ async fn a_denial_with_a_reason_shows_on_the_bundle() {
         .expect_path(&format!("/bundles/{name}/review"))
         .await;
     assert!(
-        bundle(&client, &name)
+        get_bundle(&client, &name)
             .await
             .status
             .unwrap()
@@ -631,7 +624,7 @@ async fn a_denial_with_a_reason_shows_on_the_bundle() {
         state.contains(&format!("Denied {digest}")) && state.contains("grants too much"),
         "{state}"
     );
-    let status = bundle(&client, &name).await.status.unwrap();
+    let status = get_bundle(&client, &name).await.status.unwrap();
     let approval = status.approval.unwrap();
     assert_eq!(
         (approval.decision, approval.reason.as_deref()),
@@ -640,16 +633,10 @@ async fn a_denial_with_a_reason_shows_on_the_bundle() {
     assert_eq!(status.phase, Some(BundlePhase::Denied));
 
     // A bundle of an Automatic class: the decision is refused as `approve` refuses it.
-    let ns = unique_name("ui-auto");
-    ensure_namespace(&client, &ns).await;
-    let image = push(
-        &format!("{ns}/app:v1"),
-        &[("a.yaml", config_map("cm", Some(&ns), "v1"))],
-    )
-    .await;
+    let ns = unique_namespace(&client, "ui-auto").await;
+    let image = push_config_map(&format!("{ns}/app:v1"), "cm", Some(&ns), "v1").await;
     let automatic = unique_name("ui-auto");
-    create_bundle(&client, &automatic, spec(&image, Some(&ns))).await;
-    wait_bundle(&client, &automatic, "Ready", is_ready).await;
+    create_bundle_ready(&client, &automatic, spec(&image, Some(&ns))).await;
     browser
         .goto(&format!("{}/bundles/{automatic}/review", server.base))
         .await;
@@ -663,7 +650,7 @@ async fn a_denial_with_a_reason_shows_on_the_bundle() {
         )
         .await;
     assert!(
-        bundle(&client, &automatic)
+        get_bundle(&client, &automatic)
             .await
             .status
             .unwrap()
@@ -673,60 +660,9 @@ async fn a_denial_with_a_reason_shows_on_the_bundle() {
     browser.quit().await;
 }
 
-/// A user bound to the rules of `gantry-bundle-editor` (as manifests/06-rbac-users.yaml
-/// defines it): bundles, but not `bundles/status`. Their kubeconfig, once they can read
-/// `bundle`.
-async fn editor(client: &Client, dir: &std::path::Path, user: &str, bundle: &str) -> String {
-    let text = std::fs::read_to_string(
-        gantry_tests::workspace_root().join("manifests/06-rbac-users.yaml"),
-    )
-    .unwrap();
-    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    let mut role = documents
-        .into_iter()
-        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "gantry-bundle-editor")
-        .expect("ClusterRole gantry-bundle-editor in manifests/06-rbac-users.yaml");
-    let role_name = format!("{user}-editor");
-    role["metadata"] = json!({ "name": role_name });
-    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
-    roles
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(role).unwrap(),
-        )
-        .await
-        .unwrap();
-    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": { "name": role_name },
-                "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name },
-                "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user }],
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let path = dir.join(format!("kubeconfig-{user}"));
-    control_plane()
-        .write_user_kubeconfig(&path, user, None)
-        .expect("writing a user's kubeconfig");
-    let kc = path.display().to_string();
-    // RBAC reaches the authorizer shortly after the binding is written.
-    wait_until(&format!("{user} to read bundle {bundle}"), WAIT, || async {
-        let out = kubectl_bundle(&["status", bundle, "-o", "name", "--kubeconfig", &kc]);
-        out.status.success().then_some(())
-    })
-    .await;
-    kc
-}
-
 #[tokio::test]
 async fn a_user_without_status_permission_sees_the_decision_refused() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let review = under_review(&client, "ui-rbac", |ns| {
         vec![("a.yaml", config_map("cm", Some(ns), "v1"))]
     })
@@ -734,7 +670,8 @@ async fn a_user_without_status_permission_sees_the_decision_refused() {
     let name = review.name.clone();
     let dir = tempfile::tempdir().unwrap();
     let carol = unique_name("carol");
-    let kc = editor(&client, dir.path(), &carol, &name).await;
+    // Bound to `gantry-bundle-editor`: bundles, but not `bundles/status`.
+    let kc = shipped_role_user(&client, dir.path(), &carol, "gantry-bundle-editor", &name).await;
     let server = UiServer::start(&kc);
     let browser = Browser::start().await;
     browser
@@ -767,7 +704,7 @@ async fn a_user_without_status_permission_sees_the_decision_refused() {
         )),
         "{refused}"
     );
-    let status = bundle(&client, &name).await.status.unwrap();
+    let status = get_bundle(&client, &name).await.status.unwrap();
     assert!(status.approval.is_none(), "{:?}", status.approval);
     assert_eq!(status.phase, Some(BundlePhase::AwaitingApproval));
     browser.quit().await;
@@ -804,8 +741,7 @@ fn csrf_of(html: &str) -> String {
 
 #[tokio::test]
 async fn requests_without_the_token_or_from_another_origin_are_refused() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let review = under_review(&client, "ui-guard", |ns| {
         vec![("a.yaml", config_map("cm", Some(ns), "v1"))]
     })
@@ -916,7 +852,7 @@ async fn requests_without_the_token_or_from_another_origin_are_refused() {
     assert_eq!(response.status(), 403);
     assert!(response.text().await.unwrap().contains("CSRF"));
     assert!(
-        bundle(&client, &name)
+        get_bundle(&client, &name)
             .await
             .status
             .unwrap()
@@ -939,7 +875,7 @@ async fn requests_without_the_token_or_from_another_origin_are_refused() {
         response.headers()["location"],
         format!("/bundles/{name}").as_str()
     );
-    let approval = bundle(&client, &name)
+    let approval = get_bundle(&client, &name)
         .await
         .status
         .unwrap()
@@ -1085,8 +1021,7 @@ async fn review_layout(browser: &Browser) -> Value {
 
 #[tokio::test]
 async fn a_first_install_with_crds_is_reviewed_on_one_screen() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let review = under_review(&client, "ui-crds", prometheus_like).await;
     let (name, ns) = (review.name.clone(), review.namespace.clone());
     let server = UiServer::start(&kubeconfig());
@@ -1191,8 +1126,7 @@ async fn a_first_install_with_crds_is_reviewed_on_one_screen() {
 /// The review of 2,000 new objects, 5 MB of content: measured, for docs/ui.md.
 #[tokio::test]
 async fn the_review_of_2000_objects_is_measured() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let value = "v".repeat(2400);
     let review = under_review(&client, "ui-many", |ns| {
         ["a.yaml", "b.yaml", "c.yaml", "d.yaml"]

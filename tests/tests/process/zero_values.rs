@@ -10,7 +10,7 @@
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{Bundle, DriftMode};
 use gantry_tests::e2e::*;
-use gantry_tests::{unique_name, wait_until};
+use gantry_tests::wait_until;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
@@ -117,8 +117,7 @@ async fn zero_values_the_api_server_drops_are_no_drift_and_not_sent_again() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
     let provisioner = &cluster.gantry().provisioner;
-    let ns = unique_name("zeros");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "zeros").await;
     let image = push(
         &format!("{ns}/app:v1"),
         &[
@@ -172,15 +171,16 @@ async fn zero_values_the_api_server_drops_are_no_drift_and_not_sent_again() {
     assert!(!message.contains("Deployment"), "{message}");
 
     // A real change of the zero is drift.
-    let scaled = json!({ "spec": { "minReadySeconds": 5 } });
-    deployments
-        .patch(
-            "ingress-nginx-controller",
-            &PatchParams::default(),
-            &Patch::Merge(&scaled),
-        )
-        .await
-        .unwrap();
+    let scale = async || {
+        let scaled = json!({ "spec": { "minReadySeconds": 5 } });
+        let patch = Patch::Merge(&scaled);
+        let params = PatchParams::default();
+        deployments
+            .patch("ingress-nginx-controller", &params, &patch)
+            .await
+            .unwrap();
+    };
+    scale().await;
     let bundle = wait_bundle(&client, &name, "the Deployment drifted", |b| {
         drifted(b).is_some_and(|(_, message)| message.contains(".spec.minReadySeconds"))
     })
@@ -200,14 +200,7 @@ async fn zero_values_the_api_server_drops_are_no_drift_and_not_sent_again() {
 
     // Under `Correct` (a new spec: written in full, which repairs both), a pass over the
     // unchanged bundle sends nothing...
-    Api::<Bundle>::all(client.clone())
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "drift": "Correct" } })),
-        )
-        .await
-        .unwrap();
+    patch_spec(&client, &name, json!({ "drift": "Correct" })).await;
     wait_bundle(&client, &name, "Ready under Correct", |b| {
         is_ready(b) && condition(b, types::DRIFTED).is_none()
     })
@@ -227,14 +220,7 @@ async fn zero_values_the_api_server_drops_are_no_drift_and_not_sent_again() {
     );
 
     // ...and a real change of the zero is corrected.
-    deployments
-        .patch(
-            "ingress-nginx-controller",
-            &PatchParams::default(),
-            &Patch::Merge(&scaled),
-        )
-        .await
-        .unwrap();
+    scale().await;
     wait_until("minReadySeconds: 0 again", WAIT, || async {
         (min_ready().await.is_none() && provisioner.counter(APPLIED).await > applied).then_some(())
     })

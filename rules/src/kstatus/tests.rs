@@ -31,9 +31,9 @@ fn a_deployment_is_current_once_rolled_out_at_its_generation() {
         "conditions": [{"type": "Available", "status": "True"},
                        {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}],
     });
-    let spec = json!({"replicas": 2});
+    let deployment = |status| object("apps/v1", "Deployment", json!({"replicas": 2}), status);
     assert_state(
-        &object("apps/v1", "Deployment", spec.clone(), rolled_out.clone()),
+        &deployment(rolled_out.clone()),
         State::Current,
         "Replicas: 2",
     );
@@ -41,7 +41,7 @@ fn a_deployment_is_current_once_rolled_out_at_its_generation() {
     let mut behind = rolled_out.clone();
     behind["observedGeneration"] = json!(1);
     assert_state(
-        &object("apps/v1", "Deployment", spec.clone(), behind),
+        &deployment(behind),
         State::InProgress,
         "generation is 2, but latest observed generation is 1",
     );
@@ -49,22 +49,18 @@ fn a_deployment_is_current_once_rolled_out_at_its_generation() {
     let mut unready = rolled_out.clone();
     unready["readyReplicas"] = json!(1);
     unready["availableReplicas"] = json!(1);
-    assert_state(
-        &object("apps/v1", "Deployment", spec.clone(), unready),
-        State::InProgress,
-        "Available: 1/2",
-    );
+    assert_state(&deployment(unready), State::InProgress, "Available: 1/2");
 
     let mut surplus = rolled_out.clone();
     surplus["replicas"] = json!(3);
     assert_state(
-        &object("apps/v1", "Deployment", spec.clone(), surplus),
+        &deployment(surplus),
         State::InProgress,
         "Pending termination: 1",
     );
 
     assert_state(
-        &object("apps/v1", "Deployment", spec.clone(), json!({})),
+        &deployment(json!({})),
         State::InProgress,
         "not been observed",
     );
@@ -76,7 +72,7 @@ fn a_deployment_is_current_once_rolled_out_at_its_generation() {
                         "message": "ReplicaSet \"x-1\" has timed out progressing."}],
     });
     assert_state(
-        &object("apps/v1", "Deployment", spec, stuck),
+        &deployment(stuck),
         State::Failed,
         "has timed out progressing",
     );
@@ -84,25 +80,17 @@ fn a_deployment_is_current_once_rolled_out_at_its_generation() {
 
 #[test]
 fn a_statefulset_waits_for_ready_replicas_and_its_update_revision() {
-    let spec = json!({"replicas": 2});
+    let stateful_set = |status| object("apps/v1", "StatefulSet", json!({"replicas": 2}), status);
     let done = json!({"observedGeneration": 2, "replicas": 2, "readyReplicas": 2,
                       "updatedReplicas": 2, "currentRevision": "r2", "updateRevision": "r2"});
-    assert_state(
-        &object("apps/v1", "StatefulSet", spec.clone(), done.clone()),
-        State::Current,
-        "Replicas: 2",
-    );
+    assert_state(&stateful_set(done.clone()), State::Current, "Replicas: 2");
     let mut rolling = done.clone();
     rolling["currentRevision"] = json!("r1");
-    assert_state(
-        &object("apps/v1", "StatefulSet", spec.clone(), rolling),
-        State::InProgress,
-        "rolling update",
-    );
+    assert_state(&stateful_set(rolling), State::InProgress, "rolling update");
     let mut unready = done.clone();
     unready["readyReplicas"] = json!(0);
     assert_state(
-        &object("apps/v1", "StatefulSet", spec.clone(), unready.clone()),
+        &stateful_set(unready.clone()),
         State::InProgress,
         "Ready: 0/2",
     );
@@ -168,43 +156,24 @@ fn a_replicaset_waits_for_available_replicas_and_reports_failures() {
 
 #[test]
 fn a_job_is_current_when_complete_and_failed_with_its_reason() {
-    let spec = json!({"completions": 1});
+    let job = |status| object("batch/v1", "Job", json!({"completions": 1}), status);
+    assert_state(&job(json!({})), State::InProgress, "Job not started");
     assert_state(
-        &object("batch/v1", "Job", spec.clone(), json!({})),
-        State::InProgress,
-        "Job not started",
-    );
-    assert_state(
-        &object(
-            "batch/v1",
-            "Job",
-            spec.clone(),
-            json!({"startTime": "2026-01-01T00:00:00Z", "active": 1}),
-        ),
+        &job(json!({"startTime": "2026-01-01T00:00:00Z", "active": 1})),
         State::InProgress,
         "active: 1",
     );
     assert_state(
-        &object(
-            "batch/v1",
-            "Job",
-            spec.clone(),
-            json!({"startTime": "2026-01-01T00:00:00Z",
-            "succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}),
-        ),
+        &job(json!({"startTime": "2026-01-01T00:00:00Z",
+            "succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})),
         State::Current,
         "succeeded: 1/1",
     );
     assert_state(
-        &object(
-            "batch/v1",
-            "Job",
-            spec,
-            json!({"startTime": "2026-01-01T00:00:00Z",
+        &job(json!({"startTime": "2026-01-01T00:00:00Z",
             "failed": 2, "conditions": [{"type": "Failed", "status": "True",
             "reason": "BackoffLimitExceeded",
-            "message": "Job has reached the specified backoff limit"}]}),
-        ),
+            "message": "Job has reached the specified backoff limit"}]})),
         State::Failed,
         "failed: 2/1: BackoffLimitExceeded: Job has reached the specified backoff limit",
     );
@@ -212,14 +181,11 @@ fn a_job_is_current_when_complete_and_failed_with_its_reason() {
 
 #[test]
 fn a_pod_is_current_when_ready_and_says_why_not() {
+    let pod = |status| object("v1", "Pod", json!({}), status);
     let ready = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+    assert_state(&pod(ready), State::Current, "Ready");
     assert_state(
-        &object("v1", "Pod", json!({}), ready),
-        State::Current,
-        "Ready",
-    );
-    assert_state(
-        &object("v1", "Pod", json!({}), json!({"phase": "Succeeded"})),
+        &pod(json!({"phase": "Succeeded"})),
         State::Current,
         "completed successfully",
     );
@@ -227,28 +193,24 @@ fn a_pod_is_current_when_ready_and_says_why_not() {
         "state": {"waiting": {"reason": "ImagePullBackOff",
                               "message": "Back-off pulling image \"r/missing:1\""}}}]});
     assert_state(
-        &object("v1", "Pod", json!({}), pulling),
+        &pod(pulling),
         State::InProgress,
         "container web waiting: ImagePullBackOff: Back-off pulling image",
     );
     let crashing = json!({"phase": "Running", "containerStatuses": [{"name": "web",
         "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]});
-    assert_state(
-        &object("v1", "Pod", json!({}), crashing),
-        State::Failed,
-        "CrashLoop",
-    );
+    assert_state(&pod(crashing), State::Failed, "CrashLoop");
     let failed = json!({"phase": "Failed", "containerStatuses": [{"name": "main",
         "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]});
     assert_state(
-        &object("v1", "Pod", json!({}), failed),
+        &pod(failed),
         State::Failed,
         "container main terminated: Error",
     );
     let unschedulable = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
         "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available"}]});
     assert_state(
-        &object("v1", "Pod", json!({}), unschedulable),
+        &pod(unschedulable),
         State::InProgress,
         "could not be scheduled: Unschedulable",
     );
@@ -265,23 +227,10 @@ fn creating_containers_are_no_problem() {
 
 #[test]
 fn a_pvc_is_current_when_bound() {
+    let claim = |status| object("v1", "PersistentVolumeClaim", json!({}), status);
+    assert_state(&claim(json!({"phase": "Bound"})), State::Current, "Bound");
     assert_state(
-        &object(
-            "v1",
-            "PersistentVolumeClaim",
-            json!({}),
-            json!({"phase": "Bound"}),
-        ),
-        State::Current,
-        "Bound",
-    );
-    assert_state(
-        &object(
-            "v1",
-            "PersistentVolumeClaim",
-            json!({}),
-            json!({"phase": "Pending"}),
-        ),
+        &claim(json!({"phase": "Pending"})),
         State::InProgress,
         "phase: Pending",
     );

@@ -5,7 +5,7 @@ use gantry_api::{Bundle, HistoryApproval, HistoryEntry};
 use kube::api::Api;
 
 use super::cluster::{GlobalArgs, read_bundle};
-use super::output::{OutputFormat, age, parse_output, print_structured, print_table};
+use super::output::{OutputFormat, age, header, parse_output, print_structured, print_table};
 
 #[derive(Args, Debug)]
 #[command(
@@ -34,11 +34,7 @@ pub async fn history(global: &GlobalArgs, args: HistoryArgs) -> anyhow::Result<(
         println!("bundle {} has installed nothing yet", args.name);
         return Ok(());
     }
-    let mut rows = vec![
-        ["DIGEST", "INSTALLED", "APPROVAL", "IMAGE"]
-            .map(String::from)
-            .to_vec(),
-    ];
+    let mut rows = vec![header(&["DIGEST", "INSTALLED", "APPROVAL", "IMAGE"])];
     for entry in &status.history {
         let current = status.installed_image.as_deref() == Some(entry.image.as_str());
         rows.push(vec![

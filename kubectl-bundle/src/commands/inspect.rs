@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 
 use super::cluster::{GlobalArgs, get_bundles, read_bundle};
 use super::output::{
-    OutputFormat, age, colours, list_of, parse_output, print_structured, styled_table, table,
+    OutputFormat, age, colours, header, list_of, parse_output, print_structured, styled_table,
+    table,
 };
 use super::review::kind_of;
 
@@ -117,11 +118,14 @@ pub async fn bundle_events(
 
 /// Events as kubectl shows them: LAST SEEN, TYPE, REASON, OBJECT, COUNT, MESSAGE.
 pub fn events_table(events: &[Event]) -> String {
-    let mut rows = vec![
-        ["LAST SEEN", "TYPE", "REASON", "OBJECT", "COUNT", "MESSAGE"]
-            .map(String::from)
-            .to_vec(),
-    ];
+    let mut rows = vec![header(&[
+        "LAST SEEN",
+        "TYPE",
+        "REASON",
+        "OBJECT",
+        "COUNT",
+        "MESSAGE",
+    ])];
     for e in events {
         let o = &e.involved_object;
         rows.push(vec![
@@ -330,9 +334,7 @@ fn print_tree(bundle: &Bundle, nodes: &[Node], entries: &[Value]) {
     };
     let (ready, healthy) = (state(types::READY), state(types::HEALTHY));
     let mut rows = vec![
-        ["OBJECT", "NAMESPACE", "STATUS", "HEALTH", "SUMMARY"]
-            .map(String::from)
-            .to_vec(),
+        header(&["OBJECT", "NAMESPACE", "STATUS", "HEALTH", "SUMMARY"]),
         vec![
             format!("Bundle/{}", bundle.name_any()),
             String::new(),

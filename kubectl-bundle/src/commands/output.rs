@@ -302,6 +302,11 @@ pub fn colours() -> bool {
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// A table's header row: its column names.
+pub fn header(names: &[&str]) -> Vec<String> {
+    names.iter().map(|name| name.to_string()).collect()
+}
+
 /// Prints rows as an aligned table (the first row is the header).
 pub fn print_table(rows: &[Vec<String>]) {
     let _ = write!(std::io::stdout().lock(), "{}", table(rows));

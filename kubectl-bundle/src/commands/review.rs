@@ -6,7 +6,7 @@ use gantry_api::conditions::{reasons, types};
 use gantry_api::{Approval, ApprovalDecision, Bundle, BundleStatus, RequestedPermissions};
 use gantry_rules::conditions::find;
 
-use super::output::table;
+use super::output::{header, table};
 
 pub(crate) fn resolved_digest(status: &BundleStatus) -> Option<&str> {
     status
@@ -83,11 +83,7 @@ pub(crate) fn kind_of(group: &str, kind: &str) -> String {
 
 /// The requested permissions as a readable table, flagged objects last.
 pub(super) fn permissions_table(permissions: &RequestedPermissions) -> String {
-    let mut rows = vec![vec![
-        "SCOPE".to_string(),
-        "KIND".to_string(),
-        "COUNT".to_string(),
-    ]];
+    let mut rows = vec![header(&["SCOPE", "KIND", "COUNT"])];
     for k in &permissions.cluster_scoped {
         rows.push(vec![
             "cluster".into(),

@@ -18,7 +18,7 @@ use kube::{Client, ResourceExt};
 
 use super::cluster::{GlobalArgs, get_bundles};
 use super::inspect::{bundle_events, events_table};
-use super::output::{OutputFormat, clean, list_of, parse_output, print_structured, table};
+use super::output::{OutputFormat, clean, header, list_of, parse_output, print_structured, table};
 use super::review::{
     approval_state, class_name, decision_text, ignore_lines, images_lines, patches_lines,
     permissions_table,
@@ -152,28 +152,21 @@ fn summary(bundle: &Bundle, events: &anyhow::Result<Vec<Event>>) -> String {
             ),
         );
     }
-    field("Resolved:", status.resolved_image.as_deref().unwrap_or("-"));
-    field(
-        "Installed:",
-        status.installed_image.as_deref().unwrap_or("-"),
-    );
-    field(
-        "Manifest:",
-        status.manifest_digest.as_deref().unwrap_or("-"),
-    );
-    field("Platform:", status.platform.as_deref().unwrap_or("-"));
-    field("Content:", status.content_digest.as_deref().unwrap_or("-"));
+    for (label, value) in [
+        ("Resolved:", &status.resolved_image),
+        ("Installed:", &status.installed_image),
+        ("Manifest:", &status.manifest_digest),
+        ("Platform:", &status.platform),
+        ("Content:", &status.content_digest),
+    ] {
+        field(label, value.as_deref().unwrap_or("-"));
+    }
     field("Approval:", approval_state(&status));
     if let Some(approval) = &status.approval {
         field("", &decision_text(approval));
     }
     out.push_str("\nConditions:\n");
-    let mut rows = vec![vec![
-        "  TYPE".to_string(),
-        "STATUS".to_string(),
-        "REASON".to_string(),
-        "MESSAGE".to_string(),
-    ]];
+    let mut rows = vec![header(&["  TYPE", "STATUS", "REASON", "MESSAGE"])];
     for c in &status.conditions {
         rows.push(vec![
             format!("  {}", c.type_),
@@ -208,10 +201,7 @@ fn summary(bundle: &Bundle, events: &anyhow::Result<Vec<Event>>) -> String {
     if let Some(latest) = status.history.first() {
         out.push_str(&format!(
             "\nHistory: {} installed, the latest {} ago (`kubectl bundle history {}`)\n",
-            match status.history.len() {
-                1 => "1 digest".to_string(),
-                n => format!("{n} digests"),
-            },
+            super::output::count(status.history.len(), "digest"),
             super::output::age(latest.installed_at.0),
             bundle.name_any()
         ));

@@ -9,7 +9,7 @@ use gantry_image::{
 };
 
 use crate::commands::cluster::GlobalArgs;
-use crate::commands::output::{count, print_table};
+use crate::commands::output::{count, header, print_table};
 use crate::commands::scope::check_namespaces;
 
 #[derive(Args, Debug)]
@@ -85,11 +85,7 @@ pub async fn validate(global: &GlobalArgs, args: ValidateArgs) -> anyhow::Result
         None
     };
     let findings = check_namespaces(&objects, client.as_ref()).await?;
-    let mut rows = vec![
-        ["FILE", "KIND", "NAMESPACE", "NAME"]
-            .map(String::from)
-            .to_vec(),
-    ];
+    let mut rows = vec![header(&["FILE", "KIND", "NAMESPACE", "NAME"])];
     for o in &prepared.objects {
         rows.push(vec![
             o.file.clone(),

@@ -10,6 +10,8 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::output::header;
+
 /// The manifest annotation (on every image manifest, and on the index) holding the lock.
 pub const LOCK_ANNOTATION: &str = "dev.gantry.images.lock";
 
@@ -59,11 +61,14 @@ impl ImagesLock {
 
     /// The table printed after `push --pin-images` and `relocate`.
     pub fn rows(&self) -> Vec<Vec<String>> {
-        let mut rows = vec![
-            ["FILE", "OBJECT", "CONTAINER", "ORIGINAL", "", "PINNED"]
-                .map(String::from)
-                .to_vec(),
-        ];
+        let mut rows = vec![header(&[
+            "FILE",
+            "OBJECT",
+            "CONTAINER",
+            "ORIGINAL",
+            "",
+            "PINNED",
+        ])];
         for image in &self.images {
             rows.push(vec![
                 image.file.clone(),

@@ -907,15 +907,20 @@ mod tests {
         assert!(!will_label(ObjectPolicy::default(), Some(&unlabelled)));
     }
 
-    #[test]
-    fn an_object_of_another_bundle_is_a_conflict() {
-        let plan = plan_objects(
+    /// ConfigMaps `n/a` and `n/b` of bundle `mine`.
+    fn two_config_maps() -> Plan {
+        plan_objects(
             vec![config_map("a"), config_map("b")],
             "mine",
             Some("n"),
             served,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn an_object_of_another_bundle_is_a_conflict() {
+        let plan = two_config_maps();
         let seen = |live: Value| Some(Seen::of(&live, &json!({}), ObjectPolicy::default()));
         let labelled =
             |owner: &str| seen(json!({ "metadata": { "labels": { BUNDLE_LABEL: owner } } }));
@@ -941,13 +946,7 @@ mod tests {
 
     #[test]
     fn an_object_another_bundle_lists_is_a_conflict_unless_labelled_as_ours() {
-        let plan = plan_objects(
-            vec![config_map("a"), config_map("b")],
-            "mine",
-            Some("n"),
-            served,
-        )
-        .unwrap();
+        let plan = two_config_maps();
         let labelled = |owner: &str| {
             Some(Seen::of(
                 &json!({ "metadata": { "labels": { BUNDLE_LABEL: owner } } }),

@@ -238,25 +238,19 @@ fn a_pvc_is_current_when_bound() {
 
 #[test]
 fn only_a_load_balancer_service_waits_for_an_ingress() {
+    let service = |spec, status| object("v1", "Service", spec, status);
     assert_state(
-        &object("v1", "Service", json!({"type": "ClusterIP"}), json!({})),
+        &service(json!({"type": "ClusterIP"}), json!({})),
         State::Current,
         "ready",
     );
     assert_state(
-        &object(
-            "v1",
-            "Service",
-            json!({"type": "LoadBalancer"}),
-            json!({"loadBalancer": {}}),
-        ),
+        &service(json!({"type": "LoadBalancer"}), json!({"loadBalancer": {}})),
         State::InProgress,
         "no ingress",
     );
     assert_state(
-        &object(
-            "v1",
-            "Service",
+        &service(
             json!({"type": "LoadBalancer"}),
             json!({"loadBalancer": {"ingress": [{"ip": "127.0.0.1"}]}}),
         ),

@@ -245,17 +245,17 @@ async fn approver(client: &Client) -> Option<String> {
     }
 }
 
-/// Writes `decision` of `digest` on `shown` (the bundle as it was reviewed); the decision as
-/// the API server stored it.
-pub async fn write(
+/// Writes `decision` of `digest` on `shown` (the bundle as it was reviewed), with the approver
+/// the API server names; the decision as the API server stored it.
+async fn write(
     client: &Client,
     shown: &Bundle,
     digest: &str,
     decision: ApprovalDecision,
     reason: Option<&str>,
-    approved_by: Option<&str>,
-) -> Result<Approval, DecisionError> {
+) -> Result<Recorded, DecisionError> {
     let name = shown.name_any();
+    let approved_by = approver(client).await;
     let mut approval = json!({
         "decision": decision,
         "digest": digest,
@@ -264,7 +264,7 @@ pub async fn write(
     if let Some(reason) = reason {
         approval["reason"] = json!(reason);
     }
-    if let Some(who) = approved_by {
+    if let Some(who) = &approved_by {
         approval["approvedBy"] = json!(who);
     }
     // The decision covers the patches and image rewrites shown with it: a change of them
@@ -297,6 +297,10 @@ pub async fn write(
         Ok(written) => written
             .status
             .and_then(|s| s.approval)
+            .map(|approval| Recorded {
+                approval,
+                approved_by,
+            })
             .ok_or(DecisionError::NotRecorded(name)),
         Err(kube::Error::Api(status)) if status.code == 409 => Err(DecisionError::Changed(name)),
         Err(kube::Error::Api(status)) if status.code == 403 => Err(DecisionError::Forbidden {
@@ -327,32 +331,7 @@ pub async fn record(
 ) -> Result<Recorded, DecisionError> {
     let shown = fetch(client, name).await?;
     let digest = decide(&shown, decision, reviewed)?;
-    record_decided(client, &shown.bundle, &digest, decision, reason).await
-}
-
-/// Writes `decision` of `digest` on `shown` (see [`write`]), with the approver the API server
-/// names.
-async fn record_decided(
-    client: &Client,
-    shown: &Bundle,
-    digest: &str,
-    decision: ApprovalDecision,
-    reason: Option<&str>,
-) -> Result<Recorded, DecisionError> {
-    let approved_by = approver(client).await;
-    let approval = write(
-        client,
-        shown,
-        digest,
-        decision,
-        reason,
-        approved_by.as_deref(),
-    )
-    .await?;
-    Ok(Recorded {
-        approval,
-        approved_by,
-    })
+    write(client, &shown.bundle, &digest, decision, reason).await
 }
 
 /// What approving `bundle`'s `digest` installs: its image, the objects it creates, and the
@@ -435,7 +414,7 @@ pub async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<(
         confirm(&digest)?;
     }
     let reason = args.reason.as_deref();
-    let recorded = record_decided(&client, &shown.bundle, &digest, approving, reason).await?;
+    let recorded = write(&client, &shown.bundle, &digest, approving, reason).await?;
     println!("{}", recorded_line(&args.name, &recorded));
     if args.wait {
         wait_decided(&client, &args.name, &recorded.approval, args.timeout).await?;

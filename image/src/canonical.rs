@@ -301,6 +301,11 @@ mod tests {
         (out, digest)
     }
 
+    /// The objects of the canonical tarball `bytes`, checked against `digest`.
+    fn read_back(bytes: &[u8], digest: &CanonicalDigest) -> Vec<BundleObject> {
+        read_canonical(bytes, Some(&digest.digest), &EffectiveLimits::default()).unwrap()
+    }
+
     #[test]
     fn the_same_content_gives_the_same_digest() {
         let one = bundle_dir(&[("b.json", B), ("a.yaml", A)]);
@@ -366,12 +371,7 @@ mod tests {
     fn read_back_gives_objects_in_order() {
         let dir = bundle_dir(&[("b.json", B), ("a.yaml", A)]);
         let (bytes, digest) = canonical(dir.path());
-        let objects = read_canonical(
-            &bytes[..],
-            Some(&digest.digest),
-            &EffectiveLimits::default(),
-        )
-        .unwrap();
+        let objects = read_back(&bytes, &digest);
         let names: Vec<(&str, usize, &str)> = objects
             .iter()
             .map(|o| {
@@ -393,12 +393,7 @@ mod tests {
         let long = format!("{}.yaml", "n".repeat(150));
         let dir = bundle_dir(&[(&long, A)]);
         let (bytes, digest) = canonical(dir.path());
-        let objects = read_canonical(
-            &bytes[..],
-            Some(&digest.digest),
-            &EffectiveLimits::default(),
-        )
-        .unwrap();
+        let objects = read_back(&bytes, &digest);
         assert_eq!(objects.len(), 2);
         assert_eq!(objects[0].summary.file, long);
         // And the same bytes again.
@@ -443,12 +438,7 @@ mod tests {
         let (digest, objects) =
             write_canonical_objects(&files, &mut bytes, &EffectiveLimits::default()).unwrap();
         assert_eq!((bytes.clone(), digest.clone()), canonical(dir.path()));
-        let read = read_canonical(
-            &bytes[..],
-            Some(&digest.digest),
-            &EffectiveLimits::default(),
-        )
-        .unwrap();
+        let read = read_back(&bytes, &digest);
         let ids = |objects: &[BundleObject]| {
             objects
                 .iter()

@@ -826,28 +826,19 @@ mod tests {
     #[test]
     fn registry_errors_are_classified() {
         let r = parse_reference("127.0.0.1:5000/app:v1").unwrap();
-        let envelope = |code: &str| {
-            serde_json::from_value(serde_json::json!({"errors": [{"code": code, "message": "m"}]}))
-                .unwrap()
+        let registry_error = |code: &str| OciDistributionError::RegistryError {
+            envelope: serde_json::from_value(
+                serde_json::json!({"errors": [{"code": code, "message": "m"}]}),
+            )
+            .unwrap(),
+            url: "u".into(),
         };
         assert!(matches!(
-            map_error(
-                &r,
-                OciDistributionError::RegistryError {
-                    envelope: envelope("MANIFEST_UNKNOWN"),
-                    url: "u".into()
-                }
-            ),
+            map_error(&r, registry_error("MANIFEST_UNKNOWN")),
             ImageError::NotFound { .. }
         ));
         assert!(matches!(
-            map_error(
-                &r,
-                OciDistributionError::RegistryError {
-                    envelope: envelope("DENIED"),
-                    url: "u".into()
-                }
-            ),
+            map_error(&r, registry_error("DENIED")),
             ImageError::AuthRefused { .. }
         ));
         assert!(matches!(

@@ -47,6 +47,14 @@ impl TestKey {
     }
 
     /// A Sigstore bundle with a DSSE envelope over `statement`, signed by this key.
+    /// A Sigstore bundle of cosign's signature over `digest`.
+    fn signature(&self, digest: &str) -> Vec<u8> {
+        self.bundle(
+            IN_TOTO_PAYLOAD_TYPE,
+            &statement(digest, COSIGN_SIGN_PREDICATE),
+        )
+    }
+
     fn bundle(&self, payload_type: &str, statement: &serde_json::Value) -> Vec<u8> {
         let payload = serde_json::to_vec(statement).unwrap();
         let sig = self.sign(&pae(payload_type, &payload));
@@ -96,10 +104,7 @@ fn pae_is_dsse_v1() {
 fn a_bundle_signed_over_the_digest_is_valid() {
     let (team, other) = (test_key("keys/team.pub"), test_key("keys/other.pub"));
     let keys = [other.public.clone(), team.public.clone()];
-    let bundle = team.bundle(
-        IN_TOTO_PAYLOAD_TYPE,
-        &statement(DIGEST, COSIGN_SIGN_PREDICATE),
-    );
+    let bundle = team.signature(DIGEST);
     assert_eq!(
         check_bundle(&bundle, DIGEST, &keys),
         Finding::Valid("keys/team.pub".into())
@@ -110,18 +115,12 @@ fn a_bundle_signed_over_the_digest_is_valid() {
 fn a_bundle_is_refused_for_another_key_digest_or_predicate() {
     let (team, intruder) = (test_key("keys/team.pub"), test_key("keys/intruder.pub"));
     let keys = [team.public.clone()];
-    let by_intruder = intruder.bundle(
-        IN_TOTO_PAYLOAD_TYPE,
-        &statement(DIGEST, COSIGN_SIGN_PREDICATE),
-    );
+    let by_intruder = intruder.signature(DIGEST);
     assert_eq!(
         check_bundle(&by_intruder, DIGEST, &keys),
         Finding::Rejected("signed by none of the keys".into())
     );
-    let over_other = team.bundle(
-        IN_TOTO_PAYLOAD_TYPE,
-        &statement(OTHER, COSIGN_SIGN_PREDICATE),
-    );
+    let over_other = team.signature(OTHER);
     assert_eq!(
         check_bundle(&over_other, DIGEST, &keys),
         Finding::Mismatch(format!(
@@ -146,10 +145,7 @@ fn a_bundle_is_refused_for_another_key_digest_or_predicate() {
 #[test]
 fn a_tampered_bundle_payload_is_refused() {
     let team = test_key("keys/team.pub");
-    let bundle = team.bundle(
-        IN_TOTO_PAYLOAD_TYPE,
-        &statement(OTHER, COSIGN_SIGN_PREDICATE),
-    );
+    let bundle = team.signature(OTHER);
     let mut value: serde_json::Value = serde_json::from_slice(&bundle).unwrap();
     // The payload swapped for one naming the wanted digest: the signature no longer matches.
     let forged = serde_json::to_vec(&statement(DIGEST, COSIGN_SIGN_PREDICATE)).unwrap();

@@ -456,6 +456,14 @@ pub fn assert_stalled(bundle: &Bundle, reason: &str) {
     );
 }
 
+/// Deletes Bundle `name`.
+pub async fn delete_bundle(client: &Client, name: &str) {
+    Api::<Bundle>::all(client.clone())
+        .delete(name, &kube::api::DeleteParams::default())
+        .await
+        .expect("deleting a Bundle");
+}
+
 /// Waits until Bundle `name` is gone; the failure shows what its conditions say it waits for.
 pub async fn wait_bundle_gone(client: &Client, name: &str) {
     let bundles: Api<Bundle> = Api::all(client.clone());
@@ -525,6 +533,17 @@ pub async fn wait_config_map(
         (config_map_data(client, namespace, name).await.as_deref() == Some(value)).then_some(())
     })
     .await;
+}
+
+/// The first container of a Deployment's Pod template.
+pub fn first_container(
+    deployment: &k8s_openapi::api::apps::v1::Deployment,
+) -> &k8s_openapi::api::core::v1::Container {
+    let pod = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref());
+    &pod.expect("a Pod template").containers[0]
 }
 
 /// The Widgets (`widgets.<group>`, version v1) of namespace `ns`.

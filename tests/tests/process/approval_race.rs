@@ -256,8 +256,5 @@ async fn approving_while_the_tag_moves_never_approves_the_new_digest() {
         (approval.decision, approval.digest.as_str()),
         (ApprovalDecision::Approved, b.as_str())
     );
-    assert_eq!(
-        config_map_data(&client, &ns, "cm").await.as_deref(),
-        Some("v2")
-    );
+    assert_config_map(&client, &ns, "cm", Some("v2")).await;
 }

@@ -10,10 +10,10 @@ use gantry_api::conditions::{reasons, types};
 use gantry_api::{ApprovalPolicy, Bundle, BundlePhase};
 use gantry_tests::e2e::kubectl::*;
 use gantry_tests::e2e::*;
-use gantry_tests::{registry, unique_name, wait_until};
+use gantry_tests::{unique_name, wait_until};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 /// This module's cluster, with one storage server and one provisioner, backing off from 30 s.
@@ -192,15 +192,7 @@ async fn a_cycle_is_reported_and_broken() {
     .await;
     assert!(!exists(&client, &ns, "first").await && !exists(&client, &ns, "second").await);
 
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    bundles
-        .patch(
-            &y,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "dependsOn": null } })),
-        )
-        .await
-        .unwrap();
+    patch_spec(&client, &y, json!({ "dependsOn": null })).await;
     wait_bundle(&client, &y, "Ready", is_ready).await;
     wait_bundle(&client, &x, "Ready", is_ready).await;
 }
@@ -212,8 +204,7 @@ async fn suspend_stops_repairs_until_resume() {
     let ns = unique_name("suspend");
     let pinned = images(&client, &ns, &["kept"]).await;
     let name = unique_name("suspend");
-    create_bundle(&client, &name, spec(&pinned[0], Some(&ns))).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, spec(&pinned[0], Some(&ns))).await;
 
     ok_on(&cluster, &["suspend", &name]);
     let suspended =
@@ -255,16 +246,10 @@ async fn suspend_stops_repairs_until_resume() {
 async fn reconcile_skips_the_backoff_and_resolves_the_tag_again() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("retry");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "retry").await;
     let name = unique_name("retry");
     let tag = format!("{ns}/app:v1");
-    create_bundle(
-        &client,
-        &name,
-        spec(&format!("{}/{tag}", registry().host()), Some(&ns)),
-    )
-    .await;
+    create_bundle(&client, &name, spec(&in_registry(&tag), Some(&ns))).await;
     let failed = wait_failure(&client, &name, types::UNPACKED, reasons::PULL_FAILED, &tag).await;
     let message = &condition(&failed, types::UNPACKED).unwrap().message;
     let retry_in: f64 = message
@@ -304,8 +289,7 @@ fn widget_yaml(group: &str) -> String {
 
 /// A bundle of a CRD and a Widget, in the file order given; the Widget must come up.
 async fn crd_bundle_installs(client: &Client, widget_first: bool) {
-    let ns = unique_name("crd-order");
-    ensure_namespace(client, &ns).await;
+    let ns = unique_namespace(client, "crd-order").await;
     let group = format!("{ns}.example.com");
     let (first, second) = if widget_first {
         (widget_yaml(&group), crd_yaml(&group))
@@ -318,8 +302,7 @@ async fn crd_bundle_installs(client: &Client, widget_first: bool) {
     )
     .await;
     let name = unique_name("crd-order");
-    create_bundle(client, &name, spec(&pinned, Some(&ns))).await;
-    let bundle = wait_bundle(client, &name, "Ready", is_ready).await;
+    let bundle = create_bundle_ready(client, &name, spec(&pinned, Some(&ns))).await;
     assert_eq!(
         inventory_kinds(&bundle),
         ["CustomResourceDefinition", "Widget"],
@@ -363,8 +346,7 @@ async fn objects_after_crds_wait_until_every_crd_is_established() {
 
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("crds-first");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "crds-first").await;
     let group = format!("{ns}.example.com");
     // No custom resource in the bundle: what comes after the CRDs is a workload that would use
     // them (an operator's Deployment; here a ConfigMap standing in for it).
@@ -461,8 +443,7 @@ async fn objects_after_crds_wait_until_every_crd_is_established() {
 async fn deletion_waits_for_objects_with_finalizers() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let ns = unique_name("held");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "held").await;
     let held = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers:\n  - gantry.dev/test-hold\ndata:\n  value: \"1\"\n";
     let pinned = push(
         &format!("{ns}/app:v1"),
@@ -473,14 +454,9 @@ async fn deletion_waits_for_objects_with_finalizers() {
     )
     .await;
     let name = unique_name("held");
-    create_bundle(&client, &name, spec(&pinned, Some(&ns))).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, spec(&pinned, Some(&ns))).await;
 
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    bundles
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_bundle(&client, &name).await;
     let waiting = wait_bundle(&client, &name, "Uninstalling", |b| {
         condition(b, types::INSTALLED).is_some_and(|c| c.reason == reasons::UNINSTALLING)
     })
@@ -501,7 +477,11 @@ async fn deletion_waits_for_objects_with_finalizers() {
         "objects without finalizers are gone"
     );
     assert!(
-        bundles.get_opt(&name).await.unwrap().is_some(),
+        Api::<Bundle>::all(client.clone())
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .is_some(),
         "the bundle stays"
     );
 

@@ -8,9 +8,9 @@
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{BUNDLE_LABEL, Bundle, BundlePhase, DeletionPolicy, UNINSTALL_FINALIZER};
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, unique_name, wait_until};
+use gantry_tests::{unique_name, wait_until};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, NamespaceSpec};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -46,18 +46,9 @@ async fn release_hold(client: &Client, namespace: &str, name: &str) {
         .unwrap();
 }
 
-async fn delete_bundle(client: &Client, name: &str) {
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    bundles
-        .delete(name, &DeleteParams::default())
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn orphan_leaves_the_objects_unlabelled_for_another_bundle_to_adopt() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let ns = unique_name("orphan");
     let image = push(
         &format!("{ns}/app:v1"),
@@ -71,8 +62,7 @@ async fn orphan_leaves_the_objects_unlabelled_for_another_bundle_to_adopt() {
     let name = unique_name("orphan");
     let mut bundle_spec = spec(&image, Some(&ns));
     bundle_spec.deletion_policy = Some(DeletionPolicy::Orphan);
-    create_bundle(&client, &name, bundle_spec).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, bundle_spec).await;
 
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -90,18 +80,14 @@ async fn orphan_leaves_the_objects_unlabelled_for_another_bundle_to_adopt() {
         assert!(live.metadata.deletion_timestamp.is_none(), "{object}");
         assert_eq!(label(live.labels()), None, "{object}");
     }
-    assert_eq!(
-        config_map_data(&client, &ns, "b").await.as_deref(),
-        Some("2")
-    );
+    assert_config_map(&client, &ns, "b", Some("2")).await;
     let namespace = namespaces.get(&ns).await.unwrap();
     assert!(namespace.metadata.deletion_timestamp.is_none());
     assert_eq!(label(namespace.labels()), None);
 
     // Nothing claims them any more: a new bundle of the same content adopts them, no Conflict.
     let adopter = unique_name("adopter");
-    create_bundle(&client, &adopter, spec(&image, Some(&ns))).await;
-    wait_bundle(&client, &adopter, "the adopter Ready", is_ready).await;
+    create_bundle_ready(&client, &adopter, spec(&image, Some(&ns))).await;
     assert_eq!(
         label(config_maps.get("a").await.unwrap().labels()),
         Some(adopter.clone())
@@ -112,8 +98,7 @@ async fn orphan_leaves_the_objects_unlabelled_for_another_bundle_to_adopt() {
 
 #[tokio::test]
 async fn wait_for_termination_keeps_the_bundle_until_every_object_is_gone() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let ns = unique_name("terminate");
     let image = push(
         &format!("{ns}/app:v1"),
@@ -127,8 +112,7 @@ async fn wait_for_termination_keeps_the_bundle_until_every_object_is_gone() {
     let name = unique_name("terminate");
     let mut bundle_spec = spec(&image, Some(&ns));
     bundle_spec.deletion_policy = Some(DeletionPolicy::WaitForTermination);
-    create_bundle(&client, &name, bundle_spec).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, bundle_spec).await;
 
     delete_bundle(&client, &name).await;
     let waiting = wait_bundle(
@@ -210,10 +194,8 @@ async fn wait_for_termination_keeps_the_bundle_until_every_object_is_gone() {
 
 #[tokio::test]
 async fn wait_for_termination_past_its_timeout_says_what_is_left_and_keeps_waiting() {
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("overdue");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "overdue").await;
     let image = push(
         &format!("{ns}/app:v1"),
         &[("held.yaml", held_config_map("held", &ns))],
@@ -223,8 +205,7 @@ async fn wait_for_termination_past_its_timeout_says_what_is_left_and_keeps_waiti
     let mut bundle_spec = spec(&image, Some(&ns));
     bundle_spec.deletion_policy = Some(DeletionPolicy::WaitForTermination);
     bundle_spec.timeout = Some("2s".into());
-    create_bundle(&client, &name, bundle_spec).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, bundle_spec).await;
 
     delete_bundle(&client, &name).await;
     let overdue = wait_bundle(

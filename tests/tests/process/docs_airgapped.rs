@@ -186,10 +186,7 @@ async fn the_air_gapped_install_of_install_md_works_as_written() {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "cert-manager");
     for (name, digest) in &digests {
         let deployment = deployments.get(name).await.unwrap();
-        let image = deployment.spec.unwrap().template.spec.unwrap().containers[0]
-            .image
-            .clone()
-            .unwrap();
+        let image = first_container(&deployment).image.clone().unwrap();
         assert_eq!(
             image,
             format!("{}/mirror/jetstack/{name}@{digest}", mirror.host()),

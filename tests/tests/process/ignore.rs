@@ -28,14 +28,8 @@ fn replicas_rule() -> IgnoreRule {
 
 async fn replicas_and_image(deployments: &Api<Deployment>) -> (i32, String) {
     let d = deployments.get("web").await.unwrap();
-    let spec = d.spec.unwrap();
-    (
-        spec.replicas.unwrap_or(1),
-        spec.template.spec.unwrap().containers[0]
-            .image
-            .clone()
-            .unwrap(),
-    )
+    let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    (replicas, first_container(&d).image.clone().unwrap())
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::process::Output;
 use gantry_api::{Bundle, ProvisionerClass};
 use gantry_tests::e2e::kubectl::*;
 use gantry_tests::e2e::*;
-use gantry_tests::{ControlPlane, registry, wait_until};
+use gantry_tests::{ControlPlane, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use k8s_openapi::api::rbac::v1::ClusterRole;
@@ -129,17 +129,7 @@ async fn install_applies_what_export_prints_then_times_out_naming_the_workload()
 
     // Applied, with the options, by the plugin's field manager.
     let provisioner = deployments.get("gantry-provisioner").await.unwrap();
-    let image = provisioner
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
-        .image
-        .clone();
+    let image = first_container(&provisioner).image.clone();
     assert_eq!(
         image.as_deref(),
         Some("localhost:5000/mirror/gantry-provisioner:0.1.0")
@@ -234,12 +224,7 @@ async fn uninstall_refuses_while_bundles_exist_then_removes_what_install_applied
 
     // A Bundle exists: uninstall refuses and names it.
     let name = "kept";
-    create_bundle(
-        &client,
-        name,
-        spec(&format!("{}/install/app:v1", registry().host()), None),
-    )
-    .await;
+    create_bundle(&client, name, spec(&in_registry("install/app:v1"), None)).await;
     let refused = fails_on(plane, &["uninstall"]);
     assert!(refused.contains("1 Bundle(s) exist: kept"), "{refused}");
     assert!(refused.contains("--delete-bundles"), "{refused}");

@@ -2,8 +2,8 @@
 //! RBAC and the status subresource; kubectl and skopeo talk to what the harness started. A
 //! control plane of its own: no provisioner may write the status these tests write and read.
 
-use gantry_api::{Bundle, BundleSpec, BundleStatus, ProvisionerClass};
-use gantry_tests::e2e::Isolated;
+use gantry_api::{Bundle, BundleStatus, ProvisionerClass};
+use gantry_tests::e2e::{Isolated, create_bundle, spec, spec_of_class};
 use gantry_tests::unique_name;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -15,29 +15,21 @@ use serde_json::json;
 static CLUSTER: Isolated = Isolated::new();
 
 fn bundle(name: &str, image: &str) -> Bundle {
-    Bundle::new(
-        name,
-        BundleSpec {
-            image: image.into(),
-            install_namespace: Some("default".into()),
-            ..BundleSpec::default()
-        },
-    )
+    Bundle::new(name, spec(image, Some("default")))
 }
 
 #[tokio::test]
 async fn bundle_round_trips_through_the_api_server() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
-    let bundles: Api<Bundle> = Api::all(client);
+    let bundles: Api<Bundle> = Api::all(client.clone());
     let name = unique_name("roundtrip");
-    let created = bundles
-        .create(
-            &PostParams::default(),
-            &bundle(&name, "127.0.0.1:5000/app:v1"),
-        )
-        .await
-        .expect("creating a Bundle");
+    let created = create_bundle(
+        &client,
+        &name,
+        spec("127.0.0.1:5000/app:v1", Some("default")),
+    )
+    .await;
     assert!(
         created.metadata.uid.is_some(),
         "the API server assigns a uid"
@@ -170,14 +162,15 @@ async fn status_is_written_only_through_the_status_subresource() {
 async fn kubectl_prints_the_printer_columns() {
     let plane = CLUSTER.get();
     let client = plane.client().await;
-    let bundles: Api<Bundle> = Api::all(client);
+    let bundles: Api<Bundle> = Api::all(client.clone());
     let name = unique_name("columns");
-    let mut b = bundle(&name, "127.0.0.1:5000/columns:v1");
-    b.spec.provisioner_class_name = Some("plain".into());
-    bundles
-        .create(&PostParams::default(), &b)
-        .await
-        .expect("creating a Bundle");
+    let image = "127.0.0.1:5000/columns:v1";
+    create_bundle(
+        &client,
+        &name,
+        spec_of_class(image, Some("default"), "plain"),
+    )
+    .await;
     // MESSAGE shows status.message, the Ready message shortened by the provisioner.
     let patch = json!({ "status": { "phase": "Installed", "className": "plain", "message": "3 objects applied",
         "resolvedImage": "127.0.0.1:5000/columns@sha256:abcd",

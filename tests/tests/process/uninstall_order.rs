@@ -4,13 +4,12 @@
 //! its Namespace; the Bundle names the resource and the finalizer it waits for. Once the
 //! finalizer is removed, everything goes.
 
-use gantry_api::Bundle;
 use gantry_api::conditions::{reasons, types};
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, unique_name};
+use gantry_tests::unique_name;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use serde_json::json;
 
@@ -24,8 +23,7 @@ fn crd(group: &str) -> String {
 
 #[tokio::test]
 async fn custom_resources_and_crds_go_before_the_rest() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let ns = unique_name("waves");
     let group = format!("{ns}.example.com");
     let image = push(
@@ -42,8 +40,7 @@ async fn custom_resources_and_crds_go_before_the_rest() {
     )
     .await;
     let name = unique_name("waves");
-    create_bundle(&client, &name, spec(&image, Some(&ns))).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, spec(&image, Some(&ns))).await;
 
     // A user's custom resource, with the operator's finalizer on it.
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", "Gadget"));
@@ -52,11 +49,7 @@ async fn custom_resources_and_crds_go_before_the_rest() {
     mine.metadata.finalizers = Some(vec![FINALIZER.into()]);
     gadgets.create(&PostParams::default(), &mine).await.unwrap();
 
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    bundles
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_bundle(&client, &name).await;
     let waiting = wait_bundle(
         &client,
         &name,

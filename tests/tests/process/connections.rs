@@ -22,8 +22,7 @@ const MOST_CONNECTIONS: usize = 4;
 #[tokio::test]
 async fn requests_in_flight_share_a_few_connections_to_the_api_server() {
     const ID: &str = "gantry.dev/plain-connections";
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let installation = start_installation(
         &client,
         ID,

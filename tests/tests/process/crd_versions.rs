@@ -2,7 +2,7 @@
 //! restart, and the custom resource moving to it is applied, not pruned.
 
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, registry, unique_name};
+use gantry_tests::unique_name;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -32,8 +32,7 @@ fn gadget(group: &str, version: &str, size: u32) -> String {
 
 #[tokio::test]
 async fn a_new_version_of_a_bundled_crd_is_served_and_used() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let ns = unique_name("crdv");
     let group = format!("{ns}.example.com");
     let repository = format!("{ns}/app:stable");
@@ -47,13 +46,7 @@ async fn a_new_version_of_a_bundled_crd_is_served_and_used() {
     )
     .await;
     let name = unique_name("crdv");
-    create_bundle(
-        &client,
-        &name,
-        spec(&format!("{}/{repository}", registry().host()), Some(&ns)),
-    )
-    .await;
-    wait_bundle(&client, &name, "Ready with v1", is_ready).await;
+    create_bundle_ready(&client, &name, spec(&in_registry(&repository), Some(&ns))).await;
 
     // The CRD now also serves v2, and the custom resource moves to it.
     let second = push(

@@ -181,10 +181,7 @@ async fn the_manifests_install_a_working_gantry() {
     )
     .await;
     let bundle = wait_bundle(&client, &name, "Ready with the shipped RBAC", is_ready).await;
-    assert_eq!(
-        config_map_data(&client, &ns, "installed").await.as_deref(),
-        Some("by-the-manifests")
-    );
+    assert_config_map(&client, &ns, "installed", Some("by-the-manifests")).await;
     // Applied as the shipped gantry-applier, not as the provisioner, which may not do it
     // itself: its own permissions are its CRDs, Events and impersonation.
     let applier = bundle
@@ -221,9 +218,10 @@ async fn the_manifests_install_a_working_gantry() {
     // role may read it but not write.
     let url = bundle.status.unwrap().content_url.unwrap();
     let http = reqwest::Client::new();
-    let read = http
-        .get(&url)
-        .bearer_auth(&content_token)
+    // A request of `method` to the stored content, authenticated with `token`.
+    let to_content =
+        |method: reqwest::Method, token: &str| http.request(method, &url).bearer_auth(token);
+    let read = to_content(reqwest::Method::GET, &content_token)
         .send()
         .await
         .unwrap();
@@ -234,16 +232,12 @@ async fn the_manifests_install_a_working_gantry() {
     let reader_token = plane
         .service_account_token_for(&ns, "reader", &["gantry-storage"])
         .await;
-    let read = http
-        .get(&url)
-        .bearer_auth(&reader_token)
+    let read = to_content(reqwest::Method::GET, &reader_token)
         .send()
         .await
         .unwrap();
     assert_eq!(read.status(), 200, "the reader reads");
-    let write = http
-        .put(&url)
-        .bearer_auth(&reader_token)
+    let write = to_content(reqwest::Method::PUT, &reader_token)
         .body(body.clone())
         .send()
         .await
@@ -257,9 +251,7 @@ async fn the_manifests_install_a_working_gantry() {
     let unpack_token = plane
         .service_account_token_for(NAMESPACE, "gantry-unpack", &["gantry-storage"])
         .await;
-    let upload = http
-        .put(&url)
-        .bearer_auth(&unpack_token)
+    let upload = to_content(reqwest::Method::PUT, &unpack_token)
         .body(body.clone())
         .send()
         .await
@@ -270,9 +262,7 @@ async fn the_manifests_install_a_working_gantry() {
         upload.status()
     );
     for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
-        let refused = http
-            .request(method.clone(), &url)
-            .bearer_auth(&unpack_token)
+        let refused = to_content(method.clone(), &unpack_token)
             .send()
             .await
             .unwrap();

@@ -33,15 +33,7 @@ fn observed(bundle: &Bundle) -> bool {
 }
 
 fn args(deployment: &Deployment) -> Vec<String> {
-    let pod = deployment
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
-    pod.containers[0].args.clone().unwrap_or_default()
+    first_container(deployment).args.clone().unwrap_or_default()
 }
 
 #[tokio::test]
@@ -265,10 +257,7 @@ async fn a_patch_that_cannot_apply_fails_the_bundle_and_nothing_is_applied() {
     )
     .await;
     wait_bundle(&client, &name, "Ready once the patch is fixed", is_ready).await;
-    assert_eq!(
-        config_map_data(&client, &ns, "settings").await.as_deref(),
-        Some("patched")
-    );
+    assert_config_map(&client, &ns, "settings", Some("patched")).await;
     let bundle = wait_bundle(&client, &name, "Stalled gone", |b| {
         condition(b, types::STALLED).is_none()
     })
@@ -310,10 +299,7 @@ async fn an_approval_covers_the_patches_it_was_given_with() {
     let bundle = get_bundle(&client, &name).await;
     let approval = bundle.status.unwrap().approval.unwrap();
     assert_eq!(approval.patches, bundle.spec.patches);
-    assert_eq!(
-        config_map_data(&client, &ns, "settings").await.as_deref(),
-        Some("reviewed")
-    );
+    assert_config_map(&client, &ns, "settings", Some("reviewed")).await;
 
     // Other patches are other objects: the approval of the digest does not cover them.
     set_patches(&client, &name, replace("changed")).await;
@@ -344,8 +330,5 @@ async fn an_approval_covers_the_patches_it_was_given_with() {
         "{shown}"
     );
     ok(&["approve", &name, "--yes", "--wait"]);
-    assert_eq!(
-        config_map_data(&client, &ns, "settings").await.as_deref(),
-        Some("changed")
-    );
+    assert_config_map(&client, &ns, "settings", Some("changed")).await;
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use gantry_api::Bundle;
 use gantry_tests::e2e::*;
-use gantry_tests::{control_plane, unique_name};
+use gantry_tests::unique_name;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -18,16 +18,11 @@ const REUSED: &str = "gantry_provisioner_pulls_reused_total";
 #[tokio::test]
 async fn bundles_of_one_image_share_its_pull_unless_their_credentials_differ() {
     const ID: &str = "gantry.dev/plain-pull-reuse";
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let installation = start_installation(&client, ID, &[]).await;
     let (provisioner, class) = (&installation.provisioner, installation.class.clone());
     let prefix = unique_name("reuse");
-    let image = push(
-        &format!("{prefix}/app:v1"),
-        &[("a.yaml", config_map("shared", None, "one image"))],
-    )
-    .await;
+    let image = push_config_map(&format!("{prefix}/app:v1"), "shared", None, "one image").await;
     let install = |name: String, pull_secret: Option<String>| {
         let (client, image, class) = (client.clone(), image.clone(), class.clone());
         async move {
@@ -82,10 +77,7 @@ async fn bundles_of_one_image_share_its_pull_unless_their_credentials_differ() {
             .collect();
         let digest = format!("sha256:{digest}");
         assert_eq!(Some(digest), status.content_digest, "{name}");
-        assert_eq!(
-            config_map_data(&client, name, "shared").await.as_deref(),
-            Some("one image")
-        );
+        assert_config_map(&client, name, "shared", Some("one image")).await;
     }
 
     // Other credentials (a pull secret, here for a registry this image is not on): a pull of

@@ -265,14 +265,10 @@ async fn pinned_images_are_relocated_with_their_digests_and_installed_from_the_t
     )
     .await;
     let name = unique_name("relocated");
-    create_bundle(&client, &name, spec_of_class(&relocated, Some(&ns), &class)).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, spec_of_class(&relocated, Some(&ns), &class)).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let web = deployments.get("web").await.unwrap();
-    let image = web.spec.unwrap().template.spec.unwrap().containers[0]
-        .image
-        .clone()
-        .unwrap();
+    let image = first_container(&web).image.clone().unwrap();
     assert_eq!(image, app_b);
     let _ = gantry;
 }
@@ -292,7 +288,7 @@ async fn an_image_that_cannot_be_resolved_fails_the_push_before_anything_is_push
             ),
         )],
     );
-    let target = format!("{}/{ns}/bundle:v1", registry().host());
+    let target = in_registry(&format!("{ns}/bundle:v1"));
     let out = kubectl_bundle(&[
         "push",
         dir.path().to_str().unwrap(),

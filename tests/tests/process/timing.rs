@@ -3,11 +3,9 @@
 //! that waits; bad values are refused by the API server with the field named. A control plane
 //! of its own for the bundles: its provisioner's flags are not the shared one's.
 
-use gantry_api::Bundle;
 use gantry_api::conditions::{reasons, types};
 use gantry_tests::e2e::*;
 use gantry_tests::{control_plane, unique_name};
-use kube::api::Api;
 
 /// This module's cluster, with one provisioner whose flags would make every test here time
 /// out: tags resolved hourly, retries up to an hour apart, ten minutes for a CRD.
@@ -46,16 +44,12 @@ async fn a_bundle_interval_resolves_a_moved_tag_while_the_flag_is_long() {
     }
     wait_config_map(&client, &ns, "fast-cm", "v2", "the moved tag installed").await;
     // The other bundle follows the provisioner's hour: its tag is not asked again.
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    let slow_now = bundles.get(&slow).await.unwrap();
+    let slow_now = get_bundle(&client, &slow).await;
     assert_eq!(
         slow_now.status.unwrap().resolved_image,
         slow_before.status.unwrap().resolved_image
     );
-    assert_eq!(
-        config_map_data(&client, &ns, "slow-cm").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "slow-cm", Some("v1")).await;
 }
 
 /// The delay in a failure message: `(attempt N, next retry in 1.2s)`.

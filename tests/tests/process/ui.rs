@@ -22,6 +22,7 @@ use gantry_api::{ApprovalDecision, Bundle, BundlePhase};
 use gantry_tests::e2e::kubectl::*;
 use gantry_tests::e2e::*;
 use gantry_tests::{unique_name, wait_until};
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use thirtyfour::prelude::*;
@@ -387,6 +388,14 @@ async fn fits_a_phone(browser: &Browser, what: &str) {
 
 // --- a bundle to review ---------------------------------------------------------------------
 
+/// [`under_review`] of an image of one ConfigMap, `cm` holding `v1`, in the bundle's namespace.
+async fn config_map_in_namespace_under_review(client: &Client, prefix: &str) -> UnderReview {
+    under_review(client, prefix, |ns| {
+        vec![("a.yaml", config_map("cm", Some(ns), "v1"))]
+    })
+    .await
+}
+
 /// A ClusterRole granting every verb: the requested permissions flag it.
 fn broad_role(name: &str) -> String {
     format!(
@@ -487,10 +496,7 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
         )
     );
     assert!(approval.approved_by.is_some(), "the approver is recorded");
-    assert_eq!(
-        config_map_data(&client, &ns, "settings").await.as_deref(),
-        Some("v1")
-    );
+    assert_config_map(&client, &ns, "settings", Some("v1")).await;
     // The bundle's page: its objects with their health, its history, its conditions.
     browser
         .goto(&format!("{}/bundles/{name}", server.base))
@@ -575,10 +581,7 @@ async fn a_manual_bundle_is_reviewed_and_approved_from_the_page() {
 #[tokio::test]
 async fn a_denial_with_a_reason_shows_on_the_bundle() {
     let client = shared_gantry_client().await;
-    let review = under_review(&client, "ui-deny", |ns| {
-        vec![("a.yaml", config_map("cm", Some(ns), "v1"))]
-    })
-    .await;
+    let review = config_map_in_namespace_under_review(&client, "ui-deny").await;
     let name = review.name.clone();
     let digest = digest_of(&review.pinned).to_string();
     let server = UiServer::start(&kubeconfig());
@@ -663,10 +666,7 @@ async fn a_denial_with_a_reason_shows_on_the_bundle() {
 #[tokio::test]
 async fn a_user_without_status_permission_sees_the_decision_refused() {
     let client = shared_gantry_client().await;
-    let review = under_review(&client, "ui-rbac", |ns| {
-        vec![("a.yaml", config_map("cm", Some(ns), "v1"))]
-    })
-    .await;
+    let review = config_map_in_namespace_under_review(&client, "ui-rbac").await;
     let name = review.name.clone();
     let dir = tempfile::tempdir().unwrap();
     let carol = unique_name("carol");
@@ -742,10 +742,7 @@ fn csrf_of(html: &str) -> String {
 #[tokio::test]
 async fn requests_without_the_token_or_from_another_origin_are_refused() {
     let client = shared_gantry_client().await;
-    let review = under_review(&client, "ui-guard", |ns| {
-        vec![("a.yaml", config_map("cm", Some(ns), "v1"))]
-    })
-    .await;
+    let review = config_map_in_namespace_under_review(&client, "ui-guard").await;
     let name = review.name.clone();
     let digest = digest_of(&review.pinned).to_string();
     let server = UiServer::start(&kubeconfig());

@@ -3,7 +3,7 @@
 
 use gantry_api::Bundle;
 use gantry_tests::e2e::*;
-use gantry_tests::{StorageOptions, StorageServer, registry, unique_name, wait_until};
+use gantry_tests::{StorageOptions, StorageServer, unique_name, wait_until};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 
@@ -19,8 +19,7 @@ async fn a_restart_in_the_middle_of_a_large_apply_converges() {
     let cluster = CLUSTER.get();
     let client = setup(&cluster).await;
     let storage = StorageServer::start(StorageOptions::default());
-    let ns = unique_name("restart");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "restart").await;
     const OBJECTS: usize = 400;
     let documents: String = (0..OBJECTS)
         .map(|i| format!("{}---\n", config_map(&format!("cm-{i:04}"), None, "x")))
@@ -37,7 +36,7 @@ async fn a_restart_in_the_middle_of_a_large_apply_converges() {
     create_bundle(
         &client,
         &name,
-        spec(&format!("{}/{ns}/big:v1", registry().host()), Some(&ns)),
+        spec(&in_registry(&format!("{ns}/big:v1")), Some(&ns)),
     )
     .await;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -81,10 +80,9 @@ async fn objects_of_an_interrupted_apply_are_pruned_when_the_content_moves_on() 
     let cluster = CLUSTER.get();
     let client = setup(&cluster).await;
     let storage = StorageServer::start(StorageOptions::default());
-    let ns = unique_name("interrupted");
-    ensure_namespace(&client, &ns).await;
+    let ns = unique_namespace(&client, "interrupted").await;
     let repository = format!("{ns}/app:live");
-    push(&repository, &[("a.yaml", config_map("first", None, "v1"))]).await;
+    push_config_map(&repository, "first", None, "v1").await;
     let mut provisioner = start_provisioner(
         &cluster,
         &storage,
@@ -95,13 +93,7 @@ async fn objects_of_an_interrupted_apply_are_pruned_when_the_content_moves_on() 
         ],
     );
     let name = unique_name("interrupted");
-    create_bundle(
-        &client,
-        &name,
-        spec(&format!("{}/{repository}", registry().host()), Some(&ns)),
-    )
-    .await;
-    wait_bundle(&client, &name, "Ready at v1", is_ready).await;
+    create_bundle_ready(&client, &name, spec(&in_registry(&repository), Some(&ns))).await;
 
     // v2 adds many objects; the provisioner is killed while it applies them.
     const OBJECTS: usize = 300;
@@ -114,7 +106,7 @@ async fn objects_of_an_interrupted_apply_are_pruned_when_the_content_moves_on() 
     provisioner.kill();
 
     // Before v2 is applied again, the tag moves on to v3, which has none of v2's objects.
-    let third = push(&repository, &[("a.yaml", config_map("third", None, "v3"))]).await;
+    let third = push_config_map(&repository, "third", None, "v3").await;
     let _restarted = start_provisioner(
         &cluster,
         &storage,

@@ -8,9 +8,7 @@ use gantry_api::HealthCheckExpr;
 use gantry_api::conditions::{reasons, types};
 use gantry_tests::e2e::kubectl::*;
 use gantry_tests::e2e::*;
-use gantry_tests::{
-    ImageConfig, bundle_dir, control_plane, push_rootfs, registry, unique_name, workspace_root,
-};
+use gantry_tests::{ImageConfig, bundle_dir, push_rootfs, registry, unique_name, workspace_root};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
 
@@ -43,8 +41,7 @@ async fn still_serving(client: &kube::Client) {
     .await;
     ensure_namespace(client, &ns).await;
     let name = unique_name("serving");
-    create_bundle(client, &name, spec(&image, None)).await;
-    wait_bundle(client, &name, "Ready", is_ready).await;
+    create_bundle_ready(client, &name, spec(&image, None)).await;
 }
 
 #[tokio::test]
@@ -79,10 +76,8 @@ async fn typed_lists_are_flattened_by_the_plugin_and_the_provisioner() {
     );
 
     // The same shapes pushed, pulled and installed, in a namespace of this test.
-    gantry();
-    let client = control_plane().client().await;
-    let ns = unique_name("lists");
-    ensure_namespace(&client, &ns).await;
+    let client = shared_gantry_client().await;
+    let ns = unique_namespace(&client, "lists").await;
     let config_maps = format!(
         "apiVersion: v1\nitems:\n{}{}kind: ConfigMapList\n",
         indent(&config_map("dashboard-a", Some(&ns), "a")),
@@ -119,13 +114,9 @@ async fn typed_lists_are_flattened_by_the_plugin_and_the_provisioner() {
     );
 
     let name = unique_name("lists");
-    create_bundle(&client, &name, spec(&image, None)).await;
-    wait_bundle(&client, &name, "Ready", is_ready).await;
+    create_bundle_ready(&client, &name, spec(&image, None)).await;
     for (cm, value) in [("dashboard-a", "a"), ("dashboard-b", "b")] {
-        assert_eq!(
-            config_map_data(&client, &ns, cm).await.as_deref(),
-            Some(value)
-        );
+        assert_config_map(&client, &ns, cm, Some(value)).await;
     }
     let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
     let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
@@ -143,8 +134,7 @@ fn indent(text: &str) -> String {
 
 #[tokio::test]
 async fn deep_nesting_is_refused_by_pull_and_the_provisioner_which_go_on() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let deep_map = format!("x: {}1{}\n", "{a: ".repeat(60_000), "}".repeat(60_000));
     let deep_sequence = format!("x: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
     for (file, content) in [
@@ -185,8 +175,7 @@ async fn deep_nesting_is_refused_by_pull_and_the_provisioner_which_go_on() {
 
 #[tokio::test]
 async fn a_health_rule_nested_past_the_bound_is_refused_and_the_provisioner_goes_on() {
-    gantry();
-    let client = control_plane().client().await;
+    let client = shared_gantry_client().await;
     let ns = unique_name("cel");
     let image = push(
         &format!("{ns}/app:v1"),

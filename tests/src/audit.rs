@@ -118,6 +118,11 @@ fn label_selector(uri: &str) -> String {
     query_parameter(uri, "labelSelector")
 }
 
+/// The `resourceVersion` of an object's `metadata`, as the number it is.
+fn resource_version(metadata: &Value) -> Option<u64> {
+    metadata["resourceVersion"].as_str()?.parse().ok()
+}
+
 /// A write that took effect: create, update or patch, answered 2xx, not a dry run.
 fn successful_write(event: &Value) -> bool {
     let verb = event["verb"].as_str().unwrap_or_default();
@@ -229,10 +234,7 @@ impl AuditLog {
             if !bundles.contains(name) {
                 continue;
             }
-            let Some(version) = metadata["resourceVersion"]
-                .as_str()
-                .and_then(|v| v.parse::<u64>().ok())
-            else {
+            let Some(version) = resource_version(metadata) else {
                 continue;
             };
             writes
@@ -298,9 +300,7 @@ impl AuditLog {
             }
             let metadata = &event["responseObject"]["metadata"];
             let (Some(version), Some(table)) = (
-                metadata["resourceVersion"]
-                    .as_str()
-                    .and_then(|v| v.parse::<u64>().ok()),
+                resource_version(metadata),
                 metadata["annotations"][SLOT_TABLE_ANNOTATION]
                     .as_str()
                     .and_then(|text| SlotTable::parse(text).ok()),
@@ -565,8 +565,12 @@ mod tests {
         )
     }
 
-    fn same_name(namespace: &str) -> Option<String> {
-        Some(namespace.to_string())
+    /// [`writes_off_shard`] of bundles that own the namespace of their name.
+    fn off_shard(
+        writes: &[ConfigMapWrite],
+        changes: &BTreeMap<String, Vec<ShardChange>>,
+    ) -> Vec<String> {
+        writes_off_shard(writes, changes, |namespace| Some(namespace.to_string()))
     }
 
     const SHARDER: &str = "gantry-provisioner/0.1.0 (r2)";
@@ -593,10 +597,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["r1", "r2", "r1"]
         );
-        assert_eq!(
-            writes_off_shard(&writes, &changes, same_name),
-            Vec::<String>::new()
-        );
+        assert_eq!(off_shard(&writes, &changes), Vec::<String>::new());
     }
 
     #[test]
@@ -612,11 +613,10 @@ mod tests {
             config_map_line("2026-01-01T00:00:25.000000Z", "app", "b", R1),
         ]);
         assert_eq!(
-            writes_off_shard(&writes, &changes, same_name),
-            vec![
+            off_shard(&writes, &changes),
+            [
                 "app: app/b written by r1 at 2026-01-01T00:00:25.000000Z while the bundle's \
                  shard was r2 (since 2026-01-01T00:00:20.000000Z, written by r2)"
-                    .to_string()
             ]
         );
     }
@@ -641,11 +641,10 @@ mod tests {
         ]);
         assert_eq!(changes["app"].len(), 2, "{changes:?}");
         assert_eq!(
-            writes_off_shard(&writes, &changes, same_name),
-            vec![
+            off_shard(&writes, &changes),
+            [
                 "app: app/b written by r1 at 2026-01-01T00:00:23.000000Z while the bundle's \
                  shard was r2 (since 2026-01-01T00:00:20.000000Z, written by r2)"
-                    .to_string()
             ]
         );
     }
@@ -661,10 +660,7 @@ mod tests {
             config_map_line("2026-01-01T00:00:32.000000Z", "app", "b", R1),
         ]);
         assert_eq!(changes["app"].len(), 3, "{changes:?}");
-        assert_eq!(
-            writes_off_shard(&writes, &changes, same_name),
-            Vec::<String>::new()
-        );
+        assert_eq!(off_shard(&writes, &changes), Vec::<String>::new());
     }
 
     #[test]
@@ -674,7 +670,7 @@ mod tests {
             config_map_line("2026-01-01T00:00:01.000000Z", "app", "a", R1),
         ]);
         assert!(changes["app"].is_empty());
-        assert_eq!(writes_off_shard(&writes, &changes, same_name).len(), 1);
+        assert_eq!(off_shard(&writes, &changes).len(), 1);
     }
 
     #[test]

@@ -23,8 +23,8 @@ use gantry_api::{Bundle, SHARD_LABEL, SLOT_LABEL, SLOT_TABLE_ANNOTATION, SLOT_TA
 use gantry_tests::audit::{AuditLog, replica_of, writes_off_shard};
 use gantry_tests::e2e::*;
 use gantry_tests::{
-    CuttableProxy, Provisioner, ProvisionerOptions, StorageOptions, StorageServer, registry,
-    unique_name, wait_until,
+    CuttableProxy, Provisioner, ProvisionerOptions, StorageOptions, StorageServer, unique_name,
+    wait_until,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
@@ -70,8 +70,7 @@ fn kubeconfig_through(kubeconfig: &Path, server: &str, proxy: SocketAddr) -> Pat
 async fn create_bundles(client: &Client, image: &str, prefix: &str, count: usize) -> Vec<String> {
     let mut names = Vec::new();
     for _ in 0..count {
-        let name = unique_name(prefix);
-        ensure_namespace(client, &name).await;
+        let name = unique_namespace(client, prefix).await;
         create_bundle(client, &name, spec(image, Some(&name))).await;
         names.push(name);
     }
@@ -305,7 +304,7 @@ async fn replicas_share_bundles_and_hand_them_over_through_faults_without_two_wr
         .collect();
     let files: Vec<(&str, String)> = files.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     push(&format!("{ns}/app:v1"), &files).await;
-    let image = format!("{}/{ns}/app:v1", registry().host());
+    let image = in_registry(&format!("{ns}/app:v1"));
 
     // Spread: every replica gets slots, none more than its share rounded up (checked by
     // `wait_settled`); the bundles follow their slots.

@@ -25,6 +25,15 @@ async fn check_sees_gantry_running_as_processes_and_what_stopped() {
     let mut provisioner = start_provisioner(cluster.plane(), &storage, &[]);
     let kc = cluster.kubeconfig().display().to_string();
     let check = || kubectl_bundle(&["check", "--kubeconfig", &kc]);
+    // Waits until `check` fails with check `name` FAIL; its output.
+    let check_fails = async |name: &str| {
+        wait_until(&format!("check {name:?} to fail"), WAIT, || async {
+            let out = check();
+            let said = text(&out);
+            (!out.status.success() && failed(&said, name).is_some()).then_some(said)
+        })
+        .await
+    };
 
     let passed = wait_until("every check to pass", WAIT, || async {
         let out = check();
@@ -41,12 +50,7 @@ async fn check_sees_gantry_running_as_processes_and_what_stopped() {
 
     let url = storage.url().to_string();
     drop(storage);
-    let out = wait_until("the storage server's check to fail", WAIT, || async {
-        let out = check();
-        let said = text(&out);
-        (!out.status.success() && failed(&said, "storage server ready").is_some()).then_some(said)
-    })
-    .await;
+    let out = check_fails("storage server ready").await;
     assert!(
         failed(&out, "storage server ready").is_some_and(|l| l.contains(&format!("{url}/readyz"))),
         "{out}"
@@ -55,12 +59,7 @@ async fn check_sees_gantry_running_as_processes_and_what_stopped() {
 
     // Killed, it renews its Lease no more: once the Lease expires, no provisioner runs.
     provisioner.kill();
-    let out = wait_until("the provisioner's check to fail", WAIT, || async {
-        let out = check();
-        let said = text(&out);
-        (!out.status.success() && failed(&said, "provisioner running").is_some()).then_some(said)
-    })
-    .await;
+    let out = check_fails("provisioner running").await;
     assert!(
         failed(&out, "provisioner running").is_some_and(|l| l.contains("has expired")),
         "{out}"

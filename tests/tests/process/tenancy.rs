@@ -9,13 +9,12 @@ use gantry_api::conditions::{reasons, types};
 use gantry_api::{
     ApprovalPolicy, Bundle, BundlePhase, ProvisionerClassSpec, ServiceAccountReference,
 };
-use gantry_image::{EffectiveLimits, Platform, RegistryClient};
 use gantry_tests::e2e::kubectl::{kubectl_bundle, text};
 use gantry_tests::e2e::*;
 use gantry_tests::{Registry, RegistryOptions, unique_name};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -156,6 +155,26 @@ async fn class_applying_as(
     class
 }
 
+/// A ServiceAccount that may do `verbs` on ConfigMaps in `namespace`, and nothing else.
+async fn config_map_account(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    verbs: &[&str],
+) -> ServiceAccountReference {
+    let rules = json!([{ "apiGroups": [""], "resources": ["configmaps"], "verbs": verbs }]);
+    service_account(client, namespace, name, rules, None).await
+}
+
+/// Pushes an image of the ConfigMaps `first` and `second` (`v1`, in the install namespace).
+async fn push_two_config_maps(repository_tag: &str, first: &str, second: &str) -> String {
+    let files = [
+        ("a.yaml", config_map(first, None, "v1")),
+        ("b.yaml", config_map(second, None, "v1")),
+    ];
+    push(repository_tag, &files).await
+}
+
 fn applied_as(bundle: &Bundle) -> Option<ServiceAccountReference> {
     bundle
         .status
@@ -247,10 +266,7 @@ async fn a_limited_service_account_cannot_bind_cluster_admin_and_nothing_is_appl
     assert!(config_maps.get_opt("first").await.unwrap().is_some());
     assert!(bindings.get_opt(&binding).await.unwrap().is_some());
 
-    Api::<Bundle>::all(client.clone())
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_bundle(&client, &name).await;
     wait_bundle_gone(&client, &name).await;
     assert!(bindings.get_opt(&binding).await.unwrap().is_none());
 }
@@ -260,39 +276,17 @@ async fn prune_and_uninstall_run_as_the_service_account() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
     let ns = unique_namespace(&client, "nodelete").await;
-    let creator = service_account(
-        &client,
-        &ns,
-        "creator",
-        json!([{ "apiGroups": [""], "resources": ["configmaps"],
-                 "verbs": ["get", "list", "watch", "create", "update", "patch"] }]),
-        None,
-    )
-    .await;
+    let verbs = ["get", "list", "watch", "create", "update", "patch"];
+    let creator = config_map_account(&client, &ns, "creator", &verbs).await;
     let class = class_applying_as(&client, "nodelete", &creator, ApprovalPolicy::Automatic).await;
-    let v1 = push(
-        &format!("{ns}/app:v1"),
-        &[
-            ("a.yaml", config_map("kept", None, "v1")),
-            ("b.yaml", config_map("dropped", None, "v1")),
-        ],
-    )
-    .await;
+    let v1 = push_two_config_maps(&format!("{ns}/app:v1"), "kept", "dropped").await;
     let name = unique_name("nodelete");
     create_bundle(&client, &name, spec_of_class(&v1, Some(&ns), &class)).await;
     wait_bundle(&client, &name, "Ready as the creator", is_ready).await;
 
     // v2 drops a ConfigMap: pruning it is a delete, which the ServiceAccount may not do.
     let v2 = push_config_map(&format!("{ns}/app:v2"), "kept", None, "v2").await;
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    bundles
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": { "image": v2 } })),
-        )
-        .await
-        .unwrap();
+    set_image(&client, &name, &v2).await;
     let bundle = wait_failure(
         &client,
         &name,
@@ -309,10 +303,7 @@ async fn prune_and_uninstall_run_as_the_service_account() {
     assert_config_map(&client, &ns, "dropped", Some("v1")).await;
 
     // Uninstalling is deleting too: refused, the objects stay, the bundle waits.
-    bundles
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_bundle(&client, &name).await;
     let bundle = wait_failure(
         &client,
         &name,
@@ -325,14 +316,7 @@ async fn prune_and_uninstall_run_as_the_service_account() {
     assert!(config_map_data(&client, &ns, "kept").await.is_some());
 
     // Once the ServiceAccount may delete, the uninstall completes.
-    service_account(
-        &client,
-        &ns,
-        "creator",
-        json!([{ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"] }]),
-        None,
-    )
-    .await;
+    config_map_account(&client, &ns, "creator", &["*"]).await;
     wait_bundle_gone(&client, &name).await;
     assert!(config_map_data(&client, &ns, "kept").await.is_none());
     assert!(config_map_data(&client, &ns, "dropped").await.is_none());
@@ -360,14 +344,7 @@ async fn permissions_granted_by_name_are_checked_object_by_object() {
     .await;
     let class = class_applying_as(&client, "byname", &named, ApprovalPolicy::Automatic).await;
 
-    let both = push(
-        &format!("{ns}/app:both"),
-        &[
-            ("a.yaml", config_map("granted", None, "v1")),
-            ("b.yaml", config_map("other", None, "v1")),
-        ],
-    )
-    .await;
+    let both = push_two_config_maps(&format!("{ns}/app:both"), "granted", "other").await;
     let name = unique_name("byname");
     create_bundle(&client, &name, spec_of_class(&both, Some(&ns), &class)).await;
     let bundle = wait_failure(
@@ -421,14 +398,7 @@ async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled
     assert!(config_map_data(&client, &ns, "c").await.is_none());
 
     // A bundle naming its own ServiceAccount needs a class that allows it ...
-    let own = service_account(
-        &client,
-        &ns,
-        "own",
-        json!([{ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"] }]),
-        None,
-    )
-    .await;
+    let own = config_map_account(&client, &ns, "own", &["*"]).await;
     let broad = broad_service_account(&client).await;
     let class = class_applying_as(&client, "own-sa", &broad, ApprovalPolicy::Automatic).await;
     let chooser = unique_name("chooser");
@@ -467,28 +437,6 @@ async fn without_a_service_account_a_bundle_is_refused_before_anything_is_pulled
     assert_config_map(&client, &ns, "c", Some("v1")).await;
 }
 
-/// Pushes `files` as `repository:tag` to `to` (a registry of the test's own); the pinned
-/// reference.
-async fn push_to(to: &Registry, repository_tag: &str, files: &[(&str, String)]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    write_bundle(dir.path(), files);
-    let client = RegistryClient::new(gantry_image::RegistryOptions {
-        insecure_registries: vec![to.host().to_string()],
-        ..Default::default()
-    })
-    .unwrap();
-    client
-        .push_dir(
-            dir.path(),
-            &format!("{}/{repository_tag}", to.host()),
-            &[Platform::current()],
-            &EffectiveLimits::default(),
-        )
-        .await
-        .expect("pushing a bundle image")
-        .pinned
-}
-
 /// How many requests `registry` has served (`registry_http_requests_total`, every handler and
 /// status summed).
 async fn requests_served(registry: &Registry) -> f64 {
@@ -525,7 +473,7 @@ async fn images_outside_a_class_s_allowed_images_are_refused() {
     // Pushed and pullable, but under a repository the class does not allow; `allowed-b`
     // shares the prefix's characters, not its path.
     let elsewhere = push_to(
-        &own,
+        own.host(),
         &format!("{ns}/allowed-b/app:v1"),
         &[("a.yaml", config_map("elsewhere", None, "v1"))],
     )
@@ -559,7 +507,7 @@ async fn images_outside_a_class_s_allowed_images_are_refused() {
     assert!(config_map_data(&client, &ns, "elsewhere").await.is_none());
 
     let inside = push_to(
-        &own,
+        own.host(),
         &format!("{ns}/allowed/team/app:v1"),
         &[("a.yaml", config_map("inside", None, "v1"))],
     )
@@ -947,10 +895,7 @@ async fn an_operator_install_awaiting_approval_highlights_what_an_approver_must_
             .unwrap()
             .is_none()
     );
-    Api::<Bundle>::all(client.clone())
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_bundle(&client, &name).await;
     wait_bundle_gone(&client, &name).await;
 }
 
@@ -961,24 +906,10 @@ async fn a_service_account_that_may_write_but_not_read_applies_nothing() {
     let cluster = CLUSTER.get();
     let client = cluster.client().await;
     let ns = unique_namespace(&client, "noread").await;
-    let writer = service_account(
-        &client,
-        &ns,
-        "writer",
-        json!([{ "apiGroups": [""], "resources": ["configmaps"],
-                 "verbs": ["create", "update", "patch", "delete"] }]),
-        None,
-    )
-    .await;
+    let verbs = ["create", "update", "patch", "delete"];
+    let writer = config_map_account(&client, &ns, "writer", &verbs).await;
     let class = class_applying_as(&client, "noread", &writer, ApprovalPolicy::Automatic).await;
-    let image = push(
-        &format!("{ns}/app:v1"),
-        &[
-            ("a.yaml", config_map("first", None, "v1")),
-            ("b.yaml", config_map("second", None, "v1")),
-        ],
-    )
-    .await;
+    let image = push_two_config_maps(&format!("{ns}/app:v1"), "first", "second").await;
     let name = unique_name("noread");
     create_bundle(&client, &name, spec_of_class(&image, Some(&ns), &class)).await;
     let bundle = wait_failure(
@@ -1001,15 +932,8 @@ async fn a_service_account_that_may_write_but_not_read_applies_nothing() {
     assert!(bundle.status.as_ref().unwrap().inventory.is_empty());
 
     // Once it may read, the same bundle installs: the read was all that was missing.
-    service_account(
-        &client,
-        &ns,
-        "writer",
-        json!([{ "apiGroups": [""], "resources": ["configmaps"],
-                 "verbs": ["get", "create", "update", "patch", "delete"] }]),
-        None,
-    )
-    .await;
+    let verbs = ["get", "create", "update", "patch", "delete"];
+    config_map_account(&client, &ns, "writer", &verbs).await;
     wait_bundle(&client, &name, "Ready once it may read", is_ready).await;
     assert_config_map(&client, &ns, "second", Some("v1")).await;
 }

@@ -493,10 +493,7 @@ async fn a_second_installation_serves_only_the_classes_naming_its_id() {
     check("after a reconcile request", &t, &o);
 
     // The second installation removes its own bundle's objects when the bundle goes.
-    bundles
-        .delete(&theirs, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_bundle(&client, &theirs).await;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("{ns}-theirs"));
     wait_until(
         "the second installation's bundle and its ConfigMap to go",
@@ -766,8 +763,7 @@ async fn a_crd_and_its_resources_install_together() {
     )
     .await;
     let name = unique_name("crd");
-    create_bundle(&client, &name, spec(&image, Some(&ns))).await;
-    let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
+    let bundle = create_bundle_ready(&client, &name, spec(&image, Some(&ns))).await;
     assert_eq!(
         inventory_kinds(&bundle),
         ["Namespace", "CustomResourceDefinition", "Widget", "Widget"]
@@ -780,11 +776,7 @@ async fn a_crd_and_its_resources_install_together() {
 
     // Deleting the bundle removes everything, the CRD included, and the stored content.
     let content_url = bundle.status.unwrap().content_url.unwrap();
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    bundles
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_bundle(&client, &name).await;
     wait_bundle_gone(&client, &name).await;
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
     let crd = crds.get_opt(&format!("widgets.{group}")).await.unwrap();
@@ -967,28 +959,14 @@ async fn two_bundles_claiming_one_object_conflict_on_the_second() {
         Some("first"),
         "no tug of war"
     );
-    let bundles: Api<Bundle> = Api::all(client.clone());
     assert!(
-        is_ready(&bundles.get(&first).await.unwrap()),
+        is_ready(&get_bundle(&client, &first).await),
         "the first bundle stays Ready"
     );
 
     // The owner suspended and the object deleted: it is still the first bundle's (its
     // inventory lists it), so the second does not take it.
-    let suspend = |on: bool| {
-        let bundles = bundles.clone();
-        let first = first.clone();
-        async move {
-            bundles
-                .patch(
-                    &first,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "spec": { "suspend": on } })),
-                )
-                .await
-                .unwrap();
-        }
-    };
+    let suspend = |on: bool| patch_spec(&client, &first, json!({ "suspend": on }));
     suspend(true).await;
     wait_bundle(&client, &first, "Suspended", |b| {
         condition(b, types::READY).is_some_and(|c| c.reason == reasons::SUSPENDED)
@@ -1020,10 +998,7 @@ async fn two_bundles_claiming_one_object_conflict_on_the_second() {
 
     // Deleted while suspended, the first bundle uninstalls and lets go: the second installs.
     suspend(true).await;
-    bundles
-        .delete(&first, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_bundle(&client, &first).await;
     wait_bundle_gone(&client, &first).await;
     reconcile_handled(&client, &second).await;
     wait_bundle(&client, &second, "Ready once the object is free", is_ready).await;
@@ -1460,7 +1435,6 @@ async fn the_controller_never_rewrites_the_approval() {
     // Make the controller write status many times: new generations and drift corrections.
     let writes_before = gantry().status_writes().await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let bundles: Api<Bundle> = Api::all(client.clone());
     for round in 0..5 {
         api.delete("kept", &DeleteParams::default()).await.unwrap();
         wait_until("the object to be restored", Duration::from_secs(20), || {
@@ -1476,11 +1450,7 @@ async fn the_controller_never_rewrites_the_approval() {
         } else {
             ns.as_str()
         };
-        let patch = json!({ "spec": { "installNamespace": install } });
-        bundles
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        patch_spec(&client, &name, json!({ "installNamespace": install })).await;
         wait_bundle(&client, &name, "Ready at the new generation", is_ready).await;
     }
     let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;

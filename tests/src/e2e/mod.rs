@@ -818,3 +818,26 @@ impl Default for Isolated {
         Self::new()
     }
 }
+
+/// Deletes ConfigMap `namespace/name`.
+pub async fn delete_config_map(client: &Client, namespace: &str, name: &str) {
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .delete(name, &kube::api::DeleteParams::default())
+        .await
+        .expect("deleting a ConfigMap");
+}
+
+/// Sets ConfigMap `namespace/name`'s `value` by server-side apply, as a user (field manager
+/// `someone`) editing a bundle's object.
+pub async fn edit_config_map(client: &Client, namespace: &str, name: &str, value: &str) {
+    let object = json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": { "name": name }, "data": { "value": value } });
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .patch(
+            name,
+            &PatchParams::apply("someone").force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .expect("editing a ConfigMap");
+}

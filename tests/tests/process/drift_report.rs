@@ -6,8 +6,6 @@ use gantry_api::conditions::{reasons, types};
 use gantry_api::{Bundle, DriftMode};
 use gantry_tests::e2e::kubectl::{kubeconfig, kubectl_bundle, ok, text};
 use gantry_tests::e2e::*;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 fn drifted(status: &'static str, reason: &'static str) -> impl Fn(&Bundle) -> bool {
@@ -42,20 +40,8 @@ async fn reported_drift_is_shown_and_left_until_a_forced_reconcile() {
     .await;
 
     // Someone edits one object and deletes the other.
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    config_maps
-        .patch(
-            "a",
-            &PatchParams::apply("someone").force(),
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                                 "metadata": {"name": "a"}, "data": {"value": "2"}})),
-        )
-        .await
-        .unwrap();
-    config_maps
-        .delete("b", &DeleteParams::default())
-        .await
-        .unwrap();
+    edit_config_map(&client, &ns, "a", "2").await;
+    delete_config_map(&client, &ns, "b").await;
     let bundle = wait_bundle(&client, &name, "Drifted=True naming both", |b| {
         drifted("True", reasons::DRIFT_DETECTED)(b)
             && condition(b, types::DRIFTED).is_some_and(|c| c.message.contains("missing"))
@@ -93,15 +79,7 @@ async fn reported_drift_is_shown_and_left_until_a_forced_reconcile() {
     assert_config_map(&client, &ns, "a", Some("1")).await;
     assert_config_map(&client, &ns, "b", Some("1")).await;
     // The next drift is reported again: the force was for that one pass.
-    config_maps
-        .patch(
-            "a",
-            &PatchParams::apply("someone").force(),
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                                 "metadata": {"name": "a"}, "data": {"value": "3"}})),
-        )
-        .await
-        .unwrap();
+    edit_config_map(&client, &ns, "a", "3").await;
     wait_bundle(
         &client,
         &name,

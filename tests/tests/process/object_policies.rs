@@ -14,7 +14,7 @@ use gantry_tests::{Lifetime, unique_name};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 /// `pairs` as a JSON object of strings.
@@ -139,7 +139,7 @@ async fn if_not_present_objects_are_created_once_and_never_updated() {
     );
 
     // Still in the inventory: content without it prunes it.
-    let bundle = Api::<Bundle>::all(client.clone()).get(&name).await.unwrap();
+    let bundle = get_bundle(&client, &name).await;
     assert!(inventory_names(&bundle).contains(&"settings".to_string()));
     push_and_wait_ready(
         &client,
@@ -199,10 +199,7 @@ async fn if_not_present_objects_already_there_are_kept_as_they_are_and_managed()
 
     // Deleted, it comes back as the bundle has it: woken by the deletion, well before the
     // resync (30s) would find it missing.
-    configs
-        .delete("settings", &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_config_map(&client, &ns, "settings").await;
     let soon = std::time::Duration::from_secs(20);
     gantry_tests::wait_until("the object recreated", soon, || async {
         configs.get_opt("settings").await.unwrap().filter(|cm| {
@@ -213,10 +210,7 @@ async fn if_not_present_objects_already_there_are_kept_as_they_are_and_managed()
     .await;
 
     // Uninstalled with the bundle.
-    Api::<Bundle>::all(client.clone())
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_bundle(&client, &name).await;
     wait_bundle_gone(&client, &name).await;
     assert_eq!(
         data(&client, &ns, "settings").await,
@@ -305,7 +299,7 @@ async fn ignored_objects_are_never_applied_repaired_or_deleted() {
     )
     .await;
     assert_eq!(data(&client, &ns, "never").await, None, "never created");
-    let bundle = Api::<Bundle>::all(client.clone()).get(&name).await.unwrap();
+    let bundle = get_bundle(&client, &name).await;
     assert_eq!(inventory_names(&bundle), ["adopted"]);
 
     // Created by a user: left as it is, unlabelled.
@@ -338,7 +332,7 @@ async fn ignored_objects_are_never_applied_repaired_or_deleted() {
         ],
     )
     .await;
-    let bundle = Api::<Bundle>::all(client.clone()).get(&name).await.unwrap();
+    let bundle = get_bundle(&client, &name).await;
     assert!(
         inventory_names(&bundle).is_empty(),
         "{:?}",
@@ -347,10 +341,7 @@ async fn ignored_objects_are_never_applied_repaired_or_deleted() {
     assert_config_map(&client, &ns, "adopted", Some("one")).await;
 
     // Deleting the bundle deletes neither.
-    Api::<Bundle>::all(client.clone())
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_bundle(&client, &name).await;
     wait_bundle_gone(&client, &name).await;
     assert_config_map(&client, &ns, "adopted", Some("one")).await;
     assert_config_map(&client, &ns, "never", Some("user")).await;

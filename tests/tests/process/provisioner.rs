@@ -185,8 +185,7 @@ async fn bundle_through(client: &Client, proxy: &str, what: &str) -> (String, St
     class_body.insecure_registries.push(proxy.to_string());
     apply_class(client, &class, class_body, false).await;
     let name = unique_name(what);
-    let mut bundle_spec = spec(&format!("{proxy}/{ns}/app:v1"), Some(&ns));
-    bundle_spec.provisioner_class_name = Some(class);
+    let bundle_spec = spec_of_class(&format!("{proxy}/{ns}/app:v1"), Some(&ns), &class);
     create_bundle(client, &name, bundle_spec).await;
     (name, ns)
 }
@@ -377,9 +376,7 @@ async fn bundles_of_another_provisioner_are_left_untouched() {
     let image = format!("{}/{ns}/app:v1", registry().host());
     push_config_map(&format!("{ns}/app:v1"), "never", None, "x").await;
     let foreign = unique_name("foreign");
-    let mut foreign_spec = spec(&image, Some(&ns));
-    foreign_spec.provisioner_class_name = Some(other.clone());
-    create_bundle(&client, &foreign, foreign_spec).await;
+    create_bundle(&client, &foreign, spec_of_class(&image, Some(&ns), &other)).await;
     // A bundle of ours created afterwards reaching Ready shows the controller has seen both.
     let ours = unique_name("ours");
     create_bundle(&client, &ours, spec(&image, Some(&ns))).await;
@@ -544,8 +541,7 @@ async fn a_missing_class_waits_and_proceeds_when_it_appears() {
     push_config_map(&format!("{ns}/app:v1"), "c", None, "x").await;
     let class = unique_name("late");
     let name = unique_name("late-class");
-    let mut bundle_spec = spec(&in_registry(&format!("{ns}/app:v1")), Some(&ns));
-    bundle_spec.provisioner_class_name = Some(class.clone());
+    let bundle_spec = spec_of_class(&in_registry(&format!("{ns}/app:v1")), Some(&ns), &class);
     create_bundle(&client, &name, bundle_spec).await;
     let waiting = wait_bundle(
         &client,
@@ -629,8 +625,7 @@ async fn pull_failures_retry_with_growing_delays() {
         .insecure_registries
         .push(format!("127.0.0.1:{port}"));
     apply_class(&client, &class, class_body, false).await;
-    let mut s = spec(&format!("127.0.0.1:{port}/app:v1"), Some("default"));
-    s.provisioner_class_name = Some(class);
+    let s = spec_of_class(&format!("127.0.0.1:{port}/app:v1"), Some("default"), &class);
     create_bundle(&client, &unreachable, s).await;
     wait_failure(
         &client,
@@ -1074,8 +1069,7 @@ async fn require_digest_rejects_a_tag() {
     let pinned = push_config_map(&format!("{ns}/app:v1"), "c", None, "x").await;
 
     let tagged = unique_name("tagged");
-    let mut s = spec(&in_registry(&format!("{ns}/app:v1")), Some(&ns));
-    s.provisioner_class_name = Some(class.clone());
+    let s = spec_of_class(&in_registry(&format!("{ns}/app:v1")), Some(&ns), &class);
     create_bundle(&client, &tagged, s).await;
     wait_failure(
         &client,
@@ -1087,9 +1081,12 @@ async fn require_digest_rejects_a_tag() {
     .await;
 
     let by_digest = unique_name("by-digest");
-    let mut s = spec(&pinned, Some(&ns));
-    s.provisioner_class_name = Some(class);
-    create_bundle_ready(&client, &by_digest, s).await;
+    create_bundle_ready(
+        &client,
+        &by_digest,
+        spec_of_class(&pinned, Some(&ns), &class),
+    )
+    .await;
 }
 
 #[tokio::test]

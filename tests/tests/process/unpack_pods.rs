@@ -82,9 +82,7 @@ async fn node_bundle(client: &Client, prefix: &str) -> (String, String) {
     let image = format!("{}/{ns}/app:v1", registry().host());
     ensure_namespace(client, &ns).await;
     let name = unique_name(prefix);
-    let mut bundle_spec = spec(&image, Some(&ns));
-    bundle_spec.provisioner_class_name = Some(CLASS.into());
-    create_bundle(client, &name, bundle_spec).await;
+    create_bundle(client, &name, spec_of_class(&image, Some(&ns), CLASS)).await;
     (name, image)
 }
 
@@ -279,11 +277,7 @@ async fn node_pull_pods_report_pull_errors_content_errors_and_content() {
         volumes.iter().all(|v| v.secret.is_none()),
         "no Secret volume: {volumes:?}"
     );
-    let bundle_uid = Api::<Bundle>::all(client.clone())
-        .get(&name)
-        .await
-        .unwrap()
-        .uid();
+    let bundle_uid = get_bundle(&client, &name).await.uid();
     let owners = first.metadata.owner_references.clone().unwrap_or_default();
     assert!(
         owners
@@ -404,10 +398,8 @@ async fn node_pull_pods_report_pull_errors_content_errors_and_content() {
 
 /// The install namespace the bundle was created with.
 async fn spec_namespace(client: &Client, name: &str) -> String {
-    Api::<Bundle>::all(client.clone())
-        .get(name)
+    get_bundle(client, name)
         .await
-        .unwrap()
         .spec
         .install_namespace
         .expect("an install namespace")
@@ -764,8 +756,7 @@ async fn a_manual_node_class_asks_approval_for_the_digest_the_node_pulled() {
     let ns = unique_namespace(&client, "node-manual").await;
     let repository = format!("{}/{ns}/app", registry().host());
     let name = unique_name("node-manual");
-    let mut bundle_spec = spec(&format!("{repository}:v1"), Some(&ns));
-    bundle_spec.provisioner_class_name = Some(manual.clone());
+    let bundle_spec = spec_of_class(&format!("{repository}:v1"), Some(&ns), &manual);
     create_bundle(&client, &name, bundle_spec).await;
 
     // The program stored the content and the kubelet reports the digest it pulled.

@@ -16,7 +16,7 @@ use gantry_tests::{control_plane, registry, unique_name, wait_until};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 /// How soon a repair or a wake must come: well within the 10 minute resync and the 5 minute
@@ -61,14 +61,11 @@ async fn restored(client: &Client, namespace: &str, name: &str, value: &str) {
 /// Installs v1 (ConfigMaps `first` and `second` holding `v1`) as bundle `name` of `class`.
 async fn install_v1(client: &Client, ns: &str, name: &str, class: &str) -> String {
     ensure_namespace(client, ns).await;
-    let v1 = push(
-        &format!("{ns}/app:v1"),
-        &[
-            ("a.yaml", config_map("first", None, "v1")),
-            ("b.yaml", config_map("second", None, "v1")),
-        ],
-    )
-    .await;
+    let files = [
+        ("a.yaml", config_map("first", None, "v1")),
+        ("b.yaml", config_map("second", None, "v1")),
+    ];
+    let v1 = push(&format!("{ns}/app:v1"), &files).await;
     create_bundle(client, name, spec_of_class(&v1, Some(ns), class)).await;
     wait_bundle(client, name, "v1 Ready", is_ready).await;
     v1
@@ -108,14 +105,10 @@ async fn a_malformed_image_stalls_naming_the_field_and_drift_of_what_is_installe
     v1_stays_installed(&bundle, &v1);
 
     // The stall holds no retry back from repairing what is installed.
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    config_maps
-        .delete("first", &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_config_map(&client, &ns, "first").await;
     restored(&client, &ns, "first", "v1").await;
     assert_config_map(&client, &ns, "second", Some("v1")).await;
-    let bundle = Api::<Bundle>::all(client.clone()).get(&name).await.unwrap();
+    let bundle = get_bundle(&client, &name).await;
     assert_stalled(&bundle, reasons::INVALID_IMAGE_REFERENCE);
     v1_stays_installed(&bundle, &v1);
 }
@@ -140,23 +133,11 @@ async fn a_missing_image_is_retried_and_drift_of_what_is_installed_is_repaired_m
     v1_stays_installed(&bundle, &v1);
 
     // Changed by hand, and deleted: both come back while the pull is retried.
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    config_maps
-        .patch(
-            "second",
-            &PatchParams::apply("someone").force(),
-            &Patch::Apply(json!({ "apiVersion": "v1", "kind": "ConfigMap",
-                                   "metadata": { "name": "second" }, "data": { "value": "edited" } })),
-        )
-        .await
-        .unwrap();
+    edit_config_map(&client, &ns, "second", "edited").await;
     restored(&client, &ns, "second", "v1").await;
-    config_maps
-        .delete("first", &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_config_map(&client, &ns, "first").await;
     restored(&client, &ns, "first", "v1").await;
-    let bundle = Api::<Bundle>::all(client.clone()).get(&name).await.unwrap();
+    let bundle = get_bundle(&client, &name).await;
     assert_retry_class(&bundle, types::UNPACKED, reasons::PULL_FAILED);
     v1_stays_installed(&bundle, &v1);
 }
@@ -209,10 +190,7 @@ async fn drift_of_what_is_installed_is_repaired_while_a_new_digest_awaits_approv
         phase_is(BundlePhase::AwaitingApproval),
     )
     .await;
-    Api::<ConfigMap>::namespaced(client.clone(), &ns)
-        .delete("first", &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_config_map(&client, &ns, "first").await;
     restored(&client, &ns, "first", "v1").await;
 }
 
@@ -273,7 +251,7 @@ async fn an_upgrade_with_an_object_the_api_server_refuses_leaves_the_installed_c
     let ns = unique_name("upgrade");
     let name = ns.clone();
     let v1 = install_v1(&client, &ns, &name, &installation.class).await;
-    let before = Api::<Bundle>::all(client.clone()).get(&name).await.unwrap();
+    let before = get_bundle(&client, &name).await;
 
     let v2 = push(
         &format!("{ns}/app:v2"),
@@ -348,36 +326,32 @@ async fn a_forbidden_stall_goes_on_as_soon_as_a_role_binding_grants_what_it_lack
     let ns = unique_namespace(&client, "forbidden").await;
     control_plane().service_account_token(&ns, "deployer").await;
     // It may read ConfigMaps (drift watches and health need that), not write them.
-    let role = |name: &str, verbs: &[&str]| {
-        serde_json::from_value::<Role>(json!({
+    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
+    let apply = PatchParams::apply("gantry-tests").force();
+    // A Role `name` of `verbs` on ConfigMaps, bound to the ServiceAccount.
+    let grant = |name: &'static str, verbs: &'static [&'static str]| {
+        let (roles, bindings, apply) = (&roles, &bindings, &apply);
+        let role: Role = serde_json::from_value(json!({
             "metadata": { "name": name, "namespace": ns },
             "rules": [{ "apiGroups": [""], "resources": ["configmaps"], "verbs": verbs }]
         }))
-        .unwrap()
-    };
-    let binding = |name: &str| {
-        serde_json::from_value::<RoleBinding>(json!({
+        .unwrap();
+        let binding: RoleBinding = serde_json::from_value(json!({
             "metadata": { "name": name, "namespace": ns },
             "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
             "subjects": [{ "kind": "ServiceAccount", "name": "deployer" }]
         }))
-        .unwrap()
+        .unwrap();
+        async move {
+            roles.patch(name, apply, &Patch::Apply(role)).await.unwrap();
+            bindings
+                .patch(name, apply, &Patch::Apply(binding))
+                .await
+                .unwrap();
+        }
     };
-    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
-    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
-    let apply = PatchParams::apply("gantry-tests").force();
-    roles
-        .patch(
-            "reader",
-            &apply,
-            &Patch::Apply(role("reader", &["get", "list", "watch"])),
-        )
-        .await
-        .unwrap();
-    bindings
-        .patch("reader", &apply, &Patch::Apply(binding("reader")))
-        .await
-        .unwrap();
+    grant("reader", &["get", "list", "watch"]).await;
     let class = unique_name("forbidden");
     let spec = ProvisionerClassSpec {
         provisioner: format!("{PLAIN_PROVISIONER}-forbidden"),
@@ -408,18 +382,7 @@ async fn a_forbidden_stall_goes_on_as_soon_as_a_role_binding_grants_what_it_lack
     assert_eq!(config_map_data(&client, &ns, "settings").await, None);
 
     let granted = Instant::now();
-    roles
-        .patch(
-            "writer",
-            &apply,
-            &Patch::Apply(role("writer", &["create", "patch", "update"])),
-        )
-        .await
-        .unwrap();
-    bindings
-        .patch("writer", &apply, &Patch::Apply(binding("writer")))
-        .await
-        .unwrap();
+    grant("writer", &["create", "patch", "update"]).await;
     wait_until("the bundle Ready once granted", PROMPTLY, || async {
         let bundle = Api::<Bundle>::all(client.clone()).get(&name).await.ok()?;
         is_ready(&bundle).then_some(())

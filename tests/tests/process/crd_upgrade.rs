@@ -37,12 +37,20 @@ fn gadget(group: &str) -> String {
     format!("apiVersion: {group}/v1\nkind: Gadget\nmetadata:\n  name: one\nspec:\n  size: \"1\"\n")
 }
 
-/// The content: the namespace, the CRD, a Gadget and a ConfigMap holding `value`.
-fn content(ns: &str, group: &str, crd: String, value: &str) -> Vec<(&'static str, String)> {
+/// The content: the namespace, the CRD `gadgets.<ns>.example.com` ([`crd`] of `properties`,
+/// `required` and `annotation`), a Gadget and a ConfigMap holding `value`.
+fn content(
+    ns: &str,
+    properties: &[&str],
+    required: &[&str],
+    annotation: bool,
+    value: &str,
+) -> Vec<(&'static str, String)> {
+    let group = format!("{ns}.example.com");
     vec![
         ("00-namespace.yaml", namespace_yaml(ns)),
-        ("01-crd.yaml", crd),
-        ("02-gadget.yaml", gadget(group)),
+        ("01-crd.yaml", crd(&group, properties, required, annotation)),
+        ("02-gadget.yaml", gadget(&group)),
         ("03-config.yaml", config_map("settings", Some(ns), value)),
     ]
 }
@@ -67,17 +75,11 @@ async fn live_spec(client: &Client, group: &str) -> (Vec<String>, Vec<String>) {
 async fn installed(prefix: &str) -> (Client, String, String, String) {
     let client = shared_gantry_client().await;
     let ns = unique_name(prefix);
-    let group = format!("{ns}.example.com");
     let repository = format!("{ns}/app:stable");
     let name = unique_name(prefix);
     push(
         &repository,
-        &content(
-            &ns,
-            &group,
-            crd(&group, &["size", "color"], &[], false),
-            "one",
-        ),
+        &content(&ns, &["size", "color"], &[], false, "one"),
     )
     .await;
     create_bundle(&client, &name, spec(&in_registry(&repository), Some(&ns))).await;
@@ -93,7 +95,7 @@ async fn an_unsafe_crd_change_is_refused_until_the_crd_allows_it() {
     // `color` removed and `size` required: refused, and nothing of the content is applied.
     push(
         &repository,
-        &content(&ns, &group, crd(&group, &["size"], &["size"], false), "two"),
+        &content(&ns, &["size"], &["size"], false, "two"),
     )
     .await;
     let spec_path = "spec.versions[v1].schema.openAPIV3Schema.properties.spec.properties";
@@ -127,12 +129,7 @@ async fn an_unsafe_crd_change_is_refused_until_the_crd_allows_it() {
         &client,
         &name,
         &repository,
-        &content(
-            &ns,
-            &group,
-            crd(&group, &["size"], &["size"], true),
-            "three",
-        ),
+        &content(&ns, &["size"], &["size"], true, "three"),
     )
     .await;
     let (properties, required) = live_spec(&client, &group).await;
@@ -151,12 +148,7 @@ async fn a_safe_crd_change_installs() {
         &client,
         &name,
         &repository,
-        &content(
-            &ns,
-            &group,
-            crd(&group, &["size", "color", "label"], &[], false),
-            "two",
-        ),
+        &content(&ns, &["size", "color", "label"], &[], false, "two"),
     )
     .await;
     let (mut properties, _) = live_spec(&client, &group).await;
@@ -169,13 +161,7 @@ async fn a_safe_crd_change_installs() {
 async fn an_approver_sees_unsafe_crd_changes_before_approving() {
     let client = shared_gantry_client().await;
     let review = under_review(&client, "crdrev", |ns| {
-        let group = format!("{ns}.example.com");
-        content(
-            ns,
-            &group,
-            crd(&group, &["size", "color"], &[], false),
-            "one",
-        )
+        content(ns, &["size", "color"], &[], false, "one")
     })
     .await;
     let (name, ns) = (review.name.clone(), review.namespace.clone());
@@ -201,7 +187,7 @@ async fn an_approver_sees_unsafe_crd_changes_before_approving() {
     // New content drops `color`: awaiting approval, the finding is the first highlight.
     let unsafe_digest = push(
         &review.repository,
-        &content(&ns, &group, crd(&group, &["size"], &[], false), "two"),
+        &content(&ns, &["size"], &[], false, "two"),
     )
     .await;
     let bundle = wait_bundle(&client, &name, "the new digest awaiting approval", |b| {

@@ -94,20 +94,14 @@ async fn installed_with(
     let name = unique_name(prefix);
     let mut bundle_spec = spec(&pinned, Some(&ns));
     bundle_spec.provisioner_class_name = class.map(Into::into);
-    create_bundle(client, &name, bundle_spec).await;
-    wait_bundle(client, &name, "Ready", is_ready).await;
+    create_bundle_ready(client, &name, bundle_spec).await;
     (name, ns)
 }
 
 /// A Ready bundle of the default class holding one ConfigMap `cm`.
 async fn installed(client: &Client, prefix: &str) -> (String, String) {
-    installed_with(
-        client,
-        prefix,
-        None,
-        &[("a.yaml", config_map("cm", None, "v1"))],
-    )
-    .await
+    let files = [("a.yaml", config_map("cm", None, "v1"))];
+    installed_with(client, prefix, None, &files).await
 }
 
 #[tokio::test]
@@ -119,10 +113,7 @@ async fn approve_and_deny_through_kubectl() {
         repository: repo,
         pinned: first,
         ..
-    } = under_review(&client, "plugin", |_| {
-        vec![("a.yaml", config_map("cm", None, "v1"))]
-    })
-    .await;
+    } = config_map_under_review(&client, "plugin").await;
     let first_digest = first.rsplit_once('@').unwrap().1.to_string();
     let kc = kubeconfig();
 
@@ -260,8 +251,11 @@ async fn approve_refuses_a_bundle_that_is_not_unpacked() {
     let client = shared_gantry_client().await;
     let name = unique_name("not-unpacked");
     // A class that does not exist: the bundle never unpacks.
-    let mut s = spec(&in_registry("none/none:v1"), Some("default"));
-    s.provisioner_class_name = Some(unique_name("absent"));
+    let s = spec_of_class(
+        &in_registry("none/none:v1"),
+        Some("default"),
+        &unique_name("absent"),
+    );
     create_bundle(&client, &name, s).await;
     let refused = kubectl_bundle(&["approve", &name, "--yes", "--kubeconfig", &kubeconfig()]);
     assert!(!refused.status.success());
@@ -312,9 +306,8 @@ async fn decisions_are_refused_where_the_class_approves_automatically() {
     );
 
     // Nothing was written.
-    let bundles: Api<Bundle> = Api::all(client.clone());
     for bundle in [&name, &named] {
-        let status = bundles.get(bundle).await.unwrap().status.unwrap();
+        let status = get_bundle(&client, bundle).await.status.unwrap();
         assert!(status.approval.is_none(), "{bundle}: {:?}", status.approval);
         assert_eq!(status.phase, Some(BundlePhase::Installed));
     }
@@ -628,10 +621,7 @@ async fn contexts_clusters_users_and_kubeconfig_lists_as_kubectl_reads_them() {
 #[tokio::test]
 async fn watch_and_approve_wait() {
     let client = shared_gantry_client().await;
-    let review = under_review(&client, "watch", |_| {
-        vec![("a.yaml", config_map("cm", None, "v1"))]
-    })
-    .await;
+    let review = config_map_under_review(&client, "watch").await;
     let name = review.name.clone();
     let mut list = Watching::start(&["list", "--watch"]);
     list.wait_line("the bundle awaiting approval", |l| {
@@ -923,13 +913,9 @@ async fn validate_push_and_pull_name_the_cause_and_the_fix() {
         vec!["push", manifests.as_str(), "example.org/x:v1"],
     ] {
         let out = kubectl_bundle(&verb);
-        assert!(
-            !out.status.success()
-                && text(&out).contains(&format!(
-                    "is the manifests/ directory itself: give its parent, {dir}"
-                )),
-            "{}",
-            text(&out)
+        assert_fails_saying(
+            &out,
+            &format!("is the manifests/ directory itself: give its parent, {dir}"),
         );
     }
     let missing = kubectl_bundle(&["push", "/no/such/bundle", "example.org/x:v1"]);
@@ -940,12 +926,9 @@ async fn validate_push_and_pull_name_the_cause_and_the_fix() {
     );
     let empty = tempfile::tempdir().unwrap();
     let no_manifests = kubectl_bundle(&["validate", &empty.path().display().to_string()]);
-    assert!(
-        !no_manifests.status.success()
-            && text(&no_manifests)
-                .contains("has no manifests/ directory: a bundle directory holds manifests/"),
-        "{}",
-        text(&no_manifests)
+    assert_fails_saying(
+        &no_manifests,
+        "has no manifests/ directory: a bundle directory holds manifests/",
     );
     let bad = bundle_dir(&[("a.yaml", "kind: [")]);
     let invalid = kubectl_bundle(&["validate", &bad.path().display().to_string()]);
@@ -958,12 +941,7 @@ async fn validate_push_and_pull_name_the_cause_and_the_fix() {
     // TLS spoken to a plain-HTTP registry.
     let image = registry().reference(&format!("{}/app:v1", unique_name("push")));
     let tls = kubectl_bundle(&["push", &dir, &image]);
-    assert!(
-        !tls.status.success()
-            && text(&tls).contains("speaks plain HTTP, not TLS: use --plain-http"),
-        "{}",
-        text(&tls)
-    );
+    assert_fails_saying(&tls, "speaks plain HTTP, not TLS: use --plain-http");
     let pushed = kubectl_bundle(&["push", &dir, &image, "--plain-http"]);
     assert!(pushed.status.success(), "{}", text(&pushed));
     // No progress drawing when stderr is not a terminal.
@@ -999,11 +977,15 @@ async fn validate_push_and_pull_name_the_cause_and_the_fix() {
         &format!("{into}/manifests"),
         "--plain-http",
     ]);
+    assert_fails_saying(&into_manifests, &format!("give its parent, {into}"));
+}
+
+/// Checks that the run failed and its output says `expected`.
+fn assert_fails_saying(output: &std::process::Output, expected: &str) {
     assert!(
-        !into_manifests.status.success()
-            && text(&into_manifests).contains(&format!("give its parent, {into}")),
+        !output.status.success() && text(output).contains(expected),
         "{}",
-        text(&into_manifests)
+        text(output)
     );
 }
 
@@ -1142,6 +1124,9 @@ async fn validate_against_the_cluster_checks_kinds_with_its_discovery() {
     .await;
 
     let api_version = format!("{group}/v1");
+    fn files_of<'a>(files: &'a [(&str, String)]) -> Vec<(&'a str, &'a str)> {
+        files.iter().map(|(f, c)| (*f, c.as_str())).collect()
+    }
     let mut files = vec![
         ("widget.yaml", bare_object(&api_version, "Widget", "w")),
         // Defined by a CRD of the bundle only: not served yet, namespaced by that CRD.
@@ -1159,12 +1144,7 @@ async fn validate_against_the_cluster_checks_kinds_with_its_discovery() {
         ("gizmo.yaml", bare_object(&api_version, "Gizmo", "g")),
     ];
     let kc = kubeconfig();
-    let dir = bundle_dir(
-        &files
-            .iter()
-            .map(|(f, c)| (*f, c.as_str()))
-            .collect::<Vec<_>>(),
-    );
+    let dir = bundle_dir(&files_of(&files));
     let path = dir.path().display().to_string();
     let out = kubectl_bundle(&["validate", &path, "--against-cluster", "--kubeconfig", &kc]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -1184,12 +1164,7 @@ async fn validate_against_the_cluster_checks_kinds_with_its_discovery() {
     );
 
     files.retain(|(f, _)| *f != "gizmo.yaml");
-    let dir = bundle_dir(
-        &files
-            .iter()
-            .map(|(f, c)| (*f, c.as_str()))
-            .collect::<Vec<_>>(),
-    );
+    let dir = bundle_dir(&files_of(&files));
     let path = dir.path().display().to_string();
     let out = kubectl_bundle(&["validate", &path, "--against-cluster", "--kubeconfig", &kc]);
     assert!(out.status.success(), "{}", text(&out));
@@ -1527,9 +1502,8 @@ async fn kubectl_completes_bundle_names_and_output_formats() {
     assert_eq!(formats, ["custom-columns="]);
     assert_eq!(directive, ":6", "no space after the =");
 
-    let bundles: Api<Bundle> = Api::all(client.clone());
     for name in names.iter().chain([&other]) {
-        bundles.delete(name, &Default::default()).await.unwrap();
+        delete_bundle(&client, name).await;
     }
 }
 
@@ -1596,8 +1570,7 @@ async fn a_rejected_new_digest_is_named_and_the_installed_one_stays() {
     let ns = unique_namespace(&client, "rejected").await;
     let good = push_config_map(&format!("{ns}/app:live"), "cm", None, "v1").await;
     let name = unique_name("rejected");
-    let mut bundle_spec = spec(&in_registry(&format!("{ns}/app:live")), Some(&ns));
-    bundle_spec.provisioner_class_name = Some(class);
+    let bundle_spec = spec_of_class(&in_registry(&format!("{ns}/app:live")), Some(&ns), &class);
     create_bundle(&client, &name, bundle_spec).await;
     wait_bundle(&client, &name, "Ready", is_ready).await;
 
@@ -1711,8 +1684,7 @@ async fn history_and_rollback_through_kubectl() {
     let prefix = &digest_of(&first)["sha256:".len()..][..12];
     let rolled = ok(&["rollback", &name, "--to", prefix]);
     assert!(rolled.contains(&first), "{rolled}");
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    assert_eq!(bundles.get(&name).await.unwrap().spec.image, first);
+    assert_eq!(get_bundle(&client, &name).await.spec.image, first);
     wait_config_map(&client, &ns, "cm", "v1", "the first digest installed again").await;
     let bundle = wait_bundle(&client, &name, "Ready at the first digest", |b| {
         is_ready(b)
@@ -1845,9 +1817,7 @@ async fn bundle_with_insecure(
     class_spec.insecure_registries = insecure.iter().map(|r| r.to_string()).collect();
     apply_class(client, &class, class_spec, false).await;
     let name = unique_name(prefix);
-    let mut bundle_spec = spec(image, Some("default"));
-    bundle_spec.provisioner_class_name = Some(class);
-    create_bundle(client, &name, bundle_spec).await;
+    create_bundle(client, &name, spec_of_class(image, Some("default"), &class)).await;
     name
 }
 
@@ -1951,27 +1921,19 @@ fn pull_names_the_protocol_the_registry_speaks() {
     let host = registry().host();
     let image = registry().reference("any/app:v1");
     let out = kubectl_bundle(&["pull", &image, "-d", &into]);
-    assert!(
-        !out.status.success()
-            && text(&out).contains(&format!(
-                "the registry {host} speaks plain HTTP, not TLS: use --plain-http"
-            ))
-            && !text(&out).contains("InvalidContentType"),
-        "{}",
-        text(&out)
+    assert_fails_saying(
+        &out,
+        &format!("the registry {host} speaks plain HTTP, not TLS: use --plain-http"),
     );
+    assert!(!text(&out).contains("InvalidContentType"), "{}", text(&out));
 
     // Plain HTTP spoken to a TLS registry.
     let tls = tls_registry().host();
     let image = tls_registry().reference("any/app:v1");
     let out = kubectl_bundle(&["pull", &image, "-d", &into, "--plain-http"]);
-    assert!(
-        !out.status.success()
-            && text(&out).contains(&format!(
-                "the registry {tls} speaks TLS, not plain HTTP: drop --plain-http"
-            )),
-        "{}",
-        text(&out)
+    assert_fails_saying(
+        &out,
+        &format!("the registry {tls} speaks TLS, not plain HTTP: drop --plain-http"),
     );
 }
 
@@ -1988,20 +1950,8 @@ async fn spec_images_rewrite_what_is_applied_and_an_approval_covers_the_rewrite(
         namespace: ns,
         ..
     } = under_review(&client, "images", |ns| vec![("a.yaml", deployment(ns))]).await;
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    let set_images = |images: serde_json::Value| {
-        let (bundles, name) = (bundles.clone(), name.clone());
-        async move {
-            bundles
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "spec": { "images": images } })),
-                )
-                .await
-                .unwrap();
-        }
-    };
+    let set_images =
+        |images: serde_json::Value| patch_spec(&client, &name, json!({ "images": images }));
     set_images(json!([
         { "name": "registry.example/team/op", "newName": "mirror.example/team/op" },
         { "name": "registry.example/tools/init", "newTag": "v2" },

@@ -841,3 +841,20 @@ pub async fn edit_config_map(client: &Client, namespace: &str, name: &str, value
         .await
         .expect("editing a ConfigMap");
 }
+
+/// Writes `status.approval` of Bundle `name` approving `digest`, as an approver does:
+/// server-side apply on the status subresource, field manager `test-approver`.
+pub async fn approve_digest(client: &Client, name: &str, digest: &str) {
+    let approval = json!({
+        "apiVersion": "gantry.dev/v1alpha1", "kind": "Bundle", "metadata": { "name": name },
+        "status": { "approval": { "decision": "Approved", "digest": digest } }
+    });
+    Api::<Bundle>::all(client.clone())
+        .patch_status(
+            name,
+            &PatchParams::apply("test-approver").force(),
+            &Patch::Apply(&approval),
+        )
+        .await
+        .expect("writing the approval");
+}

@@ -197,10 +197,7 @@ async fn a_configmap_held_in_deletion_is_not_healthy_until_installed_again() {
     // changed, and the bundle is assessed again.
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(client.clone(), &ns);
-    configmaps
-        .delete("held", &Default::default())
-        .await
-        .expect("deleting the ConfigMap");
+    delete_config_map(&client, &ns, "held").await;
     let bundle = wait_health(&client, &name, "False", reasons::PROGRESSING).await;
     let message = &condition(&bundle, types::HEALTHY).unwrap().message;
     assert!(

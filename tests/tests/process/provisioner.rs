@@ -9,7 +9,7 @@ use gantry_api::{
     ApprovalPolicy, BUNDLE_LABEL, Bundle, BundlePhase, BundleSpec, PLAIN_PROVISIONER,
     ProvisionerClass, ProvisionerClassSpec, UNINSTALL_FINALIZER,
 };
-use gantry_image::{EffectiveLimits, Platform, RegistryClient, RegistryOptions};
+use gantry_image::{Platform, RegistryClient, RegistryOptions};
 use gantry_tests::audit::AuditLog;
 use gantry_tests::e2e::*;
 use gantry_tests::{control_plane, registry, unique_name, wait_until};
@@ -1098,11 +1098,6 @@ async fn a_private_registry_through_a_pull_secret() {
     });
     let ns = unique_namespace(&client, "private").await;
     // Push with credentials and the registry's CA.
-    let dir = tempfile::tempdir().unwrap();
-    write_bundle(
-        dir.path(),
-        &[("a.yaml", config_map("secret-config", None, "private"))],
-    );
     let mut credentials = gantry_image::DockerConfig::default();
     credentials.insert(
         private.host(),
@@ -1117,15 +1112,9 @@ async fn a_private_registry_through_a_pull_secret() {
         ..Default::default()
     })
     .unwrap();
-    let pushed = pusher
-        .push_dir(
-            dir.path(),
-            &format!("{}/{ns}/app:v1", private.host()),
-            &[Platform::current()],
-            &EffectiveLimits::default(),
-        )
-        .await
-        .unwrap();
+    let files = [("a.yaml", config_map("secret-config", None, "private"))];
+    let reference = format!("{}/{ns}/app:v1", private.host());
+    let pushed = push_with(&pusher, &reference, &Platform::current(), &files).await;
 
     // The secrets: a dockerconfigjson pull secret and the CA.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
@@ -1184,8 +1173,7 @@ async fn a_private_registry_through_a_pull_secret() {
 
     // Without the pull secret, authentication is refused.
     let refused = unique_name("no-secret");
-    let mut s = spec(&format!("{}/{ns}/app:v1", private.host()), Some(&ns));
-    s.provisioner_class_name = Some(class.clone());
+    let mut s = spec_of_class(&reference, Some(&ns), &class);
     create_bundle(&client, &refused, s.clone()).await;
     let bundle = wait_bundle(
         &client,

@@ -792,27 +792,8 @@ async fn a_manual_node_class_asks_approval_for_the_digest_the_node_pulled() {
     wait_removed(&client, &pod).await;
 
     // An approval of another digest installs nothing; the node's digest does.
-    let bundles: Api<Bundle> = Api::all(client.clone());
-    let approve = |digest: String| {
-        let bundles = bundles.clone();
-        let name = name.clone();
-        async move {
-            let approval = json!({
-                "apiVersion": "gantry.dev/v1alpha1", "kind": "Bundle",
-                "metadata": { "name": name },
-                "status": { "approval": { "decision": "Approved", "digest": digest } },
-            });
-            bundles
-                .patch_status(
-                    &name,
-                    &PatchParams::apply("approver").force(),
-                    &Patch::Apply(&approval),
-                )
-                .await
-                .expect("writing the approval");
-        }
-    };
-    approve(format!("sha256:{}", "ef".repeat(32))).await;
+    let other = format!("sha256:{}", "ef".repeat(32));
+    approve_digest(&client, &name, &other).await;
     wait_bundle(&client, &name, "the other digest's approval refused", |b| {
         condition(b, types::APPROVED).is_some_and(|c| {
             c.reason == reasons::AWAITING_APPROVAL && c.message.contains("does not carry over")
@@ -820,7 +801,7 @@ async fn a_manual_node_class_asks_approval_for_the_digest_the_node_pulled() {
     })
     .await;
     assert_eq!(config_map_data(&client, &ns, "reviewed").await, None);
-    approve(pulled.clone()).await;
+    approve_digest(&client, &name, &pulled).await;
     wait_bundle(&client, &name, "Ready", is_ready).await;
     assert_config_map(&client, &ns, "reviewed", Some("node")).await;
     delete_bundles(&client, &[&name]).await;

@@ -142,22 +142,6 @@ async fn a_missing_image_is_retried_and_drift_of_what_is_installed_is_repaired_m
     v1_stays_installed(&bundle, &v1);
 }
 
-/// Writes `status.approval` approving `digest`, as an approver does.
-async fn approve(client: &Client, name: &str, digest: &str) {
-    let approval = json!({
-        "apiVersion": "gantry.dev/v1alpha1", "kind": "Bundle", "metadata": { "name": name },
-        "status": { "approval": { "decision": "Approved", "digest": digest } }
-    });
-    Api::<Bundle>::all(client.clone())
-        .patch_status(
-            name,
-            &PatchParams::apply("test-approver").force(),
-            &Patch::Apply(&approval),
-        )
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn drift_of_what_is_installed_is_repaired_while_a_new_digest_awaits_approval() {
     let (client, _installation) = installation("awaiting").await;
@@ -178,7 +162,7 @@ async fn drift_of_what_is_installed_is_repaired_while_a_new_digest_awaits_approv
         phase_is(BundlePhase::AwaitingApproval),
     )
     .await;
-    approve(&client, &name, digest_of(&v1)).await;
+    approve_digest(&client, &name, digest_of(&v1)).await;
     wait_bundle(&client, &name, "v1 Ready", is_ready).await;
 
     let v2 = push_config_map(&format!("{ns}/app:v2"), "first", None, "v2").await;

@@ -29,6 +29,9 @@ const BUNDLE: &[(&str, &str)] = &[
     ),
 ];
 
+/// The platforms of a two-platform index.
+const AMD64_AND_ARM64: [&str; 2] = ["linux/amd64", "linux/arm64"];
+
 fn names(objects: &[gantry_image::ObjectSummary]) -> Vec<String> {
     objects
         .iter()
@@ -159,12 +162,7 @@ async fn an_index_without_the_platform_lists_what_it_has() {
     let host = registry().host();
     let client = plain_client(host);
     let repo = unique_name("noplatform");
-    push_bundle(
-        &client,
-        &format!("{host}/{repo}:v1"),
-        &["linux/amd64", "linux/arm64"],
-    )
-    .await;
+    push_bundle(&client, &format!("{host}/{repo}:v1"), &AMD64_AND_ARM64).await;
     match client
         .pull(&request(&format!("{host}/{repo}:v1"), Some("linux/s390x")))
         .await
@@ -383,12 +381,7 @@ async fn what_push_writes_skopeo_reads_and_umoci_unpacks() {
     let host = registry().host();
     let client = plain_client(host);
     let repo = unique_name("interop");
-    let pushed = push_bundle(
-        &client,
-        &format!("{host}/{repo}:v1"),
-        &["linux/amd64", "linux/arm64"],
-    )
-    .await;
+    let pushed = push_bundle(&client, &format!("{host}/{repo}:v1"), &AMD64_AND_ARM64).await;
     let target = format!("docker://{host}/{repo}:v1");
     let raw = run(Command::new("skopeo").args(["inspect", "--raw", "--tls-verify=false", &target]));
     assert_eq!(sha256(&raw), pushed.digest);
@@ -939,12 +932,7 @@ async fn docker_schema2_manifest_lists_are_pulled() {
     let host = registry().host();
     let client = plain_client(host);
     let repo = unique_name("oci");
-    let pushed = push_bundle(
-        &client,
-        &format!("{host}/{repo}:v1"),
-        &["linux/amd64", "linux/arm64"],
-    )
-    .await;
+    let pushed = push_bundle(&client, &format!("{host}/{repo}:v1"), &AMD64_AND_ARM64).await;
     // skopeo rewrites the image with Docker media types (manifest list, schema 2 manifests,
     // `rootfs.diff.tar.gzip` layers).
     let docker = unique_name("docker");

@@ -23,6 +23,21 @@ fn plugin(docker_config: &Path, args: &[&str]) -> Output {
         .expect("running kubectl-bundle")
 }
 
+/// `kubectl bundle push <dir> <image> <flags>`, with `docker_config`.
+fn push(docker_config: &Path, dir: &Path, image: &str, flags: &[&str]) -> Output {
+    let dir = dir.to_str().unwrap();
+    plugin(docker_config, &[&["push", dir, image], flags].concat())
+}
+
+/// `kubectl bundle pull <reference> --dir <dir> <flags>`, with `docker_config`.
+fn pull(docker_config: &Path, reference: &str, dir: &Path, flags: &[&str]) -> Output {
+    let dir = dir.to_str().unwrap();
+    plugin(
+        docker_config,
+        &[&["pull", reference, "--dir", dir], flags].concat(),
+    )
+}
+
 fn ok(output: Output) -> String {
     assert!(
         output.status.success(),
@@ -43,12 +58,11 @@ fn push_a_multi_platform_bundle_and_pull_it_back() {
     let config = tempfile::tempdir().unwrap();
     let bundle = bundle_dir();
     let image = format!("{host}/{}:v1", unique_name("cli"));
-    let pinned = ok(plugin(
+    let pinned = ok(push(
         config.path(),
+        bundle.path(),
+        &image,
         &[
-            "push",
-            bundle.path().to_str().unwrap(),
-            &image,
             "--platform",
             "linux/amd64",
             "--platform",
@@ -84,17 +98,11 @@ fn push_a_multi_platform_bundle_and_pull_it_back() {
 
     for reference in [image.as_str(), pinned.as_str()] {
         let out = tempfile::tempdir().unwrap();
-        let printed = ok(plugin(
+        let printed = ok(pull(
             config.path(),
-            &[
-                "pull",
-                reference,
-                "--dir",
-                out.path().to_str().unwrap(),
-                "--platform",
-                "linux/arm64",
-                "--plain-http",
-            ],
+            reference,
+            out.path(),
+            &["--platform", "linux/arm64", "--plain-http"],
         ));
         assert_eq!(printed, pinned);
         assert_eq!(
@@ -119,15 +127,11 @@ fn credentials_come_from_the_docker_config_file() {
     let bundle = bundle_dir();
 
     let anonymous = tempfile::tempdir().unwrap();
-    let stderr = failed(plugin(
+    let stderr = failed(push(
         anonymous.path(),
-        &[
-            "push",
-            bundle.path().to_str().unwrap(),
-            &image,
-            "--ca-file",
-            &ca,
-        ],
+        bundle.path(),
+        &image,
+        &["--ca-file", &ca],
     ));
     assert!(stderr.contains(&image), "{stderr}");
     assert!(stderr.contains("authentication refused"), "{stderr}");
@@ -139,40 +143,18 @@ fn credentials_come_from_the_docker_config_file() {
         format!(r#"{{"auths": {{"{host}": {{"auth": "YXV0aG9yOnBhNTU="}}}}}}"#),
     )
     .unwrap();
-    let pinned = ok(plugin(
+    let pinned = ok(push(
         config.path(),
-        &[
-            "push",
-            bundle.path().to_str().unwrap(),
-            &image,
-            "--ca-file",
-            &ca,
-        ],
+        bundle.path(),
+        &image,
+        &["--ca-file", &ca],
     ));
     let out = tempfile::tempdir().unwrap();
-    let printed = ok(plugin(
-        config.path(),
-        &[
-            "pull",
-            &image,
-            "--dir",
-            out.path().to_str().unwrap(),
-            "--ca-file",
-            &ca,
-        ],
-    ));
+    let printed = ok(pull(config.path(), &image, out.path(), &["--ca-file", &ca]));
     assert_eq!(printed, pinned);
 
     // Without the CA, TLS fails and says so.
-    let stderr = failed(plugin(
-        config.path(),
-        &[
-            "pull",
-            &image,
-            "--dir",
-            out.path().join("x").to_str().unwrap(),
-        ],
-    ));
+    let stderr = failed(pull(config.path(), &image, &out.path().join("x"), &[]));
     assert!(stderr.contains(&image), "{stderr}");
     assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
 }
@@ -184,28 +166,16 @@ fn errors_name_the_reference_and_the_cause() {
     let out = tempfile::tempdir().unwrap();
 
     let missing = format!("{host}/{}:nope", unique_name("missing"));
-    let stderr = failed(plugin(
-        config.path(),
-        &[
-            "pull",
-            &missing,
-            "--dir",
-            out.path().to_str().unwrap(),
-            "--plain-http",
-        ],
-    ));
+    let stderr = failed(pull(config.path(), &missing, out.path(), &["--plain-http"]));
     assert!(stderr.contains(&missing), "{stderr}");
     assert!(stderr.contains("not found"), "{stderr}");
 
     let empty = tempfile::tempdir().unwrap();
-    let stderr = failed(plugin(
+    let stderr = failed(push(
         config.path(),
-        &[
-            "push",
-            empty.path().to_str().unwrap(),
-            &format!("{host}/x:v1"),
-            "--plain-http",
-        ],
+        empty.path(),
+        &format!("{host}/x:v1"),
+        &["--plain-http"],
     ));
     assert!(stderr.contains("no manifests/ directory"), "{stderr}");
 
@@ -215,53 +185,39 @@ fn errors_name_the_reference_and_the_cause() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [\n",
     )
     .unwrap();
-    let stderr = failed(plugin(
+    let stderr = failed(push(
         config.path(),
-        &[
-            "push",
-            bad.path().to_str().unwrap(),
-            &format!("{host}/x:v1"),
-            "--plain-http",
-        ],
+        bad.path(),
+        &format!("{host}/x:v1"),
+        &["--plain-http"],
     ));
     assert!(
         stderr.contains("invalid YAML in 20-broken.yaml at line"),
         "{stderr}"
     );
 
-    let stderr = failed(plugin(
+    let stderr = failed(push(
         config.path(),
-        &[
-            "push",
-            bad.path().to_str().unwrap(),
-            &format!("{host}/x:v1"),
-            "--platform",
-            "linux",
-        ],
+        bad.path(),
+        &format!("{host}/x:v1"),
+        &["--platform", "linux"],
     ));
     assert!(stderr.contains("invalid platform"), "{stderr}");
 
     // Pulling over files already there is refused.
     let bundle = bundle_dir();
     let image = format!("{host}/{}:v1", unique_name("clobber"));
-    ok(plugin(
+    ok(push(
         config.path(),
-        &[
-            "push",
-            bundle.path().to_str().unwrap(),
-            &image,
-            "--plain-http",
-        ],
+        bundle.path(),
+        &image,
+        &["--plain-http"],
     ));
-    let stderr = failed(plugin(
+    let stderr = failed(pull(
         config.path(),
-        &[
-            "pull",
-            &image,
-            "--dir",
-            bundle.path().to_str().unwrap(),
-            "--plain-http",
-        ],
+        &image,
+        bundle.path(),
+        &["--plain-http"],
     ));
     assert!(stderr.contains("not empty"), "{stderr}");
     assert_eq!(

@@ -435,6 +435,22 @@ pub struct Approval {
     pub ignore: Vec<crate::IgnoreRule>,
 }
 
+impl Approval {
+    /// A decision on `digest` and nothing else: no reason, time, approver or spec fields.
+    pub fn of(decision: ApprovalDecision, digest: &str) -> Self {
+        Approval {
+            decision,
+            digest: digest.into(),
+            reason: None,
+            time: None,
+            approved_by: None,
+            images: Vec::new(),
+            patches: Vec::new(),
+            ignore: Vec::new(),
+        }
+    }
+}
+
 /// An approver's decision.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum ApprovalDecision {

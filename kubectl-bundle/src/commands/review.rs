@@ -175,13 +175,12 @@ pub(super) fn images_lines(images: &[gantry_api::ImageOverride]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::testing;
     use gantry_api::{KindCount, NamespacePermissions, PermissionHighlight};
 
     fn status(resolved: &str, approval: Option<(ApprovalDecision, &str)>) -> BundleStatus {
         BundleStatus {
             resolved_image: Some(format!("127.0.0.1:5000/app@{resolved}")),
-            approval: approval.map(|(decision, digest)| testing::approval(decision, digest)),
+            approval: approval.map(|(decision, digest)| Approval::of(decision, digest)),
             ..Default::default()
         }
     }

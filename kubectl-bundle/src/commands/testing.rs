@@ -1,6 +1,6 @@
 //! Status fixtures the commands' tests share.
 
-use gantry_api::{Approval, ApprovalDecision, Condition};
+use gantry_api::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -19,19 +19,5 @@ pub(crate) fn condition(
         message: message.into(),
         observed_generation: generation,
         last_transition_time: Time(Timestamp::UNIX_EPOCH),
-    }
-}
-
-/// A decision on `digest` with nothing but the decision: no reason, time, approver or rewrites.
-pub(crate) fn approval(decision: ApprovalDecision, digest: &str) -> Approval {
-    Approval {
-        decision,
-        digest: digest.into(),
-        reason: None,
-        time: None,
-        approved_by: None,
-        images: Vec::new(),
-        patches: Vec::new(),
-        ignore: Vec::new(),
     }
 }

@@ -384,9 +384,8 @@ fn class_error_policy(class: Arc<ProvisionerClass>, error: &Error, _ctx: Arc<Con
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::approval;
     use gantry_api::conditions::{reasons, types};
-    use gantry_api::{ApprovalDecision, BundleSpec};
+    use gantry_api::{Approval, ApprovalDecision, BundleSpec};
 
     fn named(name: &str, slot: &str) -> Bundle {
         let mut bundle = Bundle::new(
@@ -512,7 +511,7 @@ mod tests {
             },
             &|b| {
                 b.status.get_or_insert_default().approval =
-                    Some(approval(ApprovalDecision::Approved, "sha256:00"))
+                    Some(Approval::of(ApprovalDecision::Approved, "sha256:00"))
             },
         ];
         for (i, change) in changes.iter().enumerate() {

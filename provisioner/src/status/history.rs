@@ -61,7 +61,7 @@ fn approve(entry: &mut HistoryEntry, status: &BundleStatus) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{approval, set_condition, status_with};
+    use crate::status::{set_condition, status_with};
     use gantry_api::Approval;
     use k8s_openapi::jiff::Timestamp;
 
@@ -76,7 +76,7 @@ mod tests {
             reason: Some("reviewed".into()),
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
-            ..approval(ApprovalDecision::Approved, &digest('a'))
+            ..Approval::of(ApprovalDecision::Approved, &digest('a'))
         });
         let image = |c| format!("r.test/app@{}", digest(c));
         record_history(&mut status, &image('a'), Time(Timestamp::now()));
@@ -121,7 +121,7 @@ mod tests {
             reason: Some("reviewed".into()),
             time: Some(Time(Timestamp::now())),
             approved_by: Some("alice".into()),
-            ..approval(ApprovalDecision::Approved, &digest('a'))
+            ..Approval::of(ApprovalDecision::Approved, &digest('a'))
         });
         refresh_history_approval(&mut status, &image);
         let entry = &status.history[0];

@@ -24,21 +24,3 @@ fn status_with(conditions: &[(&str, bool, &str)]) -> gantry_api::BundleStatus {
     }
     status
 }
-
-/// An approver's decision on `digest`, without a reason, time or spec changes.
-#[cfg(test)]
-pub(crate) fn approval(
-    decision: gantry_api::ApprovalDecision,
-    digest: &str,
-) -> gantry_api::Approval {
-    gantry_api::Approval {
-        decision,
-        digest: digest.into(),
-        reason: None,
-        time: None,
-        approved_by: None,
-        images: Vec::new(),
-        patches: Vec::new(),
-        ignore: Vec::new(),
-    }
-}

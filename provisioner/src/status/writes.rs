@@ -193,9 +193,10 @@ fn same_class_status(a: &ProvisionerClassStatus, b: &ProvisionerClassStatus) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gantry_api::Approval;
     use gantry_api::conditions::{reasons, types};
 
-    use crate::status::{approval, status_with};
+    use crate::status::status_with;
 
     #[test]
     fn changes_name_the_fields_and_conditions_a_write_changes() {
@@ -234,7 +235,7 @@ mod tests {
         let a = status_with(&[(types::UNPACKED, true, reasons::UNPACK_SUCCEEDED)]);
         let mut b = a.clone();
         b.conditions[0].last_transition_time = Time(Timestamp::UNIX_EPOCH);
-        b.approval = Some(approval(
+        b.approval = Some(Approval::of(
             gantry_api::ApprovalDecision::Approved,
             "sha256:00",
         ));

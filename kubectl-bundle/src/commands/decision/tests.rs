@@ -1,7 +1,7 @@
 //! [`decide`](super::decide) without a cluster.
 
 use super::*;
-use crate::commands::testing::{approval, condition};
+use crate::commands::testing::condition;
 use gantry_api::conditions::reasons;
 use gantry_api::{BundleStatus, ProvisionerClassSpec};
 
@@ -57,7 +57,7 @@ fn a_decision_needs_a_manual_class_and_the_digest_reviewed() {
 fn an_approval_on_record_is_not_made_again_but_can_be_denied() {
     let mut manual = shown(true, Some(ApprovalPolicy::Manual));
     let status = manual.bundle.status.as_mut().unwrap();
-    status.approval = Some(approval(ApprovalDecision::Approved, "sha256:aa"));
+    status.approval = Some(Approval::of(ApprovalDecision::Approved, "sha256:aa"));
     assert!(matches!(
         decide(&manual, ApprovalDecision::Approved, None),
         Err(DecisionError::AlreadyApproved { digest, .. }) if digest == "sha256:aa"

@@ -195,7 +195,7 @@ pub(super) async fn wait_decided(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::testing::{approval, condition};
+    use crate::commands::testing::condition;
     use gantry_api::{BundleStatus, Condition};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
@@ -225,7 +225,7 @@ mod tests {
             reason: Some("ok".into()),
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
-            ..approval(ApprovalDecision::Approved, "sha256:aa")
+            ..Approval::of(ApprovalDecision::Approved, "sha256:aa")
         };
         // Right after a deny, the status is the deny's: not this approval's outcome.
         let denied_before = decided(
@@ -310,7 +310,7 @@ mod tests {
             reason: Some("not now".into()),
             time: Some(Time(Timestamp::UNIX_EPOCH)),
             approved_by: Some("alice".into()),
-            ..approval(ApprovalDecision::Denied, "sha256:aa")
+            ..Approval::of(ApprovalDecision::Denied, "sha256:aa")
         };
         assert_eq!(decision_text(&denial), "Denied sha256:aa by alice: not now");
         // Still awaiting approval: the provisioner has not read the denial.

@@ -198,7 +198,7 @@ mod tests {
     fn decision(decision: ApprovalDecision, digest: &str, reason: Option<&str>) -> Approval {
         Approval {
             reason: reason.map(Into::into),
-            ..crate::status::approval(decision, digest)
+            ..Approval::of(decision, digest)
         }
     }
 

@@ -1,18 +1,47 @@
 //! Reading a bundle's stored content: from the storage server, or from the registry.
 
+use std::path::PathBuf;
+
 use anyhow::{Context, bail};
 use gantry_api::{Bundle, ProvisionerClass};
 use gantry_image::{BundleObject, EffectiveLimits, Platform, PullRequest, read_canonical};
 use kube::api::Api;
 use kube::{Client, ResourceExt};
 
-use super::DiffArgs;
-use crate::commands::image::{client_for, explain};
+use crate::commands::image::{RegistryArgs, client_for, explain};
+
+/// Where a bundle's stored content is read from: the options of `diff` and of the review page
+/// (`ui`), whose diff reads it the same way.
+#[derive(clap::Args, Debug)]
+pub struct ContentSource {
+    /// Base URL of the storage server, replacing the one in status.contentURL (for example a
+    /// port-forward from outside the cluster).
+    #[arg(long, value_name = "URL")]
+    storage_url: Option<String>,
+    /// File holding a bearer token the storage server accepts (audience gantry-storage, with
+    /// get on /bundles/*).
+    #[arg(long, value_name = "FILE", conflicts_with = "storage_token")]
+    storage_token_file: Option<PathBuf>,
+    /// A bearer token the storage server accepts.
+    #[arg(long, env = "GANTRY_STORAGE_TOKEN", hide_env_values = true)]
+    storage_token: Option<String>,
+    /// CA certificate (PEM) trusted for the storage server's TLS.
+    #[arg(long, value_name = "FILE")]
+    storage_ca_file: Option<PathBuf>,
+    /// Read the content from the registry instead of the storage server: the image at the
+    /// digest in status.resolvedImage, for status.platform, with the docker credentials of
+    /// this machine. The content must be the one stored (status.contentDigest), or the diff
+    /// stops.
+    #[arg(long, conflicts_with_all = ["storage_url", "storage_token_file", "storage_token", "storage_ca_file"])]
+    from_registry: bool,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
 
 /// The bundle's stored content (awaiting approval, or current): from the storage server, or
 /// with `--from-registry` from the image it resolved to.
 pub(crate) async fn stored_content(
-    args: &DiffArgs,
+    args: &ContentSource,
     client: &Client,
     bundle: &Bundle,
 ) -> anyhow::Result<Vec<BundleObject>> {
@@ -46,7 +75,7 @@ async fn class_limits(client: &Client, bundle: &Bundle) -> EffectiveLimits {
 /// Pulls the image the bundle resolved to and checks that its canonical tarball is the stored
 /// one (`content_digest`), so the diff shows what an approval would install.
 async fn from_registry(
-    args: &DiffArgs,
+    args: &ContentSource,
     bundle: &Bundle,
     content_digest: &str,
     limits: EffectiveLimits,
@@ -84,7 +113,7 @@ async fn from_registry(
 }
 
 /// Downloads the stored tarball (`url`, rebased on `--storage-url`).
-async fn download(args: &DiffArgs, url: &str, max_bytes: u64) -> anyhow::Result<Vec<u8>> {
+async fn download(args: &ContentSource, url: &str, max_bytes: u64) -> anyhow::Result<Vec<u8>> {
     let url = match &args.storage_url {
         Some(base) => rebase(url, base)?,
         None => url.to_string(),

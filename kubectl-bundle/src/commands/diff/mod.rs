@@ -22,8 +22,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 
 use super::cluster::{GlobalArgs, read_bundle};
-use super::image::RegistryArgs;
-use content::stored_content;
+use content::{ContentSource, stored_content};
 use object::{ObjectDiff, describe_entry, diff_object, plan, pruned};
 
 /// The prefix of the CRD upgrade check's findings among the highlights.
@@ -39,33 +38,13 @@ pub(crate) const UNSAFE_CRD: &str = "unsafe CRD upgrade: ";
 pub struct DiffArgs {
     /// The bundle.
     name: String,
-    /// Base URL of the storage server, replacing the one in status.contentURL (for example a
-    /// port-forward from outside the cluster).
-    #[arg(long, value_name = "URL")]
-    storage_url: Option<String>,
-    /// File holding a bearer token the storage server accepts (audience gantry-storage, with
-    /// get on /bundles/*).
-    #[arg(long, value_name = "FILE", conflicts_with = "storage_token")]
-    storage_token_file: Option<PathBuf>,
-    /// A bearer token the storage server accepts.
-    #[arg(long, env = "GANTRY_STORAGE_TOKEN", hide_env_values = true)]
-    storage_token: Option<String>,
-    /// CA certificate (PEM) trusted for the storage server's TLS.
-    #[arg(long, value_name = "FILE")]
-    storage_ca_file: Option<PathBuf>,
-    /// Read the content from the registry instead of the storage server: the image at the
-    /// digest in status.resolvedImage, for status.platform, with the docker credentials of
-    /// this machine. The content must be the one stored (status.contentDigest), or the diff
-    /// stops.
-    #[arg(long, conflicts_with_all = ["storage_url", "storage_token_file", "storage_token", "storage_ca_file"])]
-    from_registry: bool,
     /// Compare a bundle directory (it holds `manifests/`, as `push` takes it) with what the
     /// bundle installed, instead of the bundle's stored content: what pushing DIR and
     /// installing it in this bundle would change. Nothing is pushed or applied.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["storage_url", "storage_token_file", "storage_ca_file", "from_registry"])]
     dir: Option<PathBuf>,
     #[command(flatten)]
-    registry: RegistryArgs,
+    source: ContentSource,
 }
 
 /// Runs the diff; the exit status says whether anything would change.
@@ -106,7 +85,7 @@ async fn run(global: &GlobalArgs, args: DiffArgs) -> anyhow::Result<bool> {
             .await
             .context("reading the bundle directory")??
     } else {
-        stored_content(&args, &client, &bundle).await?
+        stored_content(&args.source, &client, &bundle).await?
     };
 
     let mut changed = false;

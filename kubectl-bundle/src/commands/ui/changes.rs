@@ -104,11 +104,7 @@ const CONCURRENCY: usize = 8;
 pub async fn changes(ui: &Ui, bundle: &Bundle) -> anyhow::Result<Vec<ObjectChange>> {
     let client = ui.client.clone();
     let name = bundle.name_any();
-    // The diff command's own options (storage server, token, registry), as `ui` was given them.
-    let mut argv = vec!["diff".to_string(), name.clone()];
-    argv.extend(ui.diff_flags.iter().cloned());
-    let args: diff::DiffArgs = super::parse_args(&argv)?;
-    let objects = diff::content::stored_content(&args, &client, bundle).await?;
+    let objects = diff::content::stored_content(&ui.content, &client, bundle).await?;
     let status = bundle.status.clone().unwrap_or_default();
     let highlights = status
         .requested_permissions

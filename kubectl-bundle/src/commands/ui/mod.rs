@@ -12,17 +12,16 @@ mod pages;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use axum::Router;
 use axum::routing::{get, post};
 use clap::Args;
 use kube::Client;
 
 use super::cluster::GlobalArgs;
-use super::image::RegistryArgs;
+use super::diff::content::ContentSource;
 
 #[derive(Args, Debug)]
 #[command(
@@ -40,56 +39,9 @@ pub struct UiArgs {
     /// Open the page in the default browser.
     #[arg(long)]
     open: bool,
-    /// For the review's diff (as `diff`): base URL of the storage server, replacing the one in
-    /// status.contentURL.
-    #[arg(long, value_name = "URL")]
-    storage_url: Option<String>,
-    /// For the review's diff (as `diff`): a file holding a bearer token the storage server
-    /// accepts.
-    #[arg(long, value_name = "FILE", conflicts_with = "storage_token")]
-    storage_token_file: Option<PathBuf>,
-    /// For the review's diff (as `diff`): a bearer token the storage server accepts.
-    #[arg(long, env = "GANTRY_STORAGE_TOKEN", hide_env_values = true)]
-    storage_token: Option<String>,
-    /// For the review's diff (as `diff`): CA certificate (PEM) trusted for the storage
-    /// server's TLS.
-    #[arg(long, value_name = "FILE")]
-    storage_ca_file: Option<PathBuf>,
-    /// For the review's diff (as `diff`): read the content from the registry instead of the
-    /// storage server.
-    #[arg(long, conflicts_with_all = ["storage_url", "storage_token_file", "storage_token", "storage_ca_file"])]
-    from_registry: bool,
-    #[command(flatten)]
-    registry: RegistryArgs,
-}
-
-impl UiArgs {
-    /// The options of `diff` that this command was given, as `diff` takes them.
-    fn diff_flags(&self) -> Vec<String> {
-        let mut flags = Vec::new();
-        if let Some(url) = &self.storage_url {
-            flags.push(format!("--storage-url={url}"));
-        }
-        if let Some(file) = &self.storage_token_file {
-            flags.push(format!("--storage-token-file={}", file.display()));
-        }
-        if let Some(token) = &self.storage_token {
-            flags.push(format!("--storage-token={token}"));
-        }
-        if let Some(file) = &self.storage_ca_file {
-            flags.push(format!("--storage-ca-file={}", file.display()));
-        }
-        if self.from_registry {
-            flags.push("--from-registry".into());
-        }
-        if self.registry.plain_http {
-            flags.push("--plain-http".into());
-        }
-        if let Some(file) = &self.registry.ca_file {
-            flags.push(format!("--ca-file={}", file.display()));
-        }
-        flags
-    }
+    /// Where the review's diff reads the stored content from, as `diff` does.
+    #[command(flatten, next_help_heading = "The review's diff (options of diff)")]
+    content: ContentSource,
 }
 
 /// What every handler shares.
@@ -97,19 +49,10 @@ pub struct Ui {
     client: Client,
     /// The API server, as the page names it.
     server: String,
-    diff_flags: Vec<String>,
+    /// Where the review's diff reads the stored content from.
+    content: ContentSource,
     auth: auth::Auth,
     live: live::Live,
-}
-
-/// Parses a plugin command's arguments (`argv[0]` is the command's name): the page's diff runs
-/// the command itself, with exactly its options and checks.
-fn parse_args<A: clap::Args + clap::FromArgMatches>(argv: &[String]) -> anyhow::Result<A> {
-    let command = A::augment_args(clap::Command::new("kubectl-bundle"));
-    let matches = command
-        .try_get_matches_from(argv)
-        .map_err(|e| anyhow!("{}", e.to_string().trim()))?;
-    A::from_arg_matches(&matches).map_err(|e| anyhow!("{}", e.to_string().trim()))
 }
 
 /// A Kubernetes object name (DNS subdomain): anything else is no bundle, and never reaches the
@@ -161,7 +104,7 @@ pub async fn ui(global: &GlobalArgs, args: UiArgs) -> anyhow::Result<()> {
         live: live::Live::start(client.clone()),
         client,
         server: server.trim_end_matches('/').to_string(),
-        diff_flags: args.diff_flags(),
+        content: args.content,
         auth,
     });
     let app = router(ui);
@@ -198,25 +141,5 @@ mod tests {
         assert!(!valid_name("--yes"));
         assert!(!valid_name("My-App"));
         assert!(!valid_name("a/b"));
-    }
-
-    #[test]
-    fn commands_parse_their_own_options() {
-        let args: crate::commands::decision::DenyArgs = parse_args(&[
-            "deny".into(),
-            "app".into(),
-            "--digest=sha256:aa".into(),
-            "--reason=--not a flag".into(),
-        ])
-        .unwrap();
-        let text = format!("{args:?}");
-        assert!(
-            text.contains("--not a flag") && text.contains("sha256:aa"),
-            "{text}"
-        );
-        assert!(
-            parse_args::<crate::commands::decision::DenyArgs>(&["deny".into(), "app".into()])
-                .is_err()
-        );
     }
 }

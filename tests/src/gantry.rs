@@ -224,7 +224,11 @@ impl Provisioner {
             .arg(&dir)
             .args(&options.args)
             .env_remove("KUBECONFIG")
-            .env("RUST_LOG", "info,gantry_provisioner=debug");
+            .env(
+                "RUST_LOG",
+                std::env::var("GANTRY_PROVISIONER_LOG")
+                    .unwrap_or_else(|_| "info,gantry_provisioner=debug".into()),
+            );
         if let Some(token) = &options.storage_token {
             command.env("GANTRY_STORAGE_TOKEN", token);
         }

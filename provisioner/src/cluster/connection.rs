@@ -88,11 +88,38 @@ where
         .service(pool)
         .map_response(|response| {
             response.map(|body| {
-                Box::new(http_body_util::BodyExt::map_err(body, BoxError::from)) as Box<DynBody>
+                Box::new(http_body_util::BodyExt::map_err(body, body_error)) as Box<DynBody>
             })
         })
         .boxed();
     Ok(ClientBuilder::new(service, config.default_namespace))
+}
+
+/// A response body cut off because its HTTP/2 connection ended (the API server's process
+/// died, a proxy dropped it) is reported as the end of the stream, `UnexpectedEof`, as it is
+/// over HTTP/1.1. kube ends a watch on that error and resumes it from the last resource
+/// version; h2 hides the connection's I/O error from the chain kube inspects, so without this a
+/// watch stayed on its dead stream and the store stopped changing.
+fn body_error(error: hyper::Error) -> BoxError {
+    if connection_ended(&error) {
+        Box::new(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            error,
+        ))
+    } else {
+        Box::new(error)
+    }
+}
+
+fn connection_ended(error: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(error) = source {
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            return h2.is_io() || h2.is_go_away();
+        }
+        source = error.source();
+    }
+    false
 }
 
 #[cfg(test)]
@@ -237,5 +264,151 @@ mod tests {
         send_at_once(&pki, &url).await;
         assert_eq!(seen.versions(), vec![Version::HTTP_11; IN_FLIGHT]);
         assert_eq!(seen.connections_used(), IN_FLIGHT);
+    }
+    /// A watch whose HTTP/2 connection is cut (the API server killed: no TLS close_notify) ends
+    /// quietly and is resumed from its resource version on a new connection, as over HTTP/1.1.
+    #[tokio::test]
+    async fn a_watch_cut_with_its_connection_resumes() {
+        use futures::StreamExt;
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::runtime::{WatchStreamExt, watcher};
+
+        let pki = Pki::new("connection-test").unwrap();
+        let issued = pki.loopback_server().expect("serving certificate");
+        let certs = vec![CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).unwrap();
+        let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!(
+            "https://127.0.0.1:{}",
+            listener.local_addr().unwrap().port()
+        );
+        // The resource versions the watches asked for, in order.
+        let watches = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = watches.clone();
+        tokio::spawn(async move {
+            let mut served = 0usize;
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                served += 1;
+                // The first connection is cut 300 ms after its first watch began.
+                let cut = served == 1;
+                let (acceptor, seen) = (acceptor.clone(), seen.clone());
+                let (cut_tx, cut_rx) = tokio::sync::oneshot::channel::<()>();
+                let cut_tx = Arc::new(Mutex::new(Some(cut_tx)));
+                let connection = tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(move |request: http::Request<_>| {
+                        let (seen, cut_tx) = (seen.clone(), cut_tx.clone());
+                        async move {
+                            let query = request.uri().query().unwrap_or_default().to_string();
+                            let version = query
+                                .split('&')
+                                .find_map(|p| p.strip_prefix("resourceVersion="))
+                                .unwrap_or_default()
+                                .to_string();
+                            let body = if query.contains("watch=true") {
+                                seen.lock().unwrap().push(version.clone());
+                                if let Some(tx) = cut_tx.lock().unwrap().take() {
+                                    let _ = tx.send(());
+                                }
+                                let next: u64 = version.parse::<u64>().unwrap_or(0) + 1;
+                                let event = format!(
+                                    "{{\"type\":\"ADDED\",\"object\":{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"c{next}\",\"namespace\":\"n\",\"resourceVersion\":\"{next}\"}}}}}}\n"
+                                );
+                                // One event and the start of another, then the stream
+                                // stays open.
+                                let partial = event[..event.len() / 2].to_string();
+                                let stream = futures::stream::iter([event, partial].map(|chunk| {
+                                    Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(
+                                        bytes::Bytes::from(chunk),
+                                    ))
+                                }))
+                                .chain(futures::stream::pending());
+                                http_body_util::Either::Left(http_body_util::StreamBody::new(
+                                    stream,
+                                ))
+                            } else {
+                                http_body_util::Either::Right(http_body_util::Full::new(
+                                    bytes::Bytes::from_static(
+                                        br#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"1"},"items":[]}"#,
+                                    ),
+                                ))
+                            };
+                            Ok::<_, std::convert::Infallible>(http::Response::new(body))
+                        }
+                    });
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+                if cut {
+                    tokio::spawn(async move {
+                        if cut_rx.await.is_ok() {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            // Dropping the task drops the TLS stream: a TCP close without
+                            // close_notify, as when the API server's process dies.
+                            connection.abort();
+                        }
+                    });
+                }
+            }
+        });
+
+        let mut config = kube::Config::new(url.parse().unwrap());
+        config.root_cert = Some(vec![
+            CertificateDer::from_pem_slice(pki.ca_pem().as_bytes())
+                .unwrap()
+                .to_vec(),
+        ]);
+        let client = ReplicaLayer::new(Fence::open(), "test")
+            .client(config)
+            .expect("client");
+        let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, "n");
+        let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+        let mut names = std::pin::pin!(
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .filter_map(|r| {
+                    let errors = errors.clone();
+                    async move {
+                        if let Err(e) = &r {
+                            errors.lock().unwrap().push(e.to_string());
+                        }
+                        r.ok()
+                    }
+                })
+        );
+        let mut received = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while received.len() < 2 {
+            match tokio::time::timeout_at(deadline, names.next()).await {
+                Ok(Some(cm)) => received.push(kube::ResourceExt::name_any(&cm)),
+                _ => break,
+            }
+        }
+        assert_eq!(
+            received,
+            ["c2", "c3"],
+            "the watch resumes after its connection is cut; watches asked for {:?}",
+            watches.lock().unwrap()
+        );
+        assert_eq!(watches.lock().unwrap()[..2], ["1", "2"]);
+        // The cut is the end of the stream, not a read error that leaves the watch on it.
+        assert_eq!(*errors.lock().unwrap(), Vec::<String>::new());
     }
 }

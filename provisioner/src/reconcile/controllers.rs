@@ -60,10 +60,13 @@ pub async fn run(
     let classes_api: Api<ProvisionerClass> = Api::all(client.clone());
     let bundles_api: Api<Bundle> = Api::all(client.clone());
     let (class_store, class_writer) = reflector::store::<ProvisionerClass>();
-    let class_events = watcher::watcher(classes_api.clone(), watcher::Config::default())
-        .default_backoff()
-        .reflect(class_writer)
-        .applied_objects();
+    let class_events = without_errors(
+        "ProvisionerClass",
+        watcher::watcher(classes_api.clone(), watcher::Config::default())
+            .default_backoff()
+            .reflect(class_writer)
+            .applied_objects(),
+    );
     // The Bundles are kept in memory, one copy each, for as long as the provisioner runs:
     // nothing reads their managedFields, which with thousands of bundles add up, so the
     // store keeps them without.
@@ -116,7 +119,10 @@ pub async fn run(
             futures::future::ready(Some(passed))
         })
         .filter_map(futures::future::ready);
-    let bundle_controller = Controller::for_stream(bundle_events, bundle_store.clone());
+    let bundle_controller = Controller::for_stream(
+        without_errors("Bundle", bundle_events),
+        bundle_store.clone(),
+    );
 
     let (shutdown_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let signal = {
@@ -159,19 +165,28 @@ pub async fn run(
             let store = bundle_store.clone();
             let dependents = ctx.dependents.clone();
             bundle_controller
-                .watches(classes_api, watcher::Config::default(), move |class| {
-                    bundles_of_class(&store.state(), &class)
-                })
+                .watches_stream(
+                    without_errors(
+                        "ProvisionerClass",
+                        watcher::watcher(classes_api, watcher::Config::default())
+                            .default_backoff()
+                            .touched_objects(),
+                    ),
+                    move |class| bundles_of_class(&store.state(), &class),
+                )
                 // A bundle that changes (becomes Ready, appears, goes) wakes those depending on
                 // it. Every Bundle of the cluster, not only this shard's: metadata only (its
                 // name is all the mapping reads), not each whole Bundle decoded per replica.
                 .watches_stream(
-                    watcher::watcher(
-                        Api::<PartialObjectMeta<Bundle>>::all(client.clone()),
-                        watcher::Config::default(),
-                    )
-                    .default_backoff()
-                    .touched_objects(),
+                    without_errors(
+                        "Bundle metadata",
+                        watcher::watcher(
+                            Api::<PartialObjectMeta<Bundle>>::all(client.clone()),
+                            watcher::Config::default(),
+                        )
+                        .default_backoff()
+                        .touched_objects(),
+                    ),
                     move |b| dependents.of(&b.name_any()),
                 )
                 // A change of RBAC that may concern the identity a bundle stalled on `Forbidden`
@@ -321,9 +336,32 @@ fn rbac_changes<K>(client: &Client) -> impl Stream<Item = Result<K, watcher::Err
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    watcher::watcher(Api::<K>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
+    without_errors(
+        std::any::type_name::<K>(),
+        watcher::watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .applied_objects(),
+    )
+}
+
+/// `stream` without its errors, which are logged. kube's Controller backs off all its trigger
+/// streams together on an error of any one of them, longer at each next error: one watch that
+/// keeps failing (after an API server restart) held every other, the bundles' own included,
+/// for minutes, and the store stopped changing. Each stream here has a backoff of its own, so
+/// only the failing watch waits.
+fn without_errors<T: Send>(
+    watch: &'static str,
+    stream: impl Stream<Item = Result<T, watcher::Error>> + Send,
+) -> impl Stream<Item = Result<T, watcher::Error>> + Send {
+    stream.filter_map(move |event| {
+        futures::future::ready(match event {
+            Ok(event) => Some(Ok(event)),
+            Err(error) => {
+                tracing::debug!(watch, %error, "watch error; the watcher retries");
+                None
+            }
+        })
+    })
 }
 
 /// The bundles stalled on `Forbidden` whose identity a binding with `subjects` in `namespace`
@@ -405,6 +443,72 @@ mod tests {
         triggers
             .filter(Ok(event))
             .map(|bundle| bundle.unwrap().name_any())
+    }
+
+    /// A trigger stream that fails every 100 ms must not hold a healthy one: kube's Controller
+    /// would back off both together, longer at each error (0.8 s, 1.6 s, 3.2 s, ... 30 s). The
+    /// clock is paused: the minute passes at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_watch_does_not_hold_the_others() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        let (reader, writer) = reflector::store::<ConfigMap>();
+        let mut object = ConfigMap::default();
+        object.metadata.name = Some("healthy".into());
+        object.metadata.namespace = Some("n".into());
+        // The healthy watch lists its object a minute in, the failing one failing meanwhile.
+        let healthy = futures::stream::once(async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            futures::stream::iter([
+                Ok(watcher::Event::Init),
+                Ok(watcher::Event::InitApply(object)),
+                Ok(watcher::Event::InitDone),
+            ])
+        })
+        .flatten()
+        .chain(futures::stream::pending())
+        .reflect(writer)
+        .applied_objects();
+        let failing = futures::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Some((Err(watcher::Error::NoResourceVersion), ()))
+        });
+        let reconciled = Arc::new(AtomicBool::new(false));
+        let started = tokio::time::Instant::now();
+        let controller = Controller::for_stream(without_errors("healthy", healthy), reader)
+            .watches_stream(without_errors("failing", failing), |cm: ConfigMap| {
+                Some(ObjectRef::from_obj(&cm))
+            })
+            .run(
+                |_, reconciled: Arc<Arc<AtomicBool>>| async move {
+                    reconciled.store(true, Ordering::SeqCst);
+                    Ok::<_, std::convert::Infallible>(Action::await_change())
+                },
+                |_, _, _| Action::await_change(),
+                Arc::new(reconciled.clone()),
+            )
+            .for_each(|_| async {});
+        let deadline = Duration::from_millis(60_500);
+        let _ = tokio::time::timeout(deadline, async {
+            tokio::pin!(controller);
+            loop {
+                tokio::select! {
+                    _ = &mut controller => return,
+                    _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                        if reconciled.load(Ordering::SeqCst) {
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+        .await;
+        assert!(
+            reconciled.load(Ordering::SeqCst),
+            "the healthy object was not reconciled within {deadline:?} of the start ({:?} passed)",
+            started.elapsed()
+        );
     }
 
     #[test]

@@ -164,8 +164,8 @@ mod tests {
         }
     }
 
-    /// A TLS server on loopback that offers `h2` and `http/1.1` by ALPN, as kube-apiserver does.
-    async fn server(pki: &Pki, alpn: &[&[u8]]) -> (String, Arc<Seen>) {
+    /// A loopback listener, the TLS acceptor for it (offering `alpn`) and its URL.
+    async fn listen(pki: &Pki, alpn: &[&[u8]]) -> (TcpListener, tokio_rustls::TlsAcceptor, String) {
         let issued = pki.loopback_server().expect("serving certificate");
         let certs = vec![CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap()];
         let key = PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).unwrap();
@@ -184,6 +184,25 @@ mod tests {
             "https://127.0.0.1:{}",
             listener.local_addr().unwrap().port()
         );
+        (listener, acceptor, url)
+    }
+
+    /// The provisioner's client for `url`, trusting `pki`'s CA.
+    fn client(pki: &Pki, url: &str) -> kube::Client {
+        let mut config = kube::Config::new(url.parse().unwrap());
+        config.root_cert = Some(vec![
+            CertificateDer::from_pem_slice(pki.ca_pem().as_bytes())
+                .unwrap()
+                .to_vec(),
+        ]);
+        ReplicaLayer::new(Fence::open(), "test")
+            .client(config)
+            .expect("client")
+    }
+
+    /// A TLS server on loopback that offers `h2` and `http/1.1` by ALPN, as kube-apiserver does.
+    async fn server(pki: &Pki, alpn: &[&[u8]]) -> (String, Arc<Seen>) {
+        let (listener, acceptor, url) = listen(pki, alpn).await;
         let seen = Arc::new(Seen {
             connections: AtomicUsize::new(0),
             requests: Mutex::new(Vec::new()),
@@ -222,15 +241,7 @@ mod tests {
     }
 
     async fn send_at_once(pki: &Pki, url: &str) {
-        let mut config = kube::Config::new(url.parse().unwrap());
-        config.root_cert = Some(vec![
-            CertificateDer::from_pem_slice(pki.ca_pem().as_bytes())
-                .unwrap()
-                .to_vec(),
-        ]);
-        let client = ReplicaLayer::new(Fence::open(), "test")
-            .client(config)
-            .expect("client");
+        let client = client(pki, url);
         let requests = (0..IN_FLIGHT).map(|_| {
             let client = client.clone();
             async move {
@@ -274,24 +285,7 @@ mod tests {
         use kube::runtime::{WatchStreamExt, watcher};
 
         let pki = Pki::new("connection-test").unwrap();
-        let issued = pki.loopback_server().expect("serving certificate");
-        let certs = vec![CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap()];
-        let key = PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).unwrap();
-        let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!(
-            "https://127.0.0.1:{}",
-            listener.local_addr().unwrap().port()
-        );
+        let (listener, acceptor, url) = listen(&pki, &[b"h2", b"http/1.1"]).await;
         // The resource versions the watches asked for, in order.
         let watches = Arc::new(Mutex::new(Vec::<String>::new()));
         let seen = watches.clone();
@@ -368,15 +362,7 @@ mod tests {
             }
         });
 
-        let mut config = kube::Config::new(url.parse().unwrap());
-        config.root_cert = Some(vec![
-            CertificateDer::from_pem_slice(pki.ca_pem().as_bytes())
-                .unwrap()
-                .to_vec(),
-        ]);
-        let client = ReplicaLayer::new(Fence::open(), "test")
-            .client(config)
-            .expect("client");
+        let client = client(&pki, &url);
         let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, "n");
         let errors = Arc::new(Mutex::new(Vec::<String>::new()));
         let mut names = std::pin::pin!(

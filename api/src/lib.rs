@@ -12,6 +12,7 @@ pub mod ignore;
 pub mod images;
 mod names;
 pub mod patches;
+pub mod plugin;
 pub mod selector;
 pub mod slots;
 pub mod storage;

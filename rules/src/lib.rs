@@ -16,6 +16,7 @@ pub mod managed_fields;
 pub mod object_policy;
 pub mod permissions;
 pub mod plan;
+pub mod registry_v1;
 
 /// "1 object", "3 objects": counts in messages.
 pub fn objects(count: usize) -> String {

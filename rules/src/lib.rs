@@ -7,6 +7,7 @@ pub mod class_selection;
 pub mod conditions;
 pub mod crd_upgrade;
 pub mod duration;
+pub mod go_json;
 pub mod health;
 pub mod health_policy;
 pub mod health_rules;

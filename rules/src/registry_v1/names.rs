@@ -41,7 +41,7 @@ pub fn with_suffix(base: &str, suffix: &str) -> String {
 /// `verbs` always, the other rule fields only when not empty, a newline at the end.
 fn go_json(permission: &Value) -> String {
     let mut out = String::from("{\"serviceAccountName\":");
-    go_string(
+    crate::go_json::write_string(
         permission["serviceAccountName"].as_str().unwrap_or(""),
         &mut out,
     );
@@ -82,30 +82,9 @@ fn go_strings(values: &[Value], out: &mut String) {
         if i > 0 {
             out.push(',');
         }
-        go_string(value.as_str().unwrap_or(""), out);
+        crate::go_json::write_string(value.as_str().unwrap_or(""), out);
     }
     out.push(']');
-}
-
-/// A JSON string as Go writes it: HTML characters and the line and paragraph separators
-/// escaped too.
-fn go_string(text: &str, out: &mut String) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            }
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 /// `bytes` as one big-endian number, in base 36 (`0-9a-z`), without leading zeros.
@@ -162,9 +141,6 @@ mod tests {
             "{\"serviceAccountName\":\"sa\",\"rules\":[{\"verbs\":[\"get\"],\"apiGroups\":[\"\"],\
              \"resources\":[\"pods\"]},{\"verbs\":null,\"nonResourceURLs\":[\"/metrics\"]}]}\n"
         );
-        let mut escaped = String::new();
-        go_string("a<b>&\u{1}\n", &mut escaped);
-        assert_eq!(escaped, "\"a\\u003cb\\u003e\\u0026\\u0001\\n\"");
     }
 
     #[test]

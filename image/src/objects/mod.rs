@@ -17,6 +17,7 @@ mod rules;
 mod validate;
 mod walk;
 
+pub use names::{dns_label, subdomain};
 pub use parse::{BundleObject, parse_file};
 pub use rules::is_list;
 pub use validate::{ObjectSummary, summarize_file, validate_files};

@@ -156,8 +156,8 @@ fn label_chars(label: &str) -> bool {
         && is_alphanumeric_lower(b[b.len() - 1])
 }
 
-/// A DNS-1123 subdomain: at most 253 characters, dot-separated labels.
-fn subdomain(name: &str) -> Result<(), String> {
+/// A DNS-1123 subdomain: at most 253 characters, dot-separated labels; the error says why not.
+pub fn subdomain(name: &str) -> Result<(), String> {
     if name.len() > SUBDOMAIN_MAX {
         return Err(too_long(SUBDOMAIN_MAX));
     }
@@ -171,8 +171,8 @@ fn subdomain(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A DNS-1123 label: at most 63 characters, no dots.
-fn dns_label(name: &str) -> Result<(), String> {
+/// A DNS-1123 label: at most 63 characters, no dots; the error says why not.
+pub fn dns_label(name: &str) -> Result<(), String> {
     if name.len() > LABEL_MAX {
         return Err(too_long(LABEL_MAX));
     }

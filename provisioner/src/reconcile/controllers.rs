@@ -337,7 +337,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     without_errors(
-        std::any::type_name::<K>(),
+        K::kind(&()).into_owned(),
         watcher::watcher(Api::<K>::all(client.clone()), watcher::Config::default())
             .default_backoff()
             .applied_objects(),
@@ -350,14 +350,15 @@ where
 /// for minutes, and the store stopped changing. Each stream here has a backoff of its own, so
 /// only the failing watch waits.
 fn without_errors<T: Send>(
-    watch: &'static str,
+    watch: impl Into<String>,
     stream: impl Stream<Item = Result<T, watcher::Error>> + Send,
 ) -> impl Stream<Item = Result<T, watcher::Error>> + Send {
+    let watch: String = watch.into();
     stream.filter_map(move |event| {
         futures::future::ready(match event {
             Ok(event) => Some(Ok(event)),
             Err(error) => {
-                tracing::debug!(watch, %error, "watch error; the watcher retries");
+                tracing::debug!(watch = %watch, %error, "watch error; the watcher retries");
                 None
             }
         })

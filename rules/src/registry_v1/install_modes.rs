@@ -93,9 +93,9 @@ impl TargetNamespaces {
                 }
             }
             Some(namespace) => {
-                if !is_dns_label(namespace) {
+                if let Err(why) = gantry_image::objects::dns_label(namespace) {
                     return Err(RegistryError::WatchNamespace(format!(
-                        "{namespace:?} is not a namespace name (a DNS label)"
+                        "{namespace:?} is not a namespace name: {why}"
                     )));
                 }
                 let (mode, what) = if namespace == install_namespace {
@@ -125,14 +125,4 @@ impl TargetNamespaces {
             Self::Some(namespaces) => namespaces.join(","),
         }
     }
-}
-
-fn is_dns_label(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
 }

@@ -179,10 +179,7 @@ pub fn render(
     // ServiceAccounts: every one the permissions name but `default`, once, first seen first.
     let mut accounts: Vec<&str> = Vec::new();
     for permission in permissions.iter().chain(&cluster_permissions) {
-        let account = permission["serviceAccountName"]
-            .as_str()
-            .filter(|a| !a.is_empty())
-            .unwrap_or("default");
+        let account = names::service_account(permission);
         if account != "default" && !accounts.contains(&account) {
             accounts.push(account);
         }
@@ -195,7 +192,7 @@ pub fn render(
     }
     // Namespaced permissions: a Role and its binding in each watched namespace; watching all
     // namespaces, a ClusterRole that may also read Namespaces.
-    let mut cluster_wide: Vec<Value> = cluster_permissions.clone();
+    let mut cluster_wide = cluster_permissions;
     match &targets {
         TargetNamespaces::All => {
             for permission in &permissions {
@@ -285,10 +282,7 @@ fn binding(
     permission: &Value,
     install_namespace: &str,
 ) -> Value {
-    let account = permission["serviceAccountName"]
-        .as_str()
-        .filter(|a| !a.is_empty())
-        .unwrap_or("default");
+    let account = names::service_account(permission);
     let mut metadata = json!({"name": role});
     if let Some(namespace) = namespace {
         metadata["namespace"] = namespace.into();
@@ -393,10 +387,10 @@ fn validate(bundle: &RegistryBundle, csv: &str) -> Result<(), RegistryError> {
         .enumerate()
     {
         let name = deployment["name"].as_str().unwrap_or_default();
-        if !is_dns_subdomain(name) {
+        if let Err(why) = gantry_image::objects::subdomain(name) {
             return Err(invalid(
                 &format!("spec.install.spec.deployments[{i}].name"),
-                format!("{name:?} is not a DNS subdomain"),
+                format!("{name:?} is not a valid name: {why}"),
             ));
         }
         if seen.contains(&name.to_string()) {
@@ -441,19 +435,6 @@ fn validate(bundle: &RegistryBundle, csv: &str) -> Result<(), RegistryError> {
         }
     }
     Ok(())
-}
-
-fn is_dns_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 #[cfg(test)]

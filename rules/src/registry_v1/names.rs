@@ -12,15 +12,17 @@ const MAX_NAME: usize = 63;
 /// The name for `permission` (a CSV `permissions[]` or `clusterPermissions[]` entry) of the
 /// CSV `csv`.
 pub fn permission_name(csv: &str, permission: &Value) -> String {
-    let service_account = permission["serviceAccountName"].as_str().unwrap_or("");
-    let account = if service_account.is_empty() {
-        "default"
-    } else {
-        service_account
-    };
-    let base = format!("{csv}-{account}");
+    let base = format!("{csv}-{}", service_account(permission));
     let hash = base36(&Sha224::digest(go_json(permission).as_bytes()));
     with_suffix(&base, &hash)
+}
+
+/// The service account a permission entry is for: `default` when it names none.
+pub fn service_account(permission: &Value) -> &str {
+    permission["serviceAccountName"]
+        .as_str()
+        .filter(|a| !a.is_empty())
+        .unwrap_or("default")
 }
 
 /// `base-suffix`, `base` cut (at a byte) so the whole is at most 63 bytes.

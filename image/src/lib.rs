@@ -11,6 +11,7 @@ pub mod client;
 pub mod copy;
 pub mod dir;
 pub mod error;
+pub mod fetch;
 pub mod layer;
 pub mod limits;
 pub mod objects;
@@ -30,6 +31,7 @@ pub use client::{RegistryClient, RegistryOptions, ResolvedReference, parse_refer
 pub use copy::{CopiedImage, CopyStats, RawManifest};
 pub use dir::canonical_from_root;
 pub use error::{BlobSize, ImageError, LimitKind, RegistryProtocol};
+pub use fetch::{FetchedArtifact, FetchedLayer};
 pub use layer::{BundleFiles, StoredFile};
 pub use limits::{EffectiveLimits, MAX_DEPTH, PARSE_STACK_BYTES, on_parse_stack};
 pub use objects::{BundleObject, ObjectSummary, is_list, parse_file, validate_files};

@@ -167,6 +167,22 @@ pub struct BundleSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub ignore: Vec<crate::IgnoreRule>,
+
+    /// Configuration for the class's provisioner, a mapping: a Helm chart's values
+    /// (`gantry.dev/helm`), `watchNamespace` (`gantry.dev/registry`). Merged over
+    /// `configFrom`, so what is written here wins. `gantry.dev/plain` takes none. The
+    /// approval of a digest covers the configuration it was given with (`status.configDigest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::config::config_schema")]
+    pub config: Option<serde_json::Map<String, serde_json::Value>>,
+
+    /// Keys of ConfigMaps and Secrets in `installNamespace`, each a YAML or JSON mapping, merged
+    /// in order (later ones win, maps merged key by key) under `config`, as Flux's
+    /// `valuesFrom`. They are read with the bundle's identity; a change to one is noticed at
+    /// once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub config_from: Vec<crate::ConfigSource>,
 }
 
 /// Where a bundle stands. Written by the controller, except `approval`, which only approvers write.
@@ -225,6 +241,15 @@ pub struct BundleStatus {
     /// `sha256:...` of the canonical tarball.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_digest: Option<String>,
+
+    /// `sha256:…` of the bundle's configuration (`spec.configFrom` merged with `spec.config`),
+    /// for a provisioner that takes one: an approval holds only while it is the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_digest: Option<String>,
+
+    /// What rendered the content, for a provisioner other than `gantry.dev/plain`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendered: Option<crate::Rendered>,
 
     /// What the content will create, for approvers to review.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -433,6 +458,11 @@ pub struct Approval {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub ignore: Vec<crate::IgnoreRule>,
+    /// `status.configDigest` when the decision was made: an approval holds only while the
+    /// configuration is the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^sha256:[a-f0-9]{64}$"))]
+    pub config_digest: Option<String>,
 }
 
 impl Approval {
@@ -447,6 +477,7 @@ impl Approval {
             images: Vec::new(),
             patches: Vec::new(),
             ignore: Vec::new(),
+            config_digest: None,
         }
     }
 }

@@ -95,6 +95,13 @@ pub mod reasons {
         INVALID_IMAGE_REFERENCE = "InvalidImageReference" => Failure;
         /// The image's content breaks the bundle format or a limit.
         INVALID_BUNDLE = "InvalidBundle" => Failure;
+        /// The bundle's configuration cannot be used: `spec.config` for a provisioner that
+        /// takes none, a `spec.configFrom` source missing or not a mapping; the message names
+        /// the field or the source.
+        INVALID_CONFIG = "InvalidConfig" => Failure;
+        /// The class's provisioner could not render the content with the configuration; the
+        /// message names the provisioner and what it said (the file, the CSV field).
+        RENDER_FAILED = "RenderFailed" => Failure;
         /// The content could not be written to or read from the storage server.
         STORAGE_FAILED = "StorageFailed" => Failure;
         /// The image is not under any of the class's `allowedImages`; nothing was fetched.

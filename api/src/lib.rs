@@ -5,6 +5,7 @@
 mod bundle;
 mod class;
 pub mod conditions;
+pub mod config;
 pub mod crd;
 pub mod health;
 mod identity;
@@ -28,6 +29,7 @@ pub use class::{
     ApprovalPolicy, Limits, ProvisionerClass, ProvisionerClassSpec, ProvisionerClassStatus,
     PullMode, SecretReference, Verification, VerificationProvider,
 };
+pub use config::{ConfigSource, ConfigSourceKind, Rendered};
 pub use health::{HealthCheckExpr, HealthPolicy};
 pub use identity::ServiceAccountReference;
 pub use ignore::IgnoreRule;

@@ -8,6 +8,9 @@ pub const VERSION: &str = "v1alpha1";
 /// The provisioner ID of Gantry's plain+v0 provisioner (`ProvisionerClass.spec.provisioner`).
 pub const PLAIN_PROVISIONER: &str = "gantry.dev/plain";
 
+/// The ID of Gantry's built-in OLM `registry+v1` provisioner.
+pub const REGISTRY_PROVISIONER: &str = "gantry.dev/registry";
+
 /// Annotation that marks the class serving bundles which name no class (value `"true"`).
 pub const DEFAULT_CLASS_ANNOTATION: &str = "gantry.dev/is-default-class";
 

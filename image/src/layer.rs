@@ -28,10 +28,25 @@ pub struct StoredFile {
     layer: usize,
 }
 
+impl StoredFile {
+    /// A file of `size` bytes at `path`.
+    pub fn new(path: PathBuf, size: u64) -> Self {
+        StoredFile {
+            path,
+            size,
+            layer: 0,
+        }
+    }
+}
+
 /// The files of a bundle, by file name (sorted), each stored on disk.
 #[derive(Debug, Default, Clone)]
 pub struct BundleFiles {
     pub files: BTreeMap<String, StoredFile>,
+    /// The files directly in `metadata/` (an OLM `registry+v1` bundle's `annotations.yaml`),
+    /// in memory: not part of the canonical tarball, read by the provisioner that renders
+    /// the bundle.
+    pub metadata: BTreeMap<String, Vec<u8>>,
 }
 
 impl BundleFiles {
@@ -108,7 +123,10 @@ impl BundleFiles {
                 return Err(limits.exceeded(LimitKind::Files, "manifests/"));
             }
         }
-        let bundle = BundleFiles { files };
+        let bundle = BundleFiles {
+            files,
+            metadata: BTreeMap::new(),
+        };
         bundle.check_names()?;
         Ok(bundle)
     }
@@ -152,6 +170,7 @@ impl From<ImageError> for Stop {
 pub struct LayerTree {
     scratch: PathBuf,
     files: BTreeMap<String, StoredFile>,
+    metadata: BTreeMap<String, Vec<u8>>,
     /// The latest layer that created `manifests/` (explicitly or through a file in it).
     dir_layer: Option<usize>,
     next_id: u64,
@@ -166,6 +185,7 @@ impl LayerTree {
         LayerTree {
             scratch,
             files: BTreeMap::new(),
+            metadata: BTreeMap::new(),
             dir_layer: None,
             next_id: 0,
             uncompressed: 0,
@@ -283,6 +303,24 @@ impl LayerTree {
         let kind = entry.header().entry_type();
         match classify(&raw_path)? {
             PathClass::Outside => {}
+            PathClass::Metadata(file_name) => {
+                // Only regular files; the last layer's wins. Counted against the same limits
+                // as a file of manifests/.
+                if kind.is_file() || kind == EntryType::Continuous {
+                    let size = entry.size();
+                    if size > self.limits.max_file_bytes {
+                        return Err(self.limits.exceeded(LimitKind::FileBytes, shown));
+                    }
+                    let mut content = Vec::with_capacity(size as usize);
+                    entry
+                        .read_to_end(&mut content)
+                        .map_err(|e| ImageError::from_io(context(&shown), e))?;
+                    self.metadata.insert(file_name, content);
+                    if self.metadata.len() as u64 > self.limits.max_files {
+                        return Err(self.limits.exceeded(LimitKind::Files, shown));
+                    }
+                }
+            }
             PathClass::ManifestsDir => {
                 if !kind.is_dir() {
                     return Err(ImageError::InvalidEntry {
@@ -365,7 +403,10 @@ impl LayerTree {
         if self.dir_layer.is_none() && self.files.is_empty() {
             return Err(ImageError::MissingManifests);
         }
-        let bundle = BundleFiles { files: self.files };
+        let bundle = BundleFiles {
+            files: self.files,
+            metadata: self.metadata,
+        };
         bundle.check_names()?;
         Ok(bundle)
     }

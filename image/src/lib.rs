@@ -34,7 +34,9 @@ pub use error::{BlobSize, ImageError, LimitKind, RegistryProtocol};
 pub use fetch::{FetchedArtifact, FetchedLayer};
 pub use layer::{BundleFiles, StoredFile};
 pub use limits::{EffectiveLimits, MAX_DEPTH, PARSE_STACK_BYTES, on_parse_stack};
-pub use objects::{BundleObject, ObjectSummary, is_list, parse_file, validate_files};
+pub use objects::{
+    BundleObject, ObjectSummary, is_list, parse_file, parse_mapping, validate_files,
+};
 pub use oci_client::Reference;
 pub use platform::Platform;
 pub use pull::{CanonicalTarball, PullRequest, PullStats, PulledBundle, PulledImage};

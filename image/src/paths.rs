@@ -5,6 +5,10 @@ use super::error::ImageError;
 /// The directory of the bundle inside the image.
 pub const MANIFESTS_DIR: &str = "manifests";
 
+/// The directory of an OLM `registry+v1` bundle's metadata (`metadata/annotations.yaml`):
+/// its files are kept beside `manifests/` for the provisioner that reads them.
+pub const METADATA_DIR: &str = "metadata";
+
 const WHITEOUT_PREFIX: &str = ".wh.";
 const OPAQUE_WHITEOUT: &str = ".wh..wh..opq";
 
@@ -23,6 +27,8 @@ pub enum PathClass {
     Opaque,
     /// `.wh.manifests` or `.wh..wh..opq` at the root: removes the whole directory.
     RemoveAll,
+    /// A regular file directly in `metadata/` (whiteouts there name nothing kept).
+    Metadata(String),
 }
 
 /// Normalises and classifies a tar entry path. `..` components and absolute paths are
@@ -53,6 +59,16 @@ pub fn classify(raw: &[u8]) -> Result<PathClass, ImageError> {
         return Ok(match *first {
             b"manifests" => PathClass::ManifestsDir,
             b".wh.manifests" | b".wh..wh..opq" => PathClass::RemoveAll,
+            _ => PathClass::Outside,
+        });
+    }
+    if *first == METADATA_DIR.as_bytes() && rest.len() == 1 && !raw.ends_with(b"/") {
+        return Ok(match std::str::from_utf8(rest[0]) {
+            Ok(name)
+                if !name.starts_with(WHITEOUT_PREFIX) && !name.chars().any(char::is_control) =>
+            {
+                PathClass::Metadata(name.to_string())
+            }
             _ => PathClass::Outside,
         });
     }
@@ -109,6 +125,22 @@ mod tests {
             }
             other => panic!("{path}: expected rejection, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn files_directly_in_metadata_are_kept_apart() {
+        assert_eq!(
+            class("metadata/annotations.yaml"),
+            PathClass::Metadata("annotations.yaml".into())
+        );
+        assert_eq!(
+            class("./metadata/annotations.yaml"),
+            PathClass::Metadata("annotations.yaml".into())
+        );
+        assert_eq!(class("metadata/"), PathClass::Outside);
+        assert_eq!(class("metadata/a/b.yaml"), PathClass::Outside);
+        assert_eq!(class("metadata/.wh.annotations.yaml"), PathClass::Outside);
+        assert!(classify(b"metadata/../x").is_err());
     }
 
     #[test]

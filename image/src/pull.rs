@@ -156,6 +156,52 @@ impl PulledBundle {
         })?
     }
 
+    /// Writes the canonical tarball of content rendered from this bundle by a provisioner
+    /// (`files`: names directly in `manifests/` and their contents) into the scratch
+    /// directory, and parses its objects from the same bytes, held to the pull's limits.
+    pub async fn write_rendered_tarball(
+        &self,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Result<CanonicalTarball, ImageError> {
+        let scratch = self.scratch.path().to_path_buf();
+        let limits = self.limits;
+        tokio::task::spawn_blocking(move || {
+            let mut rendered = BundleFiles::default();
+            for (index, (name, content)) in files.into_iter().enumerate() {
+                let path = scratch.join(format!("rendered-{index}"));
+                std::fs::write(&path, &content)
+                    .map_err(|e| ImageError::from_io(format!("writing manifests/{name}"), e))?;
+                if content.len() as u64 > limits.max_file_bytes {
+                    return Err(limits.exceeded(
+                        crate::error::LimitKind::FileBytes,
+                        format!("manifests/{name}"),
+                    ));
+                }
+                rendered.files.insert(
+                    name,
+                    crate::layer::StoredFile::new(path, content.len() as u64),
+                );
+            }
+            let path = scratch.join("rendered.tar.gz");
+            let (digest, objects) = write_canonical_file_objects(&rendered, &path, &limits)?;
+            Ok(CanonicalTarball {
+                path,
+                digest,
+                objects,
+            })
+        })
+        .await
+        .map_err(|e| ImageError::Io {
+            context: "writing the rendered tarball".into(),
+            source: io::Error::other(e.to_string()),
+        })?
+    }
+
+    /// The pull's limits.
+    pub fn limits(&self) -> &EffectiveLimits {
+        &self.limits
+    }
+
     /// Writes the files to `dir/manifests/` (which must not exist or be empty), so that `dir`
     /// is a bundle directory again.
     pub fn persist_to(self, dir: &Path) -> Result<(), ImageError> {

@@ -160,6 +160,24 @@ pub enum Error {
 
     #[error("impersonation: {0}")]
     Impersonation(String),
+
+    /// The configuration is wrong in the spec itself (`spec.config` given to a provisioner
+    /// that takes none).
+    #[error("{0}")]
+    InvalidConfig(String),
+
+    /// A `spec.configFrom` source cannot be read or is not a mapping: retried, and a change of
+    /// the source wakes the bundle.
+    #[error("{0}")]
+    ConfigSource(String),
+
+    /// The provisioner refused the content with this configuration.
+    #[error("{provisioner} could not render {image}: {message}")]
+    Render {
+        provisioner: String,
+        image: String,
+        message: String,
+    },
 }
 
 /// The steps of a pass, in order: where a failure happened.
@@ -288,7 +306,11 @@ impl Error {
             | Error::InvalidImageReference { .. }
             | Error::NamespaceRequired(_)
             | Error::ImageNotAllowed(_)
+            | Error::InvalidConfig(_)
             | Error::ServiceAccount(_) => Some(Stall::Spec),
+            // The content or the configuration must change: the bundle (its spec.config), a
+            // source of its configuration (watched), or the digest.
+            Error::Render { .. } => Some(Stall::Digest),
             Error::InvalidBundle { .. }
             | Error::InvalidBundleReported { .. }
             | Error::UnsafeCrdUpgrade { .. }
@@ -320,6 +342,7 @@ impl Error {
             | Error::Prune { .. }
             | Error::Uninstall { .. }
             | Error::Kube(_)
+            | Error::ConfigSource(_)
             | Error::Impersonation(_) => None,
         }
     }
@@ -368,6 +391,8 @@ impl Error {
             }
             Error::Forbidden { .. } => (INSTALLED, reasons::FORBIDDEN),
             Error::Impersonation(_) => (INSTALLED, reasons::APPLY_FAILED),
+            Error::InvalidConfig(_) | Error::ConfigSource(_) => (UNPACKED, reasons::INVALID_CONFIG),
+            Error::Render { .. } => (UNPACKED, reasons::RENDER_FAILED),
         }
     }
 

@@ -36,6 +36,10 @@ struct Flags {
     /// ID of its own, and classes naming it).
     #[arg(long, default_value = gantry_api::PLAIN_PROVISIONER)]
     provisioner_id: String,
+    /// The provisioner ID of the built-in OLM registry+v1 provisioner; empty turns it off (a
+    /// second installation takes an ID of its own here too).
+    #[arg(long, default_value = gantry_api::REGISTRY_PROVISIONER)]
+    registry_provisioner_id: String,
     /// Base URL of the storage server.
     #[arg(long)]
     storage_url: String,
@@ -161,7 +165,10 @@ fn options(flags: Flags) -> anyhow::Result<Options> {
     };
     let settings = Settings {
         namespace: flags.namespace,
-        provisioner_id: flags.provisioner_id,
+        provisioners: gantry_rules::class_selection::ServedProvisioners {
+            plain: flags.provisioner_id,
+            registry: Some(flags.registry_provisioner_id).filter(|id| !id.is_empty()),
+        },
         platform,
         apply_concurrency: flags.apply_concurrency.max(1),
         crd_timeout: flags.crd_timeout,

@@ -143,7 +143,7 @@ pub async fn run(
             config: config.clone(),
             namespace: options.settings.namespace.clone(),
             identity: options.identity.clone(),
-            provisioner_id: options.settings.provisioner_id.clone(),
+            provisioners: options.settings.provisioners.clone(),
             reconcile_concurrency: options.reconcile_concurrency,
             leader,
             metrics: ShardMetrics {

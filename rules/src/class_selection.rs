@@ -31,17 +31,72 @@ pub enum ClassMissing {
     NoDefaultClass,
 }
 
+/// The provisioners one installation of Gantry serves, by the IDs classes name in
+/// `spec.provisioner`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServedProvisioners {
+    /// The built-in `plain+v0` provisioner's ID (`--provisioner-id`).
+    pub plain: String,
+    /// The built-in OLM `registry+v1` provisioner's ID (`--registry-provisioner-id`); `None`
+    /// when it is turned off.
+    pub registry: Option<String>,
+}
+
+/// How a served provisioner turns content into objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProvisionerKind {
+    /// `plain+v0`: the objects are the image's manifests.
+    Plain,
+    /// OLM `registry+v1`: the objects are rendered from the bundle in-process.
+    Registry,
+}
+
+impl Default for ServedProvisioners {
+    fn default() -> Self {
+        ServedProvisioners {
+            plain: gantry_api::PLAIN_PROVISIONER.into(),
+            registry: Some(gantry_api::REGISTRY_PROVISIONER.into()),
+        }
+    }
+}
+
+impl ServedProvisioners {
+    /// Only the plain provisioner, with ID `plain`.
+    pub fn plain(plain: impl Into<String>) -> Self {
+        ServedProvisioners {
+            plain: plain.into(),
+            registry: None,
+        }
+    }
+
+    /// Which provisioner `id` names, when it is served here.
+    pub fn kind(&self, id: &str) -> Option<ProvisionerKind> {
+        if id == self.plain {
+            Some(ProvisionerKind::Plain)
+        } else if self.registry.as_deref() == Some(id) {
+            Some(ProvisionerKind::Registry)
+        } else {
+            None
+        }
+    }
+
+    /// Whether `id` is served here.
+    pub fn serves(&self, id: &str) -> bool {
+        self.kind(id).is_some()
+    }
+}
+
 /// Picks the class of `bundle` among `classes`: the named one, or the default class; it is
-/// ours when its `spec.provisioner` is `provisioner_id`.
+/// ours when its `spec.provisioner` is one `served`.
 pub fn select(
     bundle: &Bundle,
     classes: &[Arc<ProvisionerClass>],
-    provisioner_id: &str,
+    served: &ServedProvisioners,
 ) -> Selection {
     select_by_name(
         bundle.spec.provisioner_class_name.as_deref(),
         classes,
-        provisioner_id,
+        served,
     )
 }
 
@@ -49,7 +104,7 @@ pub fn select(
 pub fn select_by_name(
     class_name: Option<&str>,
     classes: &[Arc<ProvisionerClass>],
-    provisioner_id: &str,
+    served: &ServedProvisioners,
 ) -> Selection {
     let class = match class_name {
         Some(name) => match classes.iter().find(|c| c.name_any() == name) {
@@ -61,7 +116,7 @@ pub fn select_by_name(
             None => return Selection::Missing(ClassMissing::NoDefaultClass),
         },
     };
-    if class.spec.provisioner == provisioner_id {
+    if served.serves(&class.spec.provisioner) {
         Selection::Serve(class)
     } else {
         Selection::NotOurs
@@ -158,7 +213,7 @@ mod tests {
     fn named_class_of_ours_is_served() {
         let classes = [class("plain", PLAIN_PROVISIONER, false)];
         assert!(
-            matches!(select(&bundle(Some("plain")), &classes, PLAIN_PROVISIONER), Selection::Serve(c) if c.name_any() == "plain")
+            matches!(select(&bundle(Some("plain")), &classes, &ServedProvisioners::plain(PLAIN_PROVISIONER)), Selection::Serve(c) if c.name_any() == "plain")
         );
     }
 
@@ -166,11 +221,19 @@ mod tests {
     fn another_provisioner_is_left_alone() {
         let classes = [class("other", "example.com/other", true)];
         assert!(matches!(
-            select(&bundle(Some("other")), &classes, PLAIN_PROVISIONER),
+            select(
+                &bundle(Some("other")),
+                &classes,
+                &ServedProvisioners::plain(PLAIN_PROVISIONER)
+            ),
             Selection::NotOurs
         ));
         assert!(matches!(
-            select(&bundle(None), &classes, PLAIN_PROVISIONER),
+            select(
+                &bundle(None),
+                &classes,
+                &ServedProvisioners::plain(PLAIN_PROVISIONER)
+            ),
             Selection::NotOurs
         ));
     }
@@ -183,20 +246,32 @@ mod tests {
         ];
         // The second installation serves only the classes naming its ID...
         assert!(matches!(
-            select(&bundle(Some("team")), &classes, "gantry.dev/plain-team"),
+            select(&bundle(Some("team")), &classes, &ServedProvisioners::plain("gantry.dev/plain-team")),
             Selection::Serve(c) if c.name_any() == "team"
         ));
         assert!(matches!(
-            select(&bundle(Some("plain")), &classes, "gantry.dev/plain-team"),
+            select(
+                &bundle(Some("plain")),
+                &classes,
+                &ServedProvisioners::plain("gantry.dev/plain-team")
+            ),
             Selection::NotOurs
         ));
         assert!(matches!(
-            select(&bundle(None), &classes, "gantry.dev/plain-team"),
+            select(
+                &bundle(None),
+                &classes,
+                &ServedProvisioners::plain("gantry.dev/plain-team")
+            ),
             Selection::NotOurs
         ));
         // ...and the first leaves those alone.
         assert!(matches!(
-            select(&bundle(Some("team")), &classes, PLAIN_PROVISIONER),
+            select(
+                &bundle(Some("team")),
+                &classes,
+                &ServedProvisioners::plain(PLAIN_PROVISIONER)
+            ),
             Selection::NotOurs
         ));
     }
@@ -205,11 +280,15 @@ mod tests {
     fn missing_and_default_classes() {
         let classes = [class("plain", PLAIN_PROVISIONER, false)];
         assert!(matches!(
-            select(&bundle(Some("nope")), &classes, PLAIN_PROVISIONER),
+            select(&bundle(Some("nope")), &classes, &ServedProvisioners::plain(PLAIN_PROVISIONER)),
             Selection::Missing(ClassMissing::ClassNotFound(name)) if name == "nope"
         ));
         assert!(matches!(
-            select(&bundle(None), &classes, PLAIN_PROVISIONER),
+            select(
+                &bundle(None),
+                &classes,
+                &ServedProvisioners::plain(PLAIN_PROVISIONER)
+            ),
             Selection::Missing(ClassMissing::NoDefaultClass)
         ));
         let classes = [
@@ -217,7 +296,7 @@ mod tests {
             class("d", PLAIN_PROVISIONER, true),
         ];
         assert!(
-            matches!(select(&bundle(None), &classes, PLAIN_PROVISIONER), Selection::Serve(c) if c.name_any() == "d")
+            matches!(select(&bundle(None), &classes, &ServedProvisioners::plain(PLAIN_PROVISIONER)), Selection::Serve(c) if c.name_any() == "d")
         );
     }
 

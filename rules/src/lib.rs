@@ -3,8 +3,10 @@
 //! Nothing here talks to an API server; every rule is tested without one.
 
 pub mod allowed_images;
+pub mod approval;
 pub mod class_selection;
 pub mod conditions;
+pub mod config;
 pub mod crd_upgrade;
 pub mod duration;
 pub mod go_json;

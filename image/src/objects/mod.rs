@@ -19,6 +19,6 @@ mod walk;
 
 pub use names::{dns_label, subdomain};
 pub use parse::{BundleObject, parse_file};
-pub use rules::is_list;
+pub use rules::{is_list, parse_mapping};
 pub use validate::{ObjectSummary, summarize_file, validate_files};
 pub(crate) use validate::{check_objects, summarize_stored};

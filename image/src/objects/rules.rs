@@ -261,3 +261,35 @@ fn documents<'de, T: Deserialize<'de>>(
     serde_saphyr::from_slice_multiple_with_options(content, yaml_options(limits))
         .map_err(|e| yaml_error(file, &e))
 }
+
+/// One YAML (or JSON) document holding a mapping, such as a key of a ConfigMap holding a
+/// bundle's configuration, parsed within the limits on the parse stack. `what` names it in
+/// errors. An empty document is an empty mapping.
+pub fn parse_mapping(
+    what: &str,
+    content: &[u8],
+    limits: &EffectiveLimits,
+) -> Result<serde_json::Map<String, serde_json::Value>, ImageError> {
+    if content.len() as u64 > limits.max_file_bytes {
+        return Err(limits.exceeded(crate::error::LimitKind::FileBytes, what.to_string()));
+    }
+    let documents: Vec<serde_json::Value> = on_parse_stack(|| {
+        serde_saphyr::from_slice_multiple_with_options(content, yaml_options(limits))
+            .map_err(|e| yaml_error(what, &e))
+    })?;
+    let invalid = |message: &str| ImageError::InvalidYaml {
+        file: what.to_string(),
+        line: None,
+        message: message.to_string(),
+    };
+    let mut documents = documents.into_iter().filter(|d| !d.is_null());
+    let mapping = match documents.next() {
+        None => serde_json::Map::new(),
+        Some(serde_json::Value::Object(map)) => map,
+        Some(_) => return Err(invalid("holds no mapping")),
+    };
+    if documents.next().is_some() {
+        return Err(invalid("holds more than one document"));
+    }
+    Ok(mapping)
+}

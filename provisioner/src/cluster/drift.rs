@@ -140,6 +140,70 @@ impl DriftWatches {
         });
     }
 
+    /// Makes sure the ConfigMaps and Secrets of `namespace` are watched as `applier`, the
+    /// identity that reads a bundle's `spec.configFrom` there: a change of one wakes the
+    /// bundles reading it (`sources`), at once rather than at the next interval. Metadata
+    /// only, and only where some bundle reads its configuration: the provisioner itself may
+    /// not read Secrets.
+    pub fn ensure_config_sources(
+        &self,
+        applier: &Applier,
+        namespace: &str,
+        sources: &Arc<crate::state::dependents::Dependents>,
+    ) {
+        for kind in ["ConfigMap", "Secret"] {
+            let key: KindKey = (
+                applier.account.clone(),
+                String::new(),
+                "v1".into(),
+                format!("{kind} (configuration)"),
+            );
+            let scope = Scope::Namespace(namespace.to_string());
+            let Ok(mut started) = self.started.lock() else {
+                return;
+            };
+            if !started.insert((key, scope)) {
+                continue;
+            }
+            let resource = ApiResource {
+                group: String::new(),
+                version: "v1".into(),
+                api_version: "v1".into(),
+                kind: kind.into(),
+                plural: format!("{}s", kind.to_lowercase()),
+            };
+            let api: Api<PartialObjectMeta<DynamicObject>> =
+                Api::namespaced_with(applier.client.clone(), namespace, &resource);
+            let (sender, sources, namespace) =
+                (self.sender.clone(), sources.clone(), namespace.to_string());
+            tokio::spawn(async move {
+                let mut events = watcher::watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .boxed();
+                while let Some(event) = events.next().await {
+                    let object = match event {
+                        Ok(Event::Apply(object) | Event::Delete(object)) => object,
+                        Ok(_) => continue,
+                        Err(error) => {
+                            tracing::debug!(kind, %namespace, %error, "configuration watch error; the watcher retries");
+                            continue;
+                        }
+                    };
+                    let key = crate::state::dependents::config_source_key(
+                        kind,
+                        &namespace,
+                        &object.name_any(),
+                    );
+                    for bundle in sources.of(&key) {
+                        if sender.send(bundle).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    }
+
     fn is_started(&self, kind: &KindKey, scope: &Scope) -> bool {
         self.started
             .lock()

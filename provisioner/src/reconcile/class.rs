@@ -14,7 +14,7 @@ use gantry_rules::class_selection::validate;
 
 #[tracing::instrument(name = "reconcile_class", skip_all, fields(class = %class.name_any()))]
 pub async fn reconcile(class: Arc<ProvisionerClass>, ctx: Arc<Context>) -> Result<Action> {
-    if class.spec.provisioner != ctx.settings.provisioner_id {
+    if !ctx.settings.provisioners.serves(&class.spec.provisioner) {
         return Ok(Action::await_change());
     }
     let current = class.status.clone().unwrap_or_default();

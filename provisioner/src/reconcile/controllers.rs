@@ -92,6 +92,7 @@ pub async fn run(
     let (bundle_store, bundle_writer) = reflector::store::<Bundle>();
     let claims = ctx.claims.clone();
     let dependents = ctx.dependents.clone();
+    let config_sources = ctx.config_sources.clone();
     let forget = ctx.clone();
     let bundle_events = watched_bundles
         .default_backoff()
@@ -100,6 +101,7 @@ pub async fn run(
         // Every bundle's inventory, so that no bundle takes an object another one lists.
         .inspect_ok(move |event| claims.observe(event))
         .inspect_ok(move |event| dependents.observe(event))
+        .inspect_ok(move |event| config_sources.observe(event))
         .scan(Triggers::default(), move |triggers, event| {
             let passed = triggers.filter(event);
             // A bundle that left the watch (deleted, or its slot went to another replica)

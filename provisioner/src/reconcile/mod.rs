@@ -36,11 +36,13 @@ use kube::runtime::controller::Action;
 use crate::cluster::apply::Observed;
 use crate::cluster::identity::Applier;
 use crate::error::{Failure, Result, Stall, Step, at};
+use crate::source::render::{Configuration, configuration};
 use crate::state::Context;
 use crate::state::metrics::{ReasonLabels, ResultLabels};
 use crate::status::{self, remove_condition, summarize};
 use gantry_api::conditions::types;
 use gantry_rules::allowed_images;
+use gantry_rules::class_selection::ProvisionerKind;
 
 /// How soon a pass that found the bundle store behind the provisioner's last write looks again.
 const STORE_CATCH_UP: Duration = Duration::from_millis(100);
@@ -330,9 +332,12 @@ async fn update(
     let resolved = verify::verify(pass, class, resolved)
         .await
         .map_err(at(Step::Verify))?;
+    let configuration = configure(pass, class, applier)
+        .await
+        .map_err(at(Step::Unpack))?;
     let mut content = proceed!(
         Step::Unpack,
-        unpack::unpack_and_store(pass, class, resolved).await
+        unpack::unpack_and_store(pass, class, resolved, configuration.as_ref()).await
     );
     let plan = proceed!(Step::Plan, plan::plan(pass, &mut content, applier).await);
     proceed!(
@@ -344,6 +349,34 @@ async fn update(
         apply::apply_and_prune(pass, class, &content, &plan, applier).await
     );
     Ok(assess_health(pass, applier, &observed).await)
+}
+
+/// The bundle's configuration for its class's provisioner, read with the bundle's identity;
+/// its digest goes to `status.configDigest`, which an approval records.
+async fn configure(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    applier: &Applier,
+) -> Result<Option<Configuration>> {
+    let provisioner = &class.spec.provisioner;
+    let kind = pass
+        .ctx
+        .settings
+        .provisioners
+        .kind(provisioner)
+        .unwrap_or(ProvisionerKind::Plain);
+    let limits = gantry_image::EffectiveLimits::from_api(class.spec.limits.as_ref());
+    if !pass.bundle.spec.config_from.is_empty()
+        && let Some(namespace) = pass.bundle.spec.install_namespace.as_deref()
+    {
+        let ctx = pass.ctx;
+        ctx.drift
+            .ensure_config_sources(applier, namespace, &ctx.config_sources);
+    }
+    let configuration =
+        configuration(pass.bundle, kind, provisioner, &applier.client, &limits).await?;
+    pass.status.config_digest = configuration.as_ref().map(|c| c.digest.clone());
+    Ok(configuration)
 }
 
 /// The last step: the health of what is installed, and when to come back (the next visit, or

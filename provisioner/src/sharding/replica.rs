@@ -21,7 +21,7 @@ pub struct Replica {
     pub namespace: String,
     /// The shard's name.
     pub identity: String,
-    pub provisioner_id: String,
+    pub provisioners: gantry_rules::class_selection::ServedProvisioners,
     /// Bundles reconciled at once across all shards.
     pub reconcile_concurrency: u16,
     /// `None` runs the sharder at once.
@@ -217,7 +217,7 @@ impl Replica {
         sharder::run(
             self.client.clone(),
             self.namespace.clone(),
-            self.provisioner_id.clone(),
+            self.provisioners.clone(),
             self.metrics.clone(),
             stop,
         )

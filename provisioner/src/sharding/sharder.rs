@@ -126,7 +126,7 @@ fn let_go(
 pub async fn run(
     client: Client,
     namespace: String,
-    provisioner_id: String,
+    provisioners: gantry_rules::class_selection::ServedProvisioners,
     metrics: ShardMetrics,
     stop: impl Future<Output = ()>,
 ) {
@@ -232,7 +232,7 @@ pub async fn run(
                         match select_by_name(
                             placement.class_name.as_deref(),
                             &classes,
-                            &provisioner_id,
+                            &provisioners,
                         ) {
                             Selection::NotOurs => None,
                             Selection::Serve(_) => Some((placement, true)),

@@ -4,4 +4,5 @@
 pub mod node_pull;
 pub mod pulled;
 pub mod registry;
+pub mod render;
 pub mod storage;

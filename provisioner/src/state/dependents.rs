@@ -13,9 +13,20 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
 /// The index: each dependency's dependents, and each dependent's dependencies.
-#[derive(Default)]
 pub struct Dependents {
     index: RwLock<Index>,
+    /// What a bundle depends on, by key.
+    keys: fn(&Bundle) -> Vec<Arc<str>>,
+}
+
+impl Default for Dependents {
+    /// The bundles each bundle's `spec.dependsOn` names.
+    fn default() -> Self {
+        Dependents {
+            index: RwLock::default(),
+            keys: dependencies_of,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -24,6 +35,36 @@ struct Index {
     by_dependent: HashMap<Arc<str>, Vec<Arc<str>>>,
     /// The bundles of a relist under way: they replace the index once it is done.
     relist: Option<HashMap<Arc<str>, Vec<Arc<str>>>>,
+}
+
+/// The key of a ConfigMap or Secret a bundle's `spec.configFrom` reads.
+pub fn config_source_key(kind: &str, namespace: &str, name: &str) -> Arc<str> {
+    Arc::from(format!("{kind}/{namespace}/{name}"))
+}
+
+/// The ConfigMaps and Secrets a bundle's configuration is read from (in its install
+/// namespace).
+fn config_sources_of(bundle: &Bundle) -> Vec<Arc<str>> {
+    let Some(namespace) = bundle.spec.install_namespace.as_deref() else {
+        return Vec::new();
+    };
+    bundle
+        .spec
+        .config_from
+        .iter()
+        .map(|source| config_source_key(&format!("{:?}", source.kind), namespace, &source.name))
+        .collect()
+}
+
+impl Dependents {
+    /// The ConfigMaps and Secrets each bundle's `spec.configFrom` reads, keyed by
+    /// [`config_source_key`]: a change of one wakes the bundles reading it.
+    pub fn on_config_sources() -> Self {
+        Dependents {
+            index: RwLock::default(),
+            keys: config_sources_of,
+        }
+    }
 }
 
 fn dependencies_of(bundle: &Bundle) -> Vec<Arc<str>> {
@@ -43,12 +84,12 @@ impl Dependents {
         };
         match event {
             watcher::Event::Apply(bundle) => {
-                index.set(bundle.name_any().into(), dependencies_of(bundle))
+                index.set(bundle.name_any().into(), (self.keys)(bundle))
             }
             watcher::Event::Delete(bundle) => index.set(bundle.name_any().into(), Vec::new()),
             watcher::Event::Init => index.relist = Some(HashMap::new()),
             watcher::Event::InitApply(bundle) => {
-                let dependencies = dependencies_of(bundle);
+                let dependencies = (self.keys)(bundle);
                 if let Some(relist) = index.relist.as_mut()
                     && !dependencies.is_empty()
                 {
@@ -63,7 +104,8 @@ impl Dependents {
         }
     }
 
-    /// The bundles whose `spec.dependsOn` names `changed`.
+    /// The bundles that depend on `changed` (for the default index, whose `spec.dependsOn`
+    /// names it).
     pub fn of(&self, changed: &str) -> Vec<ObjectRef<Bundle>> {
         let Ok(index) = self.index.read() else {
             return Vec::new();
@@ -166,5 +208,30 @@ mod tests {
         assert_eq!(names(&dependents, "a"), ["gone"]);
         dependents.observe(&watcher::Event::InitDone);
         assert_eq!(names(&dependents, "a"), ["b"]);
+    }
+
+    #[test]
+    fn a_changed_config_source_wakes_the_bundles_reading_it() {
+        let sources = Dependents::on_config_sources();
+        let mut reads = bundle("reads", &[]);
+        reads.spec.install_namespace = Some("apps".into());
+        reads.spec.config_from = vec![gantry_api::ConfigSource {
+            kind: gantry_api::ConfigSourceKind::Secret,
+            name: "values".into(),
+            key: None,
+            optional: false,
+        }];
+        sources.observe(&watcher::Event::Apply(reads));
+        sources.observe(&watcher::Event::Apply(bundle("other", &["values"])));
+        let woken = |kind: &str, namespace: &str| {
+            names(&sources, &config_source_key(kind, namespace, "values"))
+        };
+        assert_eq!(woken("Secret", "apps"), ["reads"]);
+        assert!(woken("ConfigMap", "apps").is_empty());
+        assert!(woken("Secret", "elsewhere").is_empty());
+        assert!(
+            names(&sources, "values").is_empty(),
+            "dependsOn is another index"
+        );
     }
 }

@@ -45,10 +45,10 @@ use gantry_rules::identity::ServiceAccountDefaults;
 pub struct Settings {
     /// Namespace holding pull secrets and the registry CA secret.
     pub namespace: String,
-    /// The `ProvisionerClass.spec.provisioner` served: bundles of classes naming another one
-    /// are left alone, so that two installations share a cluster without touching each
+    /// The `ProvisionerClass.spec.provisioner` IDs served: bundles of classes naming another
+    /// one are left alone, so that two installations share a cluster without touching each
     /// other's bundles.
-    pub provisioner_id: String,
+    pub provisioners: gantry_rules::class_selection::ServedProvisioners,
     /// Platform selected from image indexes when the class names none.
     pub platform: Platform,
     /// Objects applied at once.
@@ -77,7 +77,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             namespace: "gantry-system".into(),
-            provisioner_id: gantry_api::PLAIN_PROVISIONER.into(),
+            provisioners: Default::default(),
             platform: Platform::current(),
             apply_concurrency: 16,
             crd_timeout: Duration::from_secs(60),
@@ -125,6 +125,8 @@ pub struct Context {
     pub claims: Arc<Claims>,
     /// Which bundles name each bundle in `spec.dependsOn`, kept by the Bundle watch.
     pub dependents: Arc<Dependents>,
+    /// Which bundles read each ConfigMap and Secret (`spec.configFrom`), from the Bundle watch.
+    pub config_sources: Arc<Dependents>,
     /// Bundles whose new content or spec is held back while their installed content stays
     /// (and is repaired).
     pub held_updates: HeldUpdates,
@@ -172,6 +174,7 @@ impl Context {
             pulled: PulledContents::new(pull_cache_bytes),
             claims: Default::default(),
             dependents: Default::default(),
+            config_sources: Arc::new(Dependents::on_config_sources()),
             held_updates: Default::default(),
             forbidden: Default::default(),
             shard: None,

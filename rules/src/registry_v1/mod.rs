@@ -55,6 +55,30 @@ pub enum RegistryError {
     UnsupportedObject { kind: String, name: String },
     #[error("spec.config.watchNamespace: {0}")]
     WatchNamespace(String),
+    #[error("spec.config: {0}")]
+    Config(String),
+}
+
+/// The options a bundle's configuration (`spec.config`) may set for `gantry.dev/registry`, as
+/// OLM v1's ClusterExtension takes them: `watchNamespace` only.
+pub fn watch_namespace(
+    config: &serde_json::Map<String, Value>,
+) -> Result<Option<String>, RegistryError> {
+    if let Some(unknown) = config.keys().find(|key| *key != "watchNamespace") {
+        return Err(RegistryError::Config(format!(
+            "{unknown} is not an option of gantry.dev/registry (it takes watchNamespace only)"
+        )));
+    }
+    match config.get("watchNamespace") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(namespace)) => match gantry_image::objects::dns_label(namespace) {
+            Ok(()) => Ok(Some(namespace.clone())),
+            Err(why) => Err(RegistryError::WatchNamespace(format!(
+                "{namespace:?} is not a namespace name: {why}"
+            ))),
+        },
+        Some(_) => Err(RegistryError::WatchNamespace("must be a string".into())),
+    }
 }
 
 impl RegistryBundle {
@@ -90,7 +114,8 @@ impl RegistryBundle {
         })
     }
 
-    fn csv_name(&self) -> String {
+    /// The ClusterServiceVersion's name (`argocd-operator.v0.6.0`).
+    pub fn csv_name(&self) -> String {
         name(&self.csv)
     }
 

@@ -282,3 +282,29 @@ fn related_images_are_listed() {
     });
     assert_eq!(bundle.related_images(), ["quay.io/a/b@sha256:00"]);
 }
+
+#[test]
+fn the_configuration_takes_watch_namespace_only() {
+    use super::watch_namespace;
+    let config = |v: serde_json::Value| v.as_object().unwrap().clone();
+    assert_eq!(watch_namespace(&config(serde_json::json!({}))), Ok(None));
+    assert_eq!(
+        watch_namespace(&config(serde_json::json!({"watchNamespace": "apps"}))),
+        Ok(Some("apps".into()))
+    );
+    let unknown = watch_namespace(&config(serde_json::json!({"replicas": 2}))).unwrap_err();
+    assert!(
+        unknown
+            .to_string()
+            .starts_with("spec.config: replicas is not an option"),
+        "{unknown}"
+    );
+    let invalid =
+        watch_namespace(&config(serde_json::json!({"watchNamespace": "Not_A_Name"}))).unwrap_err();
+    assert!(
+        invalid
+            .to_string()
+            .starts_with("spec.config.watchNamespace: \"Not_A_Name\""),
+        "{invalid}"
+    );
+}

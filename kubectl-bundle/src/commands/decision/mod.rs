@@ -199,11 +199,7 @@ pub fn decide(
         });
     }
     let approved = status.approval.as_ref().is_some_and(|a| {
-        a.digest == digest
-            && a.decision == ApprovalDecision::Approved
-            && a.images == bundle.spec.images
-            && a.patches == bundle.spec.patches
-            && a.ignore == bundle.spec.ignore
+        gantry_rules::approval::approves(a, digest, &bundle.spec, status.config_digest.as_deref())
     });
     if approved && decision == ApprovalDecision::Approved {
         return Err(DecisionError::AlreadyApproved {
@@ -267,8 +263,8 @@ async fn write(
     if let Some(who) = &approved_by {
         approval["approvedBy"] = json!(who);
     }
-    // The decision covers the patches and image rewrites shown with it: a change of them
-    // needs a new one.
+    // The decision covers the patches, image rewrites and ignore rules shown with it: a change
+    // of them needs a new one.
     if !shown.spec.images.is_empty() {
         approval["images"] = json!(shown.spec.images);
     }
@@ -277,6 +273,10 @@ async fn write(
     }
     if !shown.spec.ignore.is_empty() {
         approval["ignore"] = json!(shown.spec.ignore);
+    }
+    // And the configuration the content was rendered with.
+    if let Some(config_digest) = shown.status.as_ref().and_then(|s| s.config_digest.as_ref()) {
+        approval["configDigest"] = json!(config_digest);
     }
     // The resourceVersion makes the write fail if the bundle changed since it was shown.
     let patch = json!({

@@ -1,9 +1,7 @@
 //! Step 5: approval, bound to the resolved digest.
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{
-    Approval, ApprovalDecision, ApprovalPolicy, BundlePatch, ImageOverride, ProvisionerClass,
-};
+use gantry_api::{Approval, ApprovalDecision, ApprovalPolicy, BundleSpec, ProvisionerClass};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -32,9 +30,8 @@ pub(crate) async fn approve(
         &pass.name,
         digest,
         &Changes {
-            images: &pass.bundle.spec.images,
-            patches: &pass.bundle.spec.patches,
-            ignore: &pass.bundle.spec.ignore,
+            spec: &pass.bundle.spec,
+            config_digest: pass.status.config_digest.as_deref(),
         },
         pass.status.approval.as_ref(),
     );
@@ -89,29 +86,18 @@ pub(crate) async fn approve(
     }
 }
 
-/// What the spec changes in the objects of a digest: a decision covers the ones it was given
-/// with.
-#[derive(Clone, Copy, Debug, Default)]
+/// What makes the objects of a digest what they are besides the content: a decision covers
+/// the spec fields and configuration it was given with.
+#[derive(Clone, Copy, Debug)]
 struct Changes<'a> {
-    images: &'a [ImageOverride],
-    patches: &'a [BundlePatch],
-    ignore: &'a [gantry_api::IgnoreRule],
+    spec: &'a BundleSpec,
+    config_digest: Option<&'a str>,
 }
 
 impl Changes<'_> {
     /// The fields of the spec that differ from the ones `approval` was given with.
     fn differing(&self, approval: &Approval) -> Vec<&'static str> {
-        let mut fields = Vec::new();
-        if approval.patches != self.patches {
-            fields.push("spec.patches");
-        }
-        if approval.images != self.images {
-            fields.push("spec.images");
-        }
-        if approval.ignore != self.ignore {
-            fields.push("spec.ignore");
-        }
-        fields
+        gantry_rules::approval::differing(approval, self.spec, self.config_digest)
     }
 }
 
@@ -194,6 +180,7 @@ fn verdict(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gantry_api::{BundlePatch, ImageOverride};
 
     fn decision(decision: ApprovalDecision, digest: &str, reason: Option<&str>) -> Approval {
         Approval {
@@ -216,7 +203,13 @@ mod tests {
     }
 
     fn manual(approval: Option<&Approval>) -> Verdict {
-        manual_with(Changes::default(), approval)
+        manual_with(
+            Changes {
+                spec: &BundleSpec::default(),
+                config_digest: None,
+            },
+            approval,
+        )
     }
 
     #[test]
@@ -226,7 +219,10 @@ mod tests {
             "plain",
             "b",
             "sha256:x",
-            &Changes::default(),
+            &Changes {
+                spec: &BundleSpec::default(),
+                config_digest: None,
+            },
             None,
         );
         assert!(v.approved);
@@ -278,9 +274,13 @@ mod tests {
         let mut approved = decision(ApprovalDecision::Approved, "sha256:new", None);
         approved.images = vec![mirror.clone()];
         let with = |images: &[ImageOverride]| {
+            let spec = BundleSpec {
+                images: images.to_vec(),
+                ..BundleSpec::default()
+            };
             let changes = Changes {
-                images,
-                ..Changes::default()
+                spec: &spec,
+                config_digest: None,
             };
             manual_with(changes, Some(&approved))
         };
@@ -307,10 +307,14 @@ mod tests {
         let mut approved = decision(ApprovalDecision::Approved, "sha256:new", None);
         approved.patches = vec![remove_replicas.clone()];
         let with = |patches: &[BundlePatch], images: &[ImageOverride]| {
+            let spec = BundleSpec {
+                images: images.to_vec(),
+                patches: patches.to_vec(),
+                ..BundleSpec::default()
+            };
             let changes = Changes {
-                images,
-                patches,
-                ignore: &[],
+                spec: &spec,
+                config_digest: None,
             };
             manual_with(changes, Some(&approved))
         };
@@ -340,6 +344,34 @@ mod tests {
         assert!(
             v.message
                 .starts_with("spec.patches and spec.images changed"),
+            "{}",
+            v.message
+        );
+    }
+
+    #[test]
+    fn a_decision_covers_the_configuration_it_was_given_with() {
+        let (old, new) = (
+            format!("sha256:{}", "1".repeat(64)),
+            format!("sha256:{}", "2".repeat(64)),
+        );
+        let mut approved = decision(ApprovalDecision::Approved, "sha256:new", None);
+        approved.config_digest = Some(old.clone());
+        let spec = BundleSpec::default();
+        let with = |config_digest: &str| {
+            let changes = Changes {
+                spec: &spec,
+                config_digest: Some(config_digest),
+            };
+            manual_with(changes, Some(&approved))
+        };
+        assert!(with(&old).approved);
+        let v = with(&new);
+        assert_eq!((v.approved, v.reason), (false, reasons::AWAITING_APPROVAL));
+        assert!(
+            v.message.starts_with(
+                "the configuration (spec.config, spec.configFrom) changed since sha256:new was approved"
+            ),
             "{}",
             v.message
         );

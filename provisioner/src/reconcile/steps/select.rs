@@ -22,7 +22,7 @@ pub(crate) async fn class(pass: &mut Pass<'_>) -> Result<Flow<Arc<ProvisionerCla
     let class = match select(
         pass.bundle,
         &pass.ctx.classes.state(),
-        &pass.ctx.settings.provisioner_id,
+        &pass.ctx.settings.provisioners,
     ) {
         Selection::NotOurs => return Ok(Flow::Stop(Outcome::Untouched)),
         Selection::Missing(error) => return Err(error.into()),

@@ -142,7 +142,7 @@ pub(crate) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
     // Another installation's bundle is that installation's to remove (its finalizer has the
     // same name). A bundle whose class is gone is removed by whichever serves it now.
     if matches!(
-        select(bundle, &ctx.classes.state(), &ctx.settings.provisioner_id),
+        select(bundle, &ctx.classes.state(), &ctx.settings.provisioners),
         Selection::NotOurs
     ) {
         return Ok(Outcome::Untouched);
@@ -242,7 +242,7 @@ fn uninstall_applier(pass: &Pass<'_>) -> Result<Applier> {
     let account = match select(
         pass.bundle,
         &ctx.classes.state(),
-        &ctx.settings.provisioner_id,
+        &ctx.settings.provisioners,
     ) {
         Selection::Serve(class) => {
             service_account_for(pass.bundle, &class, &ctx.settings.service_accounts)?

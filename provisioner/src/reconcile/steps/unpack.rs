@@ -15,7 +15,9 @@ use crate::reconcile::pass::{Flow, Pass};
 use crate::source::node_pull::driver::{NodeUnpacked, unpack_on_node};
 use crate::source::pulled::{PullKey, PulledContent};
 use crate::source::registry::{SharedClient, digest_of, is_digest_reference};
+use crate::source::render::{Configuration, input, render_registry, rendered_from};
 use crate::state::Context;
+use gantry_rules::class_selection::ProvisionerKind;
 
 /// The content to install.
 pub(crate) struct Content {
@@ -31,6 +33,7 @@ pub(crate) async fn unpack_and_store(
     pass: &mut Pass<'_>,
     class: &ProvisionerClass,
     resolved: Resolved,
+    configuration: Option<&Configuration>,
 ) -> Result<Flow<Content>> {
     let Resolved {
         image: resolved_image,
@@ -39,8 +42,51 @@ pub(crate) async fn unpack_and_store(
     let limits = EffectiveLimits::from_api(class.spec.limits.as_ref());
     let content_before = pass.status.content_digest.clone();
     let mut resolved_image = resolved_image;
-    let objects = match stored_content(pass, &resolved_image).await? {
+    let provisioner = class.spec.provisioner.as_str();
+    let kind = pass
+        .ctx
+        .settings
+        .provisioners
+        .kind(provisioner)
+        .unwrap_or(ProvisionerKind::Plain);
+    // What rendered content depends on; `None` for plain content.
+    let render = match (kind, configuration) {
+        (ProvisionerKind::Registry, Some(configuration)) => {
+            if class.spec.pull_mode == PullMode::Node {
+                return Err(Error::InvalidClass {
+                    class: class.name_any(),
+                    message: format!(
+                        "spec.pullMode: Node is not supported by {provisioner}: its bundles are pulled by the provisioner"
+                    ),
+                });
+            }
+            let digest = digest_of(&resolved_image).unwrap_or_default().to_string();
+            let input_digest =
+                input(pass.bundle, &pass.name, &digest, configuration, provisioner).digest();
+            Some((configuration, input_digest))
+        }
+        _ => None,
+    };
+    let stored = stored_content(pass, &resolved_image).await?.filter(|_| {
+        rendered_from(
+            pass.status.rendered.as_ref(),
+            render.as_ref().map(|(_, input)| input.as_str()),
+        )
+    });
+    let objects = match stored {
         Some(content_digest) => read_stored(pass, &content_digest, &limits).await?,
+        None if render.is_some() => {
+            let configuration = render.map(|(configuration, _)| configuration);
+            pull_and_store(
+                pass,
+                class,
+                &resolved_image,
+                registry,
+                limits,
+                configuration,
+            )
+            .await?
+        }
         None if class.spec.pull_mode == PullMode::Node => {
             // A verified digest is what the Pod runs: the node pulls exactly what was verified.
             let image = match class.spec.verify {
@@ -51,8 +97,11 @@ pub(crate) async fn unpack_and_store(
             resolved_image = pulled.0;
             pulled.1
         }
-        None => pull_and_store(pass, class, &resolved_image, registry, limits).await?,
+        None => pull_and_store(pass, class, &resolved_image, registry, limits, None).await?,
     };
+    if kind == ProvisionerKind::Plain {
+        pass.status.rendered = None;
+    }
     pass.status.resolved_image = Some(resolved_image.clone());
     pass.set_condition(
         types::UNPACKED,
@@ -123,8 +172,10 @@ async fn pull_and_store(
     resolved_image: &str,
     registry: Option<SharedClient>,
     limits: EffectiveLimits,
+    render: Option<&Configuration>,
 ) -> Result<Vec<BundleObject>> {
     let (bundle, ctx) = (pass.bundle, pass.ctx);
+    let provisioner = class.spec.provisioner.as_str();
     let image = attempted(&bundle.spec.image, resolved_image);
     let image = image.as_str();
     // A retry of a digest that failed keeps showing the failure: the phase does not flap
@@ -164,19 +215,32 @@ async fn pull_and_store(
             platform.as_deref().unwrap_or_default(),
             &limits,
         );
-        if let Some(kept) = ctx.pulled.get(&key) {
-            return store_kept(ctx, &name, &kept, limits).await;
+        // Rendered content depends on more than the image: it is not shared.
+        if render.is_none()
+            && let Some(kept) = ctx.pulled.get(&key)
+        {
+            return store_kept(ctx, &name, &kept, limits)
+                .await
+                .map(|s| (s, None));
         }
         let pulled = registry
             .pull(&request)
             .await
             .map_err(|e| Error::from_image(image, e))?;
         ctx.metrics.bytes_pulled.inc_by(pulled.compressed_bytes);
+        let mut rendered = None;
         // The tarball is written once; its objects come with it, not from reading it back.
-        let canonical = pulled
-            .write_canonical_tarball()
-            .await
-            .map_err(|e| Error::from_image(image, e))?;
+        let canonical = match render {
+            None => pulled.write_canonical_tarball().await,
+            Some(configuration) => {
+                let digest = digest_of(resolved_image).unwrap_or_default();
+                let input = input(bundle, &name, digest, configuration, provisioner);
+                let content = render_registry(&pulled, bundle, image, &input, configuration)?;
+                rendered = Some(content.rendered);
+                pulled.write_rendered_tarball(content.files).await
+            }
+        }
+        .map_err(|e| Error::from_image(image, e))?;
         ctx.storage
             .upload(&name, canonical.digest.hex(), &canonical.path)
             .await?;
@@ -186,8 +250,10 @@ async fn pull_and_store(
             content_digest: canonical.digest.digest.clone(),
             objects: canonical.objects,
         };
-        keep(ctx, key, &canonical.path, &stored).await;
-        Ok::<_, Error>(stored)
+        if rendered.is_none() {
+            keep(ctx, key, &canonical.path, &stored).await;
+        }
+        Ok::<_, Error>((stored, rendered))
     };
     tokio::pin!(unpacking);
     // `Unpacking` is shown only for a pull that takes a while: most take a fraction of a
@@ -197,7 +263,7 @@ async fn pull_and_store(
         result = &mut unpacking => Some(result),
         () = tokio::time::sleep(PROGRESS_DELAY) => None,
     };
-    let stored = match finished {
+    let (stored, rendered) = match finished {
         Some(result) => result?,
         None => {
             if !retrying {
@@ -206,6 +272,9 @@ async fn pull_and_store(
             unpacking.await?
         }
     };
+    if rendered.is_some() {
+        pass.status.rendered = rendered;
+    }
     let hex = stored.content_digest.trim_start_matches("sha256:");
     let status = &mut pass.status;
     status.manifest_digest = Some(stored.manifest_digest);

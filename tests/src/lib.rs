@@ -16,6 +16,7 @@ mod error;
 mod gantry;
 mod gantry_images;
 pub mod helm;
+pub mod helm_plugin;
 mod node;
 mod oci_image;
 mod pki;

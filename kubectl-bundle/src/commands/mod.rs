@@ -14,6 +14,7 @@ mod jsonpath;
 mod list;
 mod output;
 mod pin;
+mod plugin;
 mod review;
 mod rollback;
 mod scope;
@@ -98,6 +99,8 @@ pub enum Command {
     /// Remove what `install` created, in reverse order; refuses while Bundles exist unless
     /// told to delete them.
     Uninstall(install::UninstallArgs),
+    /// Check a provisioner plugin against the plugin contract (`plugin check URL`).
+    Plugin(plugin::PluginArgs),
     /// Print a shell completion script for kubectl-bundle.
     #[command(
         after_help = "Examples:\n  source <(kubectl bundle completion bash)\n  kubectl bundle completion zsh > \"${fpath[1]}/_kubectl-bundle\"\n  kubectl bundle completion fish > ~/.config/fish/completions/kubectl-bundle.fish"
@@ -143,6 +146,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check(args) => system::check::check(global, args).await,
         Command::Install(args) => install::install(global, args).await,
         Command::Uninstall(args) => install::uninstall(global, args).await,
+        Command::Plugin(args) => plugin::plugin(global, args).await,
         Command::Completion { shell } => {
             let mut command = Cli::command();
             // Written at once, so that a closed standard output is an error, not a panic.

@@ -102,6 +102,10 @@ pub mod reasons {
         /// The class's provisioner could not render the content with the configuration; the
         /// message names the provisioner and what it said (the file, the CSV field).
         RENDER_FAILED = "RenderFailed" => Failure;
+        /// The class's provisioner plugin cannot be used now: no Service registers it, its
+        /// CA or identity is wrong, or its probe says it is not ready (the message says which);
+        /// on `Accepted` of the class too. Retried.
+        PROVISIONER_NOT_READY = "ProvisionerNotReady" => Failure;
         /// The content could not be written to or read from the storage server.
         STORAGE_FAILED = "StorageFailed" => Failure;
         /// The image is not under any of the class's `allowedImages`; nothing was fetched.

@@ -39,6 +39,8 @@ pub use objects::{
 };
 pub use oci_client::Reference;
 pub use platform::Platform;
-pub use pull::{CanonicalTarball, PullRequest, PullStats, PulledBundle, PulledImage};
+pub use pull::{
+    CanonicalTarball, PullRequest, PullStats, PulledBundle, PulledImage, write_rendered_tarball,
+};
 pub use push::{PreparedBundle, PushStats, PushedImage, prepare_dir};
 pub use verify::{PublicKey, SignatureSource, VerifiedSignature};

@@ -163,38 +163,7 @@ impl PulledBundle {
         &self,
         files: Vec<(String, Vec<u8>)>,
     ) -> Result<CanonicalTarball, ImageError> {
-        let scratch = self.scratch.path().to_path_buf();
-        let limits = self.limits;
-        tokio::task::spawn_blocking(move || {
-            let mut rendered = BundleFiles::default();
-            for (index, (name, content)) in files.into_iter().enumerate() {
-                let path = scratch.join(format!("rendered-{index}"));
-                std::fs::write(&path, &content)
-                    .map_err(|e| ImageError::from_io(format!("writing manifests/{name}"), e))?;
-                if content.len() as u64 > limits.max_file_bytes {
-                    return Err(limits.exceeded(
-                        crate::error::LimitKind::FileBytes,
-                        format!("manifests/{name}"),
-                    ));
-                }
-                rendered.files.insert(
-                    name,
-                    crate::layer::StoredFile::new(path, content.len() as u64),
-                );
-            }
-            let path = scratch.join("rendered.tar.gz");
-            let (digest, objects) = write_canonical_file_objects(&rendered, &path, &limits)?;
-            Ok(CanonicalTarball {
-                path,
-                digest,
-                objects,
-            })
-        })
-        .await
-        .map_err(|e| ImageError::Io {
-            context: "writing the rendered tarball".into(),
-            source: io::Error::other(e.to_string()),
-        })?
+        write_rendered_tarball(self.scratch.path().to_path_buf(), files, self.limits).await
     }
 
     /// The pull's limits.
@@ -233,6 +202,46 @@ impl PulledBundle {
         }
         Ok(())
     }
+}
+
+/// Writes the canonical tarball of rendered content (`files`: names directly in `manifests/`
+/// and their contents) into the directory `scratch`, and parses its objects from the same
+/// bytes, held to `limits`, on a blocking thread.
+pub async fn write_rendered_tarball(
+    scratch: PathBuf,
+    files: Vec<(String, Vec<u8>)>,
+    limits: EffectiveLimits,
+) -> Result<CanonicalTarball, ImageError> {
+    tokio::task::spawn_blocking(move || {
+        let mut rendered = BundleFiles::default();
+        for (index, (name, content)) in files.into_iter().enumerate() {
+            if content.len() as u64 > limits.max_file_bytes {
+                return Err(limits.exceeded(
+                    crate::error::LimitKind::FileBytes,
+                    format!("manifests/{name}"),
+                ));
+            }
+            let path = scratch.join(format!("rendered-{index}"));
+            std::fs::write(&path, &content)
+                .map_err(|e| ImageError::from_io(format!("writing manifests/{name}"), e))?;
+            rendered.files.insert(
+                name,
+                crate::layer::StoredFile::new(path, content.len() as u64),
+            );
+        }
+        let path = scratch.join("rendered.tar.gz");
+        let (digest, objects) = write_canonical_file_objects(&rendered, &path, &limits)?;
+        Ok(CanonicalTarball {
+            path,
+            digest,
+            objects,
+        })
+    })
+    .await
+    .map_err(|e| ImageError::Io {
+        context: "writing the rendered tarball".into(),
+        source: io::Error::other(e.to_string()),
+    })?
 }
 
 /// The parts of a manifest or index that pulls and copies read.

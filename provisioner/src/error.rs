@@ -171,6 +171,16 @@ pub enum Error {
     #[error("{0}")]
     ConfigSource(String),
 
+    /// The class's provisioner plugin cannot be used now (not registered, its CA or identity
+    /// wrong, not ready).
+    #[error("{0}")]
+    ProvisionerNotReady(String),
+
+    /// A call of a provisioner plugin failed in a way a retry may mend (unreachable, `503`,
+    /// an answer beyond the limits or not the contract's).
+    #[error("{0}")]
+    PluginFailed(String),
+
     /// The provisioner refused the content with this configuration.
     #[error("{provisioner} could not render {image}: {message}")]
     Render {
@@ -343,6 +353,8 @@ impl Error {
             | Error::Uninstall { .. }
             | Error::Kube(_)
             | Error::ConfigSource(_)
+            | Error::ProvisionerNotReady(_)
+            | Error::PluginFailed(_)
             | Error::Impersonation(_) => None,
         }
     }
@@ -392,7 +404,8 @@ impl Error {
             Error::Forbidden { .. } => (INSTALLED, reasons::FORBIDDEN),
             Error::Impersonation(_) => (INSTALLED, reasons::APPLY_FAILED),
             Error::InvalidConfig(_) | Error::ConfigSource(_) => (UNPACKED, reasons::INVALID_CONFIG),
-            Error::Render { .. } => (UNPACKED, reasons::RENDER_FAILED),
+            Error::Render { .. } | Error::PluginFailed(_) => (UNPACKED, reasons::RENDER_FAILED),
+            Error::ProvisionerNotReady(_) => (UNPACKED, reasons::PROVISIONER_NOT_READY),
         }
     }
 

@@ -40,6 +40,11 @@ struct Flags {
     /// second installation takes an ID of its own here too).
     #[arg(long, default_value = gantry_api::REGISTRY_PROVISIONER)]
     registry_provisioner_id: String,
+    /// File holding the provisioner's token for provisioner plugins: a projected
+    /// ServiceAccount token with the audience gantry.dev/provisioner-plugin (read on every
+    /// call). Without it, classes of plugins are not accepted.
+    #[arg(long)]
+    plugin_token_file: Option<PathBuf>,
     /// Base URL of the storage server.
     #[arg(long)]
     storage_url: String,
@@ -168,7 +173,9 @@ fn options(flags: Flags) -> anyhow::Result<Options> {
         provisioners: gantry_rules::class_selection::ServedProvisioners {
             plain: flags.provisioner_id,
             registry: Some(flags.registry_provisioner_id).filter(|id| !id.is_empty()),
+            plugins: Default::default(),
         },
+        plugin_token_file: flags.plugin_token_file,
         platform,
         apply_concurrency: flags.apply_concurrency.max(1),
         crd_timeout: flags.crd_timeout,

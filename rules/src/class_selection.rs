@@ -40,6 +40,8 @@ pub struct ServedProvisioners {
     /// The built-in OLM `registry+v1` provisioner's ID (`--registry-provisioner-id`); `None`
     /// when it is turned off.
     pub registry: Option<String>,
+    /// The IDs external plugins registered in the provisioner's namespace serve.
+    pub plugins: std::collections::BTreeSet<String>,
 }
 
 /// How a served provisioner turns content into objects.
@@ -49,6 +51,8 @@ pub enum ProvisionerKind {
     Plain,
     /// OLM `registry+v1`: the objects are rendered from the bundle in-process.
     Registry,
+    /// An external plugin renders the objects (docs/plugins.md).
+    Plugin,
 }
 
 impl Default for ServedProvisioners {
@@ -56,6 +60,7 @@ impl Default for ServedProvisioners {
         ServedProvisioners {
             plain: gantry_api::PLAIN_PROVISIONER.into(),
             registry: Some(gantry_api::REGISTRY_PROVISIONER.into()),
+            plugins: Default::default(),
         }
     }
 }
@@ -66,6 +71,7 @@ impl ServedProvisioners {
         ServedProvisioners {
             plain: plain.into(),
             registry: None,
+            plugins: Default::default(),
         }
     }
 
@@ -75,6 +81,8 @@ impl ServedProvisioners {
             Some(ProvisionerKind::Plain)
         } else if self.registry.as_deref() == Some(id) {
             Some(ProvisionerKind::Registry)
+        } else if self.plugins.contains(id) {
+            Some(ProvisionerKind::Plugin)
         } else {
             None
         }

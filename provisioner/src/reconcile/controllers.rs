@@ -9,7 +9,9 @@ use std::time::Duration;
 use std::fmt::Debug;
 
 use futures::{Stream, StreamExt, TryStreamExt};
+use gantry_api::plugin::{PLUGIN_LABEL, PROVISIONER_ANNOTATION};
 use gantry_api::{Bundle, ProvisionerClass};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, Subject};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
@@ -143,7 +145,34 @@ pub async fn run(
 
     // Every shard reconciles the classes too: a class's status is written only when it
     // changes, so the replicas agree after one write.
+    // The provisioner plugins: Services in the provisioner's own namespace with the plugin
+    // label. A change of one (registered, moved, gone) wakes the classes naming its ID.
+    let plugin_services = {
+        let plugins = ctx.plugins.clone();
+        without_errors(
+            "plugin Service",
+            watcher::watcher(
+                Api::<Service>::namespaced(client.clone(), &ctx.settings.namespace),
+                watcher::Config::default().labels(&format!("{PLUGIN_LABEL}=true")),
+            )
+            .default_backoff()
+            .inspect_ok(move |event| plugins.observe(event))
+            .touched_objects(),
+        )
+    };
     let classes = Controller::for_stream(class_events, class_store.clone())
+        .watches_stream(plugin_services, {
+            let store = class_store.clone();
+            move |service: Service| {
+                let id = service.annotations().get(PROVISIONER_ANNOTATION).cloned();
+                store
+                    .state()
+                    .iter()
+                    .filter(|class| Some(&class.spec.provisioner) == id.as_ref())
+                    .map(|class| ObjectRef::from_obj(class.as_ref()))
+                    .collect::<Vec<_>>()
+            }
+        })
         .graceful_shutdown_on(on_shutdown(&shutdown_tx))
         .run(class::reconcile, class_error_policy, ctx.clone())
         .for_each(|_| async {});

@@ -361,8 +361,7 @@ async fn configure(
     let provisioner = &class.spec.provisioner;
     let kind = pass
         .ctx
-        .settings
-        .provisioners
+        .served()
         .kind(provisioner)
         .unwrap_or(ProvisionerKind::Plain);
     let limits = gantry_image::EffectiveLimits::from_api(class.spec.limits.as_ref());

@@ -2,6 +2,7 @@
 //! unpack Pods on a node (`pullMode: Node`).
 
 pub mod node_pull;
+pub mod plugin;
 pub mod pulled;
 pub mod registry;
 pub mod render;

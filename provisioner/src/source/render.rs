@@ -113,13 +113,15 @@ async fn read_source(
     })
 }
 
-/// The render input of `bundle` from the image `digest` under `configuration`.
+/// The render input of `bundle` from the image `digest` under `configuration`, rendered by
+/// `provisioner` at `version`.
 pub(crate) fn input<'a>(
     bundle: &'a Bundle,
     name: &'a str,
     digest: &'a str,
     configuration: &'a Configuration,
     provisioner: &'a str,
+    version: &'a str,
 ) -> RenderInput<'a> {
     RenderInput {
         source_digest: digest,
@@ -127,8 +129,67 @@ pub(crate) fn input<'a>(
         release_name: name,
         release_namespace: bundle.spec.install_namespace.as_deref().unwrap_or_default(),
         provisioner,
-        provisioner_version: BUILT_IN_VERSION,
+        provisioner_version: version,
     }
+}
+
+/// The files of a plugin's answer: one per wave (`wave-000.yaml`, …), applied in that order,
+/// each headed by what it was rendered from, each object by where it came from in the
+/// content (as `helm template` marks them).
+pub(crate) fn plugin_files(
+    input: &RenderInput<'_>,
+    response: &gantry_api::plugin::RenderResponse,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut waves: std::collections::BTreeMap<u32, String> = std::collections::BTreeMap::new();
+    for rendered in &response.objects {
+        let object = Value::Object(rendered.object.clone());
+        let yaml =
+            gantry_image::on_parse_stack(|| serde_saphyr::to_string(&object)).map_err(|e| {
+                Error::PluginFailed(format!(
+                    "plugin {}: writing {}: {e}",
+                    input.provisioner,
+                    describe(&object)
+                ))
+            })?;
+        let text = waves.entry(rendered.wave).or_insert_with(|| input.header());
+        text.push_str("---\n");
+        if let Some(source) = &rendered.source {
+            // One line, whatever the plugin put in the name.
+            let file: String = source.file.chars().filter(|c| !c.is_control()).collect();
+            text.push_str(&format!("# Source: {file}\n"));
+        }
+        text.push_str(&yaml);
+        if !yaml.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    Ok(waves
+        .into_iter()
+        .map(|(wave, text)| (format!("wave-{wave:03}.yaml"), text.into_bytes()))
+        .collect())
+}
+
+/// What a plugin rendered, by its own name and version: a Helm chart's config blob names them
+/// (`{"name": …, "version": …}`).
+pub(crate) fn source_of(config_blob: &[u8]) -> Option<String> {
+    let config: Value = serde_json::from_slice(config_blob).ok()?;
+    match (config["name"].as_str(), config["version"].as_str()) {
+        (Some(name), Some(version)) => Some(format!("{name} {version}")),
+        (Some(name), None) => Some(name.to_string()),
+        _ => None,
+    }
+}
+
+/// Text cut to `limit` bytes at a character boundary.
+pub(crate) fn cut(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// What a rendering produced: the files of the content (directly in `manifests/`) and what

@@ -49,6 +49,8 @@ pub struct Settings {
     /// one are left alone, so that two installations share a cluster without touching each
     /// other's bundles.
     pub provisioners: gantry_rules::class_selection::ServedProvisioners,
+    /// The provisioner's token for plugins (`--plugin-token-file`).
+    pub plugin_token_file: Option<PathBuf>,
     /// Platform selected from image indexes when the class names none.
     pub platform: Platform,
     /// Objects applied at once.
@@ -78,6 +80,7 @@ impl Default for Settings {
         Self {
             namespace: "gantry-system".into(),
             provisioners: Default::default(),
+            plugin_token_file: None,
             platform: Platform::current(),
             apply_concurrency: 16,
             crd_timeout: Duration::from_secs(60),
@@ -127,6 +130,8 @@ pub struct Context {
     pub dependents: Arc<Dependents>,
     /// Which bundles read each ConfigMap and Secret (`spec.configFrom`), from the Bundle watch.
     pub config_sources: Arc<Dependents>,
+    /// The provisioner plugins registered in the provisioner's namespace.
+    pub plugins: Arc<crate::source::plugin::Plugins>,
     /// Bundles whose new content or spec is held back while their installed content stays
     /// (and is repaired).
     pub held_updates: HeldUpdates,
@@ -154,6 +159,10 @@ impl Context {
     ) -> (Self, UnboundedReceiver<ObjectRef<Bundle>>) {
         let (drift, drift_events) = DriftWatches::new();
         let pull_cache_bytes = settings.pull_cache_bytes;
+        let plugins = Arc::new(crate::source::plugin::Plugins::new(
+            settings.namespace.clone(),
+            settings.plugin_token_file.clone(),
+        ));
         let context = Context {
             backoff: Backoff::new(settings.backoff_base, settings.backoff_cap),
             recorder: EventRecorder::new(client.clone(), reporter),
@@ -175,6 +184,7 @@ impl Context {
             claims: Default::default(),
             dependents: Default::default(),
             config_sources: Arc::new(Dependents::on_config_sources()),
+            plugins,
             held_updates: Default::default(),
             forbidden: Default::default(),
             shard: None,
@@ -182,6 +192,14 @@ impl Context {
             slots: None,
         };
         (context, drift_events)
+    }
+
+    /// The provisioners served now: the built-in ones and the plugins registered.
+    pub fn served(&self) -> gantry_rules::class_selection::ServedProvisioners {
+        gantry_rules::class_selection::ServedProvisioners {
+            plugins: self.plugins.ids(),
+            ..self.settings.provisioners.clone()
+        }
     }
 
     /// The context of a shard: its identity, its fence, the slots it serves, and clients that

@@ -20,6 +20,7 @@ mod docs_airgapped;
 mod drift_report;
 mod health;
 mod health_rules;
+mod helm_charts;
 mod ignore;
 mod install;
 mod leader;

@@ -19,11 +19,7 @@ use gantry_rules::health_rules;
 /// Picks the class; a class of another provisioner stops the pass before anything is written.
 /// Records the class in `status.className`, the default one included.
 pub(crate) async fn class(pass: &mut Pass<'_>) -> Result<Flow<Arc<ProvisionerClass>>> {
-    let class = match select(
-        pass.bundle,
-        &pass.ctx.classes.state(),
-        &pass.ctx.settings.provisioners,
-    ) {
+    let class = match select(pass.bundle, &pass.ctx.classes.state(), &pass.ctx.served()) {
         Selection::NotOurs => return Ok(Flow::Stop(Outcome::Untouched)),
         Selection::Missing(error) => return Err(error.into()),
         Selection::Serve(class) => class,

@@ -142,7 +142,7 @@ pub(crate) async fn uninstall(pass: &mut Pass<'_>) -> Result<Outcome> {
     // Another installation's bundle is that installation's to remove (its finalizer has the
     // same name). A bundle whose class is gone is removed by whichever serves it now.
     if matches!(
-        select(bundle, &ctx.classes.state(), &ctx.settings.provisioners),
+        select(bundle, &ctx.classes.state(), &ctx.served()),
         Selection::NotOurs
     ) {
         return Ok(Outcome::Untouched);
@@ -239,11 +239,7 @@ fn overdue(bundle: &Bundle, deadline: Duration) -> Option<Duration> {
 /// when the class is gone, the ServiceAccount recorded when the content was planned.
 fn uninstall_applier(pass: &Pass<'_>) -> Result<Applier> {
     let ctx = pass.ctx;
-    let account = match select(
-        pass.bundle,
-        &ctx.classes.state(),
-        &ctx.settings.provisioners,
-    ) {
+    let account = match select(pass.bundle, &ctx.classes.state(), &ctx.served()) {
         Selection::Serve(class) => {
             service_account_for(pass.bundle, &class, &ctx.settings.service_accounts)?
         }

@@ -13,10 +13,15 @@ use super::resolve::Resolved;
 use crate::error::{Error, Result};
 use crate::reconcile::pass::{Flow, Pass};
 use crate::source::node_pull::driver::{NodeUnpacked, unpack_on_node};
+use crate::source::plugin::{Connection, PluginFailure};
 use crate::source::pulled::{PullKey, PulledContent};
 use crate::source::registry::{SharedClient, digest_of, is_digest_reference};
-use crate::source::render::{Configuration, input, render_registry, rendered_from};
+use crate::source::render::{
+    BUILT_IN_VERSION, Configuration, cut, input, plugin_files, render_registry, rendered_from,
+    source_of,
+};
 use crate::state::Context;
+use gantry_api::plugin::Identity;
 use gantry_rules::class_selection::ProvisionerKind;
 
 /// The content to install.
@@ -45,13 +50,25 @@ pub(crate) async fn unpack_and_store(
     let provisioner = class.spec.provisioner.as_str();
     let kind = pass
         .ctx
-        .settings
-        .provisioners
+        .served()
         .kind(provisioner)
         .unwrap_or(ProvisionerKind::Plain);
     // What rendered content depends on; `None` for plain content.
-    let render = match (kind, configuration) {
-        (ProvisionerKind::Registry, Some(configuration)) => {
+    let renderer = match kind {
+        ProvisionerKind::Plain => None,
+        ProvisionerKind::Registry => Some(Renderer::Registry),
+        ProvisionerKind::Plugin => {
+            let (connection, identity) = pass
+                .ctx
+                .plugins
+                .ready(&pass.ctx.client, provisioner)
+                .await
+                .map_err(|e| plugin_error(provisioner, &resolved_image, e))?;
+            Some(Renderer::Plugin(connection, identity))
+        }
+    };
+    let render = match (renderer, configuration) {
+        (Some(renderer), Some(configuration)) => {
             if class.spec.pull_mode == PullMode::Node {
                 return Err(Error::InvalidClass {
                     class: class.name_any(),
@@ -61,33 +78,55 @@ pub(crate) async fn unpack_and_store(
                 });
             }
             let digest = digest_of(&resolved_image).unwrap_or_default().to_string();
-            let input_digest =
-                input(pass.bundle, &pass.name, &digest, configuration, provisioner).digest();
-            Some((configuration, input_digest))
+            let input_digest = input(
+                pass.bundle,
+                &pass.name,
+                &digest,
+                configuration,
+                provisioner,
+                renderer.version(),
+            )
+            .digest();
+            Some((configuration, input_digest, renderer))
         }
         _ => None,
     };
     let stored = stored_content(pass, &resolved_image).await?.filter(|_| {
         rendered_from(
             pass.status.rendered.as_ref(),
-            render.as_ref().map(|(_, input)| input.as_str()),
+            render.as_ref().map(|(_, input, _)| input.as_str()),
         )
     });
-    let objects = match stored {
-        Some(content_digest) => read_stored(pass, &content_digest, &limits).await?,
-        None if render.is_some() => {
-            let configuration = render.map(|(configuration, _)| configuration);
+    let objects = match (stored, render) {
+        (Some(content_digest), _) => read_stored(pass, &content_digest, &limits).await?,
+        (None, Some((configuration, _, Renderer::Registry))) => {
             pull_and_store(
                 pass,
                 class,
                 &resolved_image,
                 registry,
                 limits,
-                configuration,
+                Some(configuration),
             )
             .await?
         }
-        None if class.spec.pull_mode == PullMode::Node => {
+        (None, Some((configuration, _, Renderer::Plugin(connection, identity)))) => {
+            let plugin = Plugin {
+                connection,
+                identity,
+            };
+            fetch_and_render(
+                pass,
+                class,
+                &resolved_image,
+                registry,
+                limits,
+                configuration,
+                &plugin,
+            )
+            .await?
+        }
+        (None, None) if class.spec.pull_mode == PullMode::Node => {
             // A verified digest is what the Pod runs: the node pulls exactly what was verified.
             let image = match class.spec.verify {
                 Some(_) => resolved_image.clone(),
@@ -97,7 +136,9 @@ pub(crate) async fn unpack_and_store(
             resolved_image = pulled.0;
             pulled.1
         }
-        None => pull_and_store(pass, class, &resolved_image, registry, limits, None).await?,
+        (None, None) => {
+            pull_and_store(pass, class, &resolved_image, registry, limits, None).await?
+        }
     };
     if kind == ProvisionerKind::Plain {
         pass.status.rendered = None;
@@ -234,7 +275,14 @@ async fn pull_and_store(
             None => pulled.write_canonical_tarball().await,
             Some(configuration) => {
                 let digest = digest_of(resolved_image).unwrap_or_default();
-                let input = input(bundle, &name, digest, configuration, provisioner);
+                let input = input(
+                    bundle,
+                    &name,
+                    digest,
+                    configuration,
+                    provisioner,
+                    BUILT_IN_VERSION,
+                );
                 let content = render_registry(&pulled, bundle, image, &input, configuration)?;
                 rendered = Some(content.rendered);
                 pulled.write_rendered_tarball(content.files).await
@@ -348,6 +396,190 @@ async fn keep(ctx: &Context, key: PullKey, path: &std::path::Path, stored: &Stor
             platform: stored.platform.clone(),
         },
     );
+}
+
+/// Who renders content other than plain content.
+enum Renderer {
+    /// The built-in OLM `registry+v1` renderer.
+    Registry,
+    /// An external plugin, ready, and who it is.
+    Plugin(std::sync::Arc<Connection>, Identity),
+}
+
+impl Renderer {
+    /// The version that rendering depends on.
+    fn version(&self) -> &str {
+        match self {
+            Renderer::Registry => BUILT_IN_VERSION,
+            Renderer::Plugin(_, identity) => &identity.version,
+        }
+    }
+}
+
+/// A plugin ready to render.
+struct Plugin {
+    connection: std::sync::Arc<Connection>,
+    identity: Identity,
+}
+
+/// A plugin's failure as the bundle's: refused input is `RenderFailed` and `Stalled`, the rest
+/// is retried.
+fn plugin_error(provisioner: &str, image: &str, failure: PluginFailure) -> Error {
+    match failure {
+        PluginFailure::NotReady(message) => Error::ProvisionerNotReady(message),
+        PluginFailure::Refused { message } => Error::Render {
+            provisioner: provisioner.to_string(),
+            image: image.to_string(),
+            message,
+        },
+        PluginFailure::Failed(message) => Error::PluginFailed(message),
+    }
+}
+
+/// Content an external plugin renders: the artifact fetched as it is (its config and layers,
+/// digests verified, within the class's limits), handed to the plugin with the configuration
+/// and the release's facts; its answer, within the limits, stored as canonical content.
+#[allow(clippy::too_many_arguments)]
+async fn fetch_and_render(
+    pass: &mut Pass<'_>,
+    class: &ProvisionerClass,
+    resolved_image: &str,
+    registry: Option<SharedClient>,
+    limits: EffectiveLimits,
+    configuration: &Configuration,
+    plugin: &Plugin,
+) -> Result<Vec<BundleObject>> {
+    use base64::Engine as _;
+    use gantry_api::plugin::{CONTRACT, Content as RenderContent, Layer, Release, RenderRequest};
+    let (bundle, ctx) = (pass.bundle, pass.ctx);
+    let provisioner = plugin.identity.id.as_str();
+    let image = attempted(&bundle.spec.image, resolved_image);
+    let Some(namespace) = bundle.spec.install_namespace.clone() else {
+        return Err(Error::InvalidConfig(format!(
+            "{provisioner} renders a release in spec.installNamespace, which is not set"
+        )));
+    };
+    let registry = match registry {
+        Some(client) => client,
+        None => ctx.registry_client(class, bundle).await?,
+    };
+    let artifact = registry
+        .fetch_artifact(resolved_image, &limits)
+        .await
+        .map_err(|e| Error::from_image(&image, e))?;
+    ctx.metrics.bytes_pulled.inc_by(artifact.compressed_bytes);
+    if !plugin
+        .identity
+        .media_types
+        .contains(&artifact.config_media_type)
+    {
+        return Err(Error::Render {
+            provisioner: provisioner.to_string(),
+            image,
+            message: format!(
+                "its config media type {} is not one the plugin accepts ({}): UnsupportedContent",
+                artifact.config_media_type,
+                plugin.identity.media_types.join(", ")
+            ),
+        });
+    }
+    let cluster = ctx
+        .plugins
+        .cluster(&ctx.client)
+        .await
+        .map_err(|e| plugin_error(provisioner, &image, e))?;
+    let base64 = base64::engine::general_purpose::STANDARD;
+    let request = RenderRequest {
+        contract: CONTRACT.into(),
+        content: RenderContent {
+            media_type: artifact.config_media_type.clone(),
+            digest: artifact.digest.clone(),
+            layers: artifact
+                .layers
+                .iter()
+                .map(|layer| Layer {
+                    media_type: layer.media_type.clone(),
+                    digest: layer.digest.clone(),
+                    data: base64.encode(&layer.data),
+                })
+                .collect(),
+            config: base64.encode(&artifact.config),
+        },
+        config: configuration.config.clone(),
+        release: Release {
+            name: pass.name.clone(),
+            namespace,
+        },
+        cluster,
+    };
+    let timeout = crate::reconcile::timing::apply_timeout(bundle, &ctx.settings);
+    let response = ctx
+        .plugins
+        .render(
+            &plugin.connection,
+            &plugin.identity,
+            &request,
+            timeout,
+            limits.max_uncompressed_bytes,
+        )
+        .await
+        .map_err(|e| plugin_error(provisioner, &image, e))?;
+    drop(request);
+    if response.objects.len() as u64 > limits.max_objects {
+        return Err(Error::PluginFailed(format!(
+            "plugin {provisioner} answered {} objects, more than the class's limit maxObjects ({})",
+            response.objects.len(),
+            limits.max_objects
+        )));
+    }
+    let digest = digest_of(resolved_image).unwrap_or_default();
+    let input = input(
+        bundle,
+        &pass.name,
+        digest,
+        configuration,
+        provisioner,
+        &plugin.identity.version,
+    );
+    let files = plugin_files(&input, &response)?;
+    let scratch = match &ctx.settings.scratch_dir {
+        Some(parent) => tempfile::tempdir_in(parent),
+        None => tempfile::tempdir(),
+    }
+    .map_err(|e| Error::Storage(format!("a scratch directory for rendered content: {e}")))?;
+    let canonical =
+        gantry_image::write_rendered_tarball(scratch.path().to_path_buf(), files, limits)
+            .await
+            .map_err(|e| Error::Render {
+                provisioner: provisioner.to_string(),
+                image: image.clone(),
+                message: format!("its answer: {e}"),
+            })?;
+    ctx.storage
+        .upload(&pass.name, canonical.digest.hex(), &canonical.path)
+        .await?;
+    let hex = canonical.digest.hex().to_string();
+    let notes =
+        (!response.notes.is_empty()).then(|| cut(&response.notes, gantry_api::config::NOTES_LIMIT));
+    let status = &mut pass.status;
+    status.manifest_digest = Some(artifact.digest.clone());
+    status.platform = None;
+    status.content_url = Some(ctx.storage.content_url(&pass.name, &hex));
+    status.content_digest = Some(canonical.digest.digest.clone());
+    status.rendered = Some(gantry_api::Rendered {
+        provisioner: provisioner.to_string(),
+        version: plugin.identity.version.clone(),
+        source: source_of(&artifact.config),
+        input_digest: input.digest(),
+        notes,
+        warnings: response
+            .warnings
+            .iter()
+            .take(16)
+            .map(|w| cut(w, 512))
+            .collect(),
+    });
+    Ok(canonical.objects)
 }
 
 /// How a failure names the image: the reference with the digest it resolved to

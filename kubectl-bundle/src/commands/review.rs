@@ -1,9 +1,12 @@
 //! What a bundle's status and spec say to a reviewer, shared by `list`, `status`, the
 //! decisions and the review page: the digest it resolves to, where its approval stands, a
-//! decision in one line, its class, and the changes its spec makes to the content.
+//! decision in one line, its class, the changes its spec makes to the content, and what
+//! rendered it from which configuration.
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{Approval, ApprovalDecision, Bundle, BundleStatus, RequestedPermissions};
+use gantry_api::{
+    Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, RequestedPermissions,
+};
 use gantry_rules::conditions::find;
 
 use super::output::{header, table};
@@ -59,6 +62,60 @@ pub(crate) fn decision_text(approval: &Approval) -> String {
             .map(|r| format!(": {r}"))
             .unwrap_or_default()
     )
+}
+
+/// Where `spec` takes its configuration from, in the order it is merged (later ones win):
+/// each `spec.configFrom[i]` as `Secret/name[key]`, `(optional)` when so, then `spec.config`.
+/// Names and keys only, never a value: a Secret's values are not the reviewer's to read here.
+pub(crate) fn config_sources(spec: &BundleSpec) -> Vec<String> {
+    spec.config_from
+        .iter()
+        .map(|source| {
+            if source.optional {
+                format!("{} (optional)", source.describe())
+            } else {
+                source.describe()
+            }
+        })
+        .chain(spec.config.as_ref().map(|_| "spec.config".to_string()))
+        .collect()
+}
+
+/// Whether the bundle has a configuration to show: a digest of it, or sources of it.
+pub(crate) fn configured(bundle: &Bundle) -> bool {
+    bundle
+        .status
+        .as_ref()
+        .is_some_and(|s| s.config_digest.is_some())
+        || bundle.spec.config.is_some()
+        || !bundle.spec.config_from.is_empty()
+}
+
+/// `provisioner version`, as `Rendered by:` says it.
+pub(crate) fn rendered_by(rendered: &gantry_api::Rendered) -> String {
+    format!("{} {}", rendered.provisioner, rendered.version)
+}
+
+/// When the bundle awaits a decision and the decision on record was given with another
+/// configuration than `status.configDigest` (so that it no longer holds, see
+/// `gantry_rules::approval`): the digest it was given with (`None`: none recorded).
+pub(crate) fn config_changed(status: &BundleStatus) -> Option<Option<&str>> {
+    let awaiting = status.phase == Some(BundlePhase::AwaitingApproval)
+        || find(&status.conditions, types::APPROVED)
+            .is_some_and(|c| c.reason == reasons::AWAITING_APPROVAL);
+    let approval = status.approval.as_ref().filter(|_| awaiting)?;
+    (approval.config_digest != status.config_digest).then_some(approval.config_digest.as_deref())
+}
+
+/// [`config_changed`] in one line: `the configuration changed since the last decision (…)`.
+pub(crate) fn config_changed_text(status: &BundleStatus) -> Option<String> {
+    let decided = config_changed(status)?;
+    let digest = |d: Option<&str>| d.map_or("none".to_string(), |d| format!("sha256:{}", short(d)));
+    Some(format!(
+        "the configuration changed since the last decision (decided with {}, now {}): awaiting a new one",
+        digest(decided),
+        digest(status.config_digest.as_deref())
+    ))
 }
 
 /// The class serving the bundle, as the controller recorded it; before it did, the class the
@@ -250,6 +307,41 @@ mod tests {
                 "Applied as ServiceAccount team/deployer (system:serviceaccount:team:deployer)"
             ),
             "{table}"
+        );
+    }
+
+    #[test]
+    fn a_configuration_change_counts_while_a_decision_is_awaited() {
+        let mut status = status("sha256:aa", Some((ApprovalDecision::Approved, "sha256:aa")));
+        status.config_digest = Some("sha256:new".into());
+        // Installed meanwhile (an Automatic class records no decision): nothing awaited.
+        status.phase = Some(BundlePhase::Installed);
+        assert_eq!(config_changed(&status), None);
+        status.phase = Some(BundlePhase::AwaitingApproval);
+        assert_eq!(
+            config_changed(&status),
+            Some(None),
+            "decided before any configuration"
+        );
+        status.approval.as_mut().unwrap().config_digest = Some("sha256:old".into());
+        assert_eq!(config_changed(&status), Some(Some("sha256:old")));
+        status.approval.as_mut().unwrap().config_digest = Some("sha256:new".into());
+        assert_eq!(config_changed(&status), None, "decided with this one");
+        assert_eq!(
+            config_sources(&BundleSpec {
+                config: Some(Default::default()),
+                config_from: serde_json::from_value(serde_json::json!([
+                    { "kind": "ConfigMap", "name": "a", "key": "k" },
+                    { "kind": "Secret", "name": "b", "optional": true },
+                ]))
+                .unwrap(),
+                ..Default::default()
+            }),
+            [
+                "ConfigMap/a[k]",
+                "Secret/b[values.yaml] (optional)",
+                "spec.config"
+            ]
         );
     }
 }

@@ -20,8 +20,8 @@ use super::cluster::{GlobalArgs, get_bundles};
 use super::inspect::{bundle_events, events_table};
 use super::output::{OutputFormat, clean, header, list_of, parse_output, print_structured, table};
 use super::review::{
-    approval_state, class_name, decision_text, ignore_lines, images_lines, patches_lines,
-    permissions_table,
+    approval_state, class_name, config_changed_text, config_sources, configured, decision_text,
+    ignore_lines, images_lines, patches_lines, permissions_table, rendered_by,
 };
 
 #[derive(Args, Debug)]
@@ -101,7 +101,12 @@ async fn print_status(
 fn summary(bundle: &Bundle, events: &anyhow::Result<Vec<Event>>) -> String {
     let status = bundle.status.clone().unwrap_or_default();
     let mut out = String::new();
-    let mut field = |label: &str, value: &str| out.push_str(&format!("{label:<12}{value}\n"));
+    // A label of 12 characters or more (`Configuration:`) is followed by one space; a line
+    // ends with no blanks (an empty value, an empty line of the notes).
+    let mut field = |label: &str, value: &str| {
+        out.push_str(format!("{label:<11} {value}").trim_end());
+        out.push('\n');
+    };
     field("Name:", &bundle.name_any());
     field("Image:", &bundle.spec.image);
     if !bundle.spec.patches.is_empty() {
@@ -161,9 +166,46 @@ fn summary(bundle: &Bundle, events: &anyhow::Result<Vec<Event>>) -> String {
     ] {
         field(label, value.as_deref().unwrap_or("-"));
     }
+    // What rendered the content, from which configuration: names and keys, never a value.
+    if let Some(rendered) = &status.rendered {
+        field("Rendered by:", &rendered_by(rendered));
+        field("Source:", rendered.source.as_deref().unwrap_or("-"));
+    }
+    if configured(bundle) {
+        let sources = config_sources(&bundle.spec);
+        let digest = status.config_digest.as_deref().unwrap_or("-");
+        if sources.is_empty() {
+            field(
+                "Configuration:",
+                &format!("{digest} (none given: an empty mapping)"),
+            );
+        } else {
+            field(
+                "Configuration:",
+                &format!("{digest} from (later ones win):"),
+            );
+            for source in sources {
+                field("", &source);
+            }
+        }
+    }
+    if let Some(rendered) = &status.rendered {
+        if let Some(notes) = rendered.notes.as_deref().filter(|n| !n.trim().is_empty()) {
+            field("Notes:", "from the provisioner (status.rendered.notes):");
+            for line in notes.trim_end().lines() {
+                field("", &printable(line));
+            }
+        }
+        for (i, warning) in rendered.warnings.iter().enumerate() {
+            field(if i == 0 { "Warnings:" } else { "" }, &printable(warning));
+        }
+    }
     field("Approval:", approval_state(&status));
     if let Some(approval) = &status.approval {
         field("", &decision_text(approval));
+    }
+    if let Some(changed) = config_changed_text(&status) {
+        field("", &changed);
     }
     out.push_str("\nConditions:\n");
     let mut rows = vec![header(&["  TYPE", "STATUS", "REASON", "MESSAGE"])];
@@ -224,6 +266,20 @@ fn summary(bundle: &Bundle, events: &anyhow::Result<Vec<Event>>) -> String {
     out
 }
 
+/// The provisioner's text (a chart's `NOTES.txt`) without the control characters a terminal
+/// would act on.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\t' {
+                '\u{fffd}'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +310,99 @@ mod tests {
         assert!(at(stalled) < at("Resolved:"), "{text}");
         assert!(
             text.contains("Events:\n  cannot list them: events are forbidden\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_summary_says_what_rendered_the_content_from_which_configuration() {
+        let config = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let digest = config('a');
+        let mut bundle = Bundle::new(
+            "argocd",
+            gantry_api::BundleSpec {
+                image: "r/argocd-operator-bundle:v0.6.0".into(),
+                config: Some(
+                    serde_json::json!({ "watchNamespace": "argocd-system" })
+                        .as_object()
+                        .unwrap()
+                        .clone(),
+                ),
+                config_from: serde_json::from_value(serde_json::json!([
+                    { "kind": "ConfigMap", "name": "defaults", "key": "operator.yaml" },
+                    { "kind": "Secret", "name": "operator-values", "optional": true },
+                ]))
+                .unwrap(),
+                ..Default::default()
+            },
+        );
+        let mut approval =
+            gantry_api::Approval::of(gantry_api::ApprovalDecision::Approved, &digest);
+        approval.config_digest = Some(config('c'));
+        bundle.status = Some(gantry_api::BundleStatus {
+            phase: Some(gantry_api::BundlePhase::AwaitingApproval),
+            resolved_image: Some(format!("r/argocd-operator-bundle@{digest}")),
+            content_digest: Some(config('b')),
+            config_digest: Some(config('d')),
+            rendered: Some(gantry_api::Rendered {
+                provisioner: "gantry.dev/registry".into(),
+                version: "0.1.0".into(),
+                source: Some("argocd-operator.v0.6.0".into()),
+                input_digest: config('e'),
+                notes: Some("Argo CD is installed.\n\n  Open it:\x1b[2J\n".into()),
+                warnings: vec!["the CSV's minKubeVersion is not checked".into()],
+            }),
+            approval: Some(approval),
+            ..Default::default()
+        });
+        let text = summary(&bundle, &Ok(Vec::new()));
+        let lines = format!(
+            "Content:    {}\n\
+             Rendered by: gantry.dev/registry 0.1.0\n\
+             Source:     argocd-operator.v0.6.0\n\
+             Configuration: {} from (later ones win):\n\
+             \x20           ConfigMap/defaults[operator.yaml]\n\
+             \x20           Secret/operator-values[values.yaml] (optional)\n\
+             \x20           spec.config\n\
+             Notes:      from the provisioner (status.rendered.notes):\n\
+             \x20           Argo CD is installed.\n\
+             \n\
+             \x20             Open it:\u{fffd}[2J\n\
+             Warnings:   the CSV's minKubeVersion is not checked\n\
+             Approval:   Approved\n\
+             \x20           Approved {digest}\n\
+             \x20           the configuration changed since the last decision (decided with sha256:cccccccccccc, now sha256:dddddddddddd): awaiting a new one\n",
+            config('b'),
+            config('d'),
+        );
+        assert!(text.contains(&lines), "{text}");
+        // Never a value of the configuration.
+        assert!(!text.contains("argocd-system"), "{text}");
+
+        // Decided with this configuration: nothing to say; no sources, an empty mapping.
+        let mut plain = bundle.clone();
+        plain.spec.config = None;
+        plain.spec.config_from.clear();
+        let status = plain.status.as_mut().unwrap();
+        status.approval.as_mut().unwrap().config_digest = Some(config('d'));
+        status.rendered.as_mut().unwrap().notes = None;
+        let text = summary(&plain, &Ok(Vec::new()));
+        assert!(
+            text.contains(&format!(
+                "Configuration: {} (none given: an empty mapping)\nWarnings:",
+                config('d')
+            )),
+            "{text}"
+        );
+        assert!(
+            !text.contains("changed since") && !text.contains("Notes:"),
+            "{text}"
+        );
+
+        // Plain content: no lines about rendering.
+        let text = summary(&Bundle::new("plain", Default::default()), &Ok(Vec::new()));
+        assert!(
+            !text.contains("Rendered by:") && !text.contains("Configuration:"),
             "{text}"
         );
     }

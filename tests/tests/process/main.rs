@@ -41,6 +41,7 @@ mod relocate;
 mod restart;
 mod sharding;
 mod smoke;
+mod status_rendered;
 mod tenancy;
 mod timing;
 mod ui;

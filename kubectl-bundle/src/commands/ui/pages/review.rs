@@ -15,12 +15,58 @@ use maud::{Markup, html};
 use super::bundle::{applied_as, highlights, permissions, state_panel};
 use super::diff::{changes_section, count};
 use super::{Live, layout, open_bundle, page};
-use crate::commands::review::{approval_state, resolved_digest, short};
+use crate::commands::review::{
+    approval_state, config_changed_text, config_sources, configured, rendered_by, resolved_digest,
+    short,
+};
 use crate::commands::ui::changes::{Change, ObjectChange};
 use crate::commands::ui::{Ui, auth::Session};
 
-/// The digest at a glance: what it changes, how much needs attention, who applies it.
+/// What rendered the content and from which configuration: the provisioner, the source, the
+/// configuration's digest and where it comes from (names and keys, never a value), and, marked,
+/// that it changed since the last decision.
+fn rendering(bundle: &Bundle) -> Markup {
+    let status = bundle.status.clone().unwrap_or_default();
+    let sources = config_sources(&bundle.spec);
+    html! {
+        @if let Some(rendered) = &status.rendered {
+            p #rendered {
+                "Rendered by " code { (rendered_by(rendered)) }
+                @if let Some(source) = &rendered.source { " from " code { (source) } }
+            }
+            @if !rendered.warnings.is_empty() {
+                ul.warnings {
+                    @for warning in &rendered.warnings { li { span.badge.warn { "Warning" } " " (warning) } }
+                }
+            }
+        }
+        @if configured(bundle) {
+            p #configuration {
+                "Configuration " code { (status.config_digest.as_deref().unwrap_or("-")) }
+                @if sources.is_empty() {
+                    " (none given: an empty mapping)"
+                } @else {
+                    " from "
+                    @for (i, source) in sources.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        code { (source) }
+                    }
+                    " (later ones win)"
+                }
+            }
+        }
+        @if let Some(changed) = config_changed_text(&status) {
+            p #config-changed.changed-config {
+                span.badge.warn { "Configuration changed" } " " (changed)
+            }
+        }
+    }
+}
+
+/// The digest at a glance: what rendered it, what it changes, how much needs attention, who
+/// applies it.
 fn review_summary(
+    bundle: &Bundle,
     changes: &anyhow::Result<Vec<ObjectChange>>,
     permissions: Option<&RequestedPermissions>,
 ) -> Markup {
@@ -28,6 +74,7 @@ fn review_summary(
     html! {
         section.card #summary aria-label="Summary" {
             h2 { "Summary" }
+            (rendering(bundle))
             @if let Ok(changes) = changes {
                 p {
                     strong { (changes.len()) " objects" } ": "
@@ -96,7 +143,7 @@ fn review_content(
     let requested = status.requested_permissions.as_ref();
     html! {
         div.review-top {
-            (review_summary(changes, requested))
+            (review_summary(bundle, changes, requested))
             (decision(&name, digest, session))
             (highlights(requested))
         }
@@ -206,6 +253,86 @@ mod tests {
         // The lists of a reason break between their items.
         assert!(
             html.contains("resources <span class=\"list\">[alertmanagers, prometheuses]</span>"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn the_summary_names_the_rendering_and_marks_a_configuration_change() {
+        let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let mut bundle = Bundle::new(
+            "argocd",
+            BundleSpec {
+                image: "r/argocd-operator-bundle:v0.6.0".into(),
+                config: Some(
+                    serde_json::json!({ "watchNamespace": "argocd-system" })
+                        .as_object()
+                        .unwrap()
+                        .clone(),
+                ),
+                config_from: serde_json::from_value(serde_json::json!([
+                    { "kind": "Secret", "name": "operator-values", "optional": true },
+                ]))
+                .unwrap(),
+                ..Default::default()
+            },
+        );
+        let mut approval =
+            gantry_api::Approval::of(gantry_api::ApprovalDecision::Approved, &digest('a'));
+        approval.config_digest = Some(digest('c'));
+        bundle.status = Some(BundleStatus {
+            phase: Some(gantry_api::BundlePhase::AwaitingApproval),
+            config_digest: Some(digest('d')),
+            rendered: Some(gantry_api::Rendered {
+                provisioner: "gantry.dev/registry".into(),
+                version: "0.1.0".into(),
+                source: Some("argocd-operator.v0.6.0".into()),
+                input_digest: digest('e'),
+                notes: None,
+                warnings: vec!["<b>not bold</b>".into()],
+            }),
+            approval: Some(approval),
+            ..Default::default()
+        });
+        let html = review_summary(&bundle, &Ok(Vec::new()), None).into_string();
+        assert!(
+            html.contains("<p id=\"rendered\">Rendered by <code>gantry.dev/registry 0.1.0</code> from <code>argocd-operator.v0.6.0</code></p>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(&format!(
+                "<p id=\"configuration\">Configuration <code>{}</code> from <code>Secret/operator-values[values.yaml] (optional)</code>, <code>spec.config</code> (later ones win)</p>",
+                digest('d')
+            )),
+            "{html}"
+        );
+        assert!(
+            html.contains("<p class=\"changed-config\" id=\"config-changed\"><span class=\"badge warn\">Configuration changed</span> the configuration changed since the last decision (decided with sha256:cccccccccccc, now sha256:dddddddddddd): awaiting a new one</p>"),
+            "{html}"
+        );
+        assert!(html.contains("&lt;b&gt;not bold&lt;/b&gt;"), "{html}");
+        assert!(!html.contains("argocd-system"), "never a value: {html}");
+        let at = |text: &str| html.find(text).unwrap_or_else(|| panic!("{text}: {html}"));
+        assert!(at("id=\"summary\"") < at("id=\"rendered\""));
+
+        // Decided with this configuration: nothing marked.
+        let status = bundle.status.as_mut().unwrap();
+        status.approval.as_mut().unwrap().config_digest = Some(digest('d'));
+        let html = review_summary(&bundle, &Ok(Vec::new()), None).into_string();
+        assert!(
+            html.contains("id=\"configuration\"") && !html.contains("config-changed"),
+            "{html}"
+        );
+
+        // Plain content: nothing about rendering.
+        let html = review_summary(
+            &Bundle::new("plain", BundleSpec::default()),
+            &Ok(Vec::new()),
+            None,
+        )
+        .into_string();
+        assert!(
+            !html.contains("id=\"rendered\"") && !html.contains("id=\"configuration\""),
             "{html}"
         );
     }

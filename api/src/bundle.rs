@@ -463,6 +463,12 @@ pub struct Approval {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^sha256:[a-f0-9]{64}$"))]
     pub config_digest: Option<String>,
+    /// `status.contentDigest` when the decision was made, for content a provisioner rendered
+    /// (`status.rendered`): an approval holds only while the rendered objects are the same, so
+    /// a new version of the provisioner that renders other objects needs a new decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^sha256:[a-f0-9]{64}$"))]
+    pub content_digest: Option<String>,
 }
 
 impl Approval {
@@ -478,6 +484,7 @@ impl Approval {
             patches: Vec::new(),
             ignore: Vec::new(),
             config_digest: None,
+            content_digest: None,
         }
     }
 }

@@ -30,11 +30,21 @@ pub(crate) fn short(digest: &str) -> String {
 /// `Approved`, `Denied`, `Pending` (an approval is awaited) or `-`.
 pub(crate) fn approval_state(status: &BundleStatus) -> &'static str {
     let digest = resolved_digest(status);
+    // A decision also covers the configuration and the rendered objects it was given with.
+    let rendering = gantry_rules::approval::Rendering::of(status);
+    let decided_on_these = |a: &Approval| {
+        a.config_digest.as_deref() == rendering.config_digest
+            && a.content_digest.as_deref() == rendering.content_digest
+    };
     match status
         .approval
         .as_ref()
         .filter(|a| Some(a.digest.as_str()) == digest)
     {
+        Some(a) if !decided_on_these(a) => match find(&status.conditions, types::APPROVED) {
+            Some(c) if c.reason == reasons::AUTOMATIC_APPROVAL => "Automatic",
+            _ => "Pending",
+        },
         Some(a) if a.decision == ApprovalDecision::Approved => "Approved",
         Some(_) => "Denied",
         None => match find(&status.conditions, types::APPROVED) {
@@ -265,6 +275,24 @@ mod tests {
             )),
             "-"
         );
+    }
+
+    #[test]
+    fn a_decision_on_another_configuration_leaves_the_bundle_pending() {
+        let (old, new) = (
+            format!("sha256:{}", "1".repeat(64)),
+            format!("sha256:{}", "2".repeat(64)),
+        );
+        let mut changed = status("sha256:aa", Some((ApprovalDecision::Approved, "sha256:aa")));
+        changed.approval.as_mut().unwrap().config_digest = Some(old.clone());
+        changed.config_digest = Some(new);
+        assert_eq!(approval_state(&changed), "Pending");
+        changed.config_digest = Some(old);
+        assert_eq!(approval_state(&changed), "Approved");
+        // Rendered content: the decision names the objects it was given for.
+        changed.rendered = Some(Default::default());
+        changed.content_digest = Some(format!("sha256:{}", "3".repeat(64)));
+        assert_eq!(approval_state(&changed), "Pending");
     }
 
     #[test]

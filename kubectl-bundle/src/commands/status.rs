@@ -369,7 +369,7 @@ mod tests {
              \n\
              \x20             Open it:\u{fffd}[2J\n\
              Warnings:   the CSV's minKubeVersion is not checked\n\
-             Approval:   Approved\n\
+             Approval:   Pending\n\
              \x20           Approved {digest}\n\
              \x20           the configuration changed since the last decision (decided with sha256:cccccccccccc, now sha256:dddddddddddd): awaiting a new one\n",
             config('b'),

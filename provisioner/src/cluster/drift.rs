@@ -45,6 +45,9 @@ pub struct DriftWatches {
     sender: mpsc::UnboundedSender<ObjectRef<Bundle>>,
     /// Bundles one of whose objects changed since their last full check.
     dirty: Arc<Mutex<HashSet<String>>>,
+    /// Bundles a source of whose configuration changed since their last pass: let through
+    /// a failure's backoff (the change may be the fix).
+    reconfigured: Arc<Mutex<HashSet<String>>>,
 }
 
 impl DriftWatches {
@@ -56,6 +59,7 @@ impl DriftWatches {
                 started: Mutex::new(HashSet::new()),
                 sender,
                 dirty: Arc::new(Mutex::new(HashSet::new())),
+                reconfigured: Arc::new(Mutex::new(HashSet::new())),
             },
             receiver,
         )
@@ -176,6 +180,7 @@ impl DriftWatches {
                 Api::namespaced_with(applier.client.clone(), namespace, &resource);
             let (sender, sources, namespace) =
                 (self.sender.clone(), sources.clone(), namespace.to_string());
+            let (dirty, reconfigured) = (self.dirty.clone(), self.reconfigured.clone());
             tokio::spawn(async move {
                 let mut events = watcher::watcher(api, watcher::Config::default())
                     .default_backoff()
@@ -195,6 +200,13 @@ impl DriftWatches {
                         &object.name_any(),
                     );
                     for bundle in sources.of(&key) {
+                        // A full pass, not the shortcut for a bundle unchanged since its last
+                        // check: the configuration is read again.
+                        for marks in [&dirty, &reconfigured] {
+                            if let Ok(mut marks) = marks.lock() {
+                                marks.insert(bundle.name.clone());
+                            }
+                        }
                         if sender.send(bundle).is_err() {
                             return;
                         }
@@ -266,6 +278,15 @@ fn last_written_by_apply(metadata: &ObjectMeta) -> bool {
 }
 
 impl DriftWatches {
+    /// Whether a source of `bundle`'s configuration changed since the last call; clears the
+    /// mark.
+    pub fn take_reconfigured(&self, bundle: &str) -> bool {
+        self.reconfigured
+            .lock()
+            .map(|mut marks| marks.remove(bundle))
+            .unwrap_or(false)
+    }
+
     /// Whether an object of `bundle` changed since the last call; clears the mark.
     pub fn take_dirty(&self, bundle: &str) -> bool {
         self.dirty

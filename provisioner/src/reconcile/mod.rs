@@ -100,6 +100,10 @@ async fn reconcile_pass(bundle: &Bundle, ctx: &Context) -> Result<Action> {
     let name = bundle.name_any();
     let deleting = bundle.metadata.deletion_timestamp.is_some();
     let fingerprint = fingerprint(bundle, ctx);
+    // A changed source of the configuration may be what a failure waited for.
+    if ctx.drift.take_reconfigured(&name) {
+        ctx.backoff.success(&name);
+    }
     if let Some(wait) = ctx.backoff.pending(&name, fingerprint) {
         // New content or spec held back waits out its failure; drift of what is installed is
         // repaired meanwhile, as promptly as ever.

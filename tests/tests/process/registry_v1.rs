@@ -55,6 +55,24 @@ fn push_bundle(repository_tag: &str, edit: impl FnOnce(&Path)) -> String {
     .expect("pushing the bundle image")
 }
 
+/// Makes the bundle's cluster-scoped objects its own: the API group `argoproj.io` becomes
+/// `GROUP.argoproj.io` (the CRDs, the CSV's owned CRDs and permissions, hence the hashed
+/// names of its ClusterRoles) and the metrics reader ClusterRole `GROUP-metrics-reader`, so
+/// that no other test's argocd-operator bundle owns any of them.
+fn own_cluster_objects(root: &Path, group: &str) {
+    for entry in std::fs::read_dir(root.join("manifests")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("argoproj.io", &format!("{group}.argoproj.io"))
+            .replace(
+                "argocd-operator-metrics-reader",
+                &format!("{group}-metrics-reader"),
+            );
+        std::fs::write(&path, text).unwrap();
+    }
+}
+
 /// A class of the registry+v1 provisioner with `approval`.
 async fn registry_class(client: &Client, approval: ApprovalPolicy) -> String {
     let name = unique_name("registry-v1");
@@ -238,7 +256,14 @@ async fn an_operatorhub_bundle_installs_as_olm_v1_renders_it_in_each_install_mod
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    wait_bundle_gone(&client, &name).await;
+    // The API server deletes the custom resources of each CRD before the CRD itself, in
+    // turn: on a loaded machine that takes longer than a bundle's usual wait.
+    wait_until("the bundle uninstalled", Duration::from_secs(180), || {
+        let bundles: Api<Bundle> = Api::all(client.clone());
+        let name = name.clone();
+        async move { bundles.get_opt(&name).await.ok()?.is_none().then_some(()) }
+    })
+    .await;
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(client.clone());
     assert!(
@@ -339,8 +364,8 @@ async fn what_olm_v1_cannot_install_is_stalled_naming_the_field() {
     );
 }
 
-/// Writes the approval of the bundle's resolved digest and configuration digest, as
-/// `kubectl bundle approve` does.
+/// Writes the approval of the bundle's resolved digest, configuration digest and rendered
+/// content, as `kubectl bundle approve` does.
 async fn approve_with_config(client: &Client, name: &str, bundle: &Bundle) {
     let status = bundle.status.as_ref().unwrap();
     let digest = digest_of(status.resolved_image.as_deref().unwrap());
@@ -349,6 +374,8 @@ async fn approve_with_config(client: &Client, name: &str, bundle: &Bundle) {
         "status": { "approval": {
             "decision": "Approved", "digest": digest,
             "configDigest": status.config_digest.as_deref().unwrap(),
+            // Rendered content: the decision names the objects it was given for.
+            "contentDigest": status.content_digest.as_deref().unwrap(),
         } }
     });
     Api::<Bundle>::all(client.clone())
@@ -384,7 +411,10 @@ async fn a_configuration_change_waits_for_an_approval_while_the_approved_render_
     let ns = unique_name("olm-config");
     ensure_namespace(&client, &ns).await;
     let class = registry_class(&client, ApprovalPolicy::Manual).await;
-    let image = push_bundle(&format!("{}/bundle:v1", unique_name("olm-config")), |_| {});
+    let group = unique_name("config");
+    let image = push_bundle(&format!("{group}/bundle:v1"), |root| {
+        own_cluster_objects(root, &group)
+    });
     set_values(&client, &ns, &format!("watchNamespace: {ns}\n")).await;
     let name = unique_name("configured");
     let spec = BundleSpec {

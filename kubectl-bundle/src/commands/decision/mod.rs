@@ -199,7 +199,12 @@ pub fn decide(
         });
     }
     let approved = status.approval.as_ref().is_some_and(|a| {
-        gantry_rules::approval::approves(a, digest, &bundle.spec, status.config_digest.as_deref())
+        gantry_rules::approval::approves(
+            a,
+            digest,
+            &bundle.spec,
+            gantry_rules::approval::Rendering::of(&status),
+        )
     });
     if approved && decision == ApprovalDecision::Approved {
         return Err(DecisionError::AlreadyApproved {
@@ -274,9 +279,15 @@ async fn write(
     if !shown.spec.ignore.is_empty() {
         approval["ignore"] = json!(shown.spec.ignore);
     }
-    // And the configuration the content was rendered with.
-    if let Some(config_digest) = shown.status.as_ref().and_then(|s| s.config_digest.as_ref()) {
-        approval["configDigest"] = json!(config_digest);
+    // And the configuration the content was rendered with, and the rendered objects.
+    if let Some(status) = &shown.status {
+        let rendering = gantry_rules::approval::Rendering::of(status);
+        if let Some(config_digest) = rendering.config_digest {
+            approval["configDigest"] = json!(config_digest);
+        }
+        if let Some(content_digest) = rendering.content_digest {
+            approval["contentDigest"] = json!(content_digest);
+        }
     }
     // The resourceVersion makes the write fail if the bundle changed since it was shown.
     let patch = json!({

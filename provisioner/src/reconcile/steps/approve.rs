@@ -12,6 +12,7 @@ use crate::reconcile::crd_findings;
 use crate::reconcile::pass::{Flow, Outcome, Pass, next_visit};
 use crate::source::registry::digest_of;
 use crate::status::publish;
+use gantry_rules::approval::Rendering;
 use gantry_rules::conditions::find;
 use gantry_rules::plan::Plan;
 
@@ -31,7 +32,7 @@ pub(crate) async fn approve(
         digest,
         &Changes {
             spec: &pass.bundle.spec,
-            config_digest: pass.status.config_digest.as_deref(),
+            rendering: Rendering::of(&pass.status),
         },
         pass.status.approval.as_ref(),
     );
@@ -91,13 +92,13 @@ pub(crate) async fn approve(
 #[derive(Clone, Copy, Debug)]
 struct Changes<'a> {
     spec: &'a BundleSpec,
-    config_digest: Option<&'a str>,
+    rendering: Rendering<'a>,
 }
 
 impl Changes<'_> {
     /// The fields of the spec that differ from the ones `approval` was given with.
     fn differing(&self, approval: &Approval) -> Vec<&'static str> {
-        gantry_rules::approval::differing(approval, self.spec, self.config_digest)
+        gantry_rules::approval::differing(approval, self.spec, self.rendering)
     }
 }
 
@@ -206,7 +207,7 @@ mod tests {
         manual_with(
             Changes {
                 spec: &BundleSpec::default(),
-                config_digest: None,
+                rendering: Rendering::default(),
             },
             approval,
         )
@@ -221,7 +222,7 @@ mod tests {
             "sha256:x",
             &Changes {
                 spec: &BundleSpec::default(),
-                config_digest: None,
+                rendering: Rendering::default(),
             },
             None,
         );
@@ -280,7 +281,7 @@ mod tests {
             };
             let changes = Changes {
                 spec: &spec,
-                config_digest: None,
+                rendering: Rendering::default(),
             };
             manual_with(changes, Some(&approved))
         };
@@ -314,7 +315,7 @@ mod tests {
             };
             let changes = Changes {
                 spec: &spec,
-                config_digest: None,
+                rendering: Rendering::default(),
             };
             manual_with(changes, Some(&approved))
         };
@@ -361,7 +362,10 @@ mod tests {
         let with = |config_digest: &str| {
             let changes = Changes {
                 spec: &spec,
-                config_digest: Some(config_digest),
+                rendering: Rendering {
+                    config_digest: Some(config_digest),
+                    content_digest: None,
+                },
             };
             manual_with(changes, Some(&approved))
         };

@@ -112,6 +112,12 @@ pub async fn run(
     tokio::spawn(server::serve(listener, metrics.clone(), readiness.clone()));
     tokio::spawn(count_runtime_tasks(metrics.clone()));
 
+    // The provisioner plugins registered in the namespace, for the sharder and the controllers.
+    let plugins = Arc::new(crate::source::plugin::Plugins::new(
+        options.settings.namespace.clone(),
+        options.settings.plugin_token_file.clone(),
+    ));
+    controllers::keep_plugins(&client, &options.settings.namespace, plugins.clone());
     let controllers = |client: Client, shard: Option<Shard>| Controllers {
         client,
         config: Some(config.clone()),
@@ -124,6 +130,7 @@ pub async fn run(
         },
         concurrency: options.reconcile_concurrency,
         shard,
+        plugins: Some(plugins.clone()),
     };
     let leader = options.lease_name.as_ref().map(|name| Leader {
         client: client.clone(),
@@ -144,6 +151,7 @@ pub async fn run(
             namespace: options.settings.namespace.clone(),
             identity: options.identity.clone(),
             provisioners: options.settings.provisioners.clone(),
+            plugins: plugins.clone(),
             reconcile_concurrency: options.reconcile_concurrency,
             leader,
             metrics: ShardMetrics {

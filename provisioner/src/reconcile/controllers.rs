@@ -42,6 +42,9 @@ pub struct Controllers {
     pub concurrency: u16,
     /// With `--sharding`: this replica's shard; only bundles labelled with it are reconciled.
     pub shard: Option<Shard>,
+    /// The provisioner plugins registered, kept by a watch of the caller's (shared with the
+    /// sharder); `None`: the controllers keep their own.
+    pub plugins: Option<Arc<crate::source::plugin::Plugins>>,
 }
 
 /// Runs both controllers until `shutdown` completes.
@@ -58,6 +61,7 @@ pub async fn run(
         reporter,
         concurrency,
         shard,
+        plugins,
     } = controllers;
     let classes_api: Api<ProvisionerClass> = Api::all(client.clone());
     let bundles_api: Api<Bundle> = Api::all(client.clone());
@@ -72,7 +76,7 @@ pub async fn run(
     // The Bundles are kept in memory, one copy each, for as long as the provisioner runs:
     // nothing reads their managedFields, which with thousands of bundles add up, so the
     // store keeps them without.
-    let (ctx, drift_events) = Context::new(
+    let (mut ctx, drift_events) = Context::new(
         client.clone(),
         config,
         settings,
@@ -81,6 +85,11 @@ pub async fn run(
         metrics,
         reporter,
     );
+    // Kept here only when no caller keeps them (for the sharder too).
+    let observe_plugins = plugins.is_none();
+    if let Some(plugins) = plugins {
+        ctx.plugins = plugins;
+    }
     // A shard watches only the bundles of its slots: its memory and work are its share.
     let watched_bundles = match &shard {
         Some(shard) => slot_watch(bundles_api.clone(), shard.slots.selector()).boxed(),
@@ -156,7 +165,11 @@ pub async fn run(
                 watcher::Config::default().labels(&format!("{PLUGIN_LABEL}=true")),
             )
             .default_backoff()
-            .inspect_ok(move |event| plugins.observe(event))
+            .inspect_ok(move |event| {
+                if observe_plugins {
+                    plugins.observe(event)
+                }
+            })
             .touched_objects(),
         )
     };
@@ -373,6 +386,32 @@ where
             .default_backoff()
             .applied_objects(),
     )
+}
+
+/// Keeps `plugins` from a watch of the Services in `namespace` labelled as plugins, until the
+/// process ends: the sharder and every set of controllers of this process read it.
+pub fn keep_plugins(
+    client: &Client,
+    namespace: &str,
+    plugins: Arc<crate::source::plugin::Plugins>,
+) {
+    let services = Api::<Service>::namespaced(client.clone(), namespace);
+    tokio::spawn(
+        watcher::watcher(
+            services,
+            watcher::Config::default().labels(&format!("{PLUGIN_LABEL}=true")),
+        )
+        .default_backoff()
+        .for_each(move |event| {
+            match event {
+                Ok(event) => plugins.observe(&event),
+                Err(error) => {
+                    tracing::debug!(%error, "plugin Service watch error; the watcher retries")
+                }
+            }
+            futures::future::ready(())
+        }),
+    );
 }
 
 /// `stream` without its errors, which are logged. kube's Controller backs off all its trigger

@@ -22,6 +22,8 @@ pub struct Replica {
     /// The shard's name.
     pub identity: String,
     pub provisioners: gantry_rules::class_selection::ServedProvisioners,
+    /// The provisioner plugins registered in the namespace.
+    pub plugins: std::sync::Arc<crate::source::plugin::Plugins>,
     /// Bundles reconciled at once across all shards.
     pub reconcile_concurrency: u16,
     /// `None` runs the sharder at once.
@@ -218,6 +220,7 @@ impl Replica {
             self.client.clone(),
             self.namespace.clone(),
             self.provisioners.clone(),
+            self.plugins.clone(),
             self.metrics.clone(),
             stop,
         )

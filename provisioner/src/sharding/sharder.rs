@@ -127,6 +127,7 @@ pub async fn run(
     client: Client,
     namespace: String,
     provisioners: gantry_rules::class_selection::ServedProvisioners,
+    plugins: Arc<crate::source::plugin::Plugins>,
     metrics: ShardMetrics,
     stop: impl Future<Output = ()>,
 ) {
@@ -225,6 +226,11 @@ pub async fn run(
             // with its slot label: one write of the Bundle less for its first pass).
             let ours: Vec<(Placement, bool)> = {
                 let classes = classes.state();
+                // The plugins registered now serve classes too.
+                let provisioners = gantry_rules::class_selection::ServedProvisioners {
+                    plugins: plugins.ids(),
+                    ..provisioners.clone()
+                };
                 placements
                     .snapshot()
                     .into_iter()

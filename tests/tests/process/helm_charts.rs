@@ -5,8 +5,9 @@
 //! certificate does not verify or that says it is another is not accepted); a chart that does
 //! not render is `Stalled` naming the file.
 //!
-//! A cluster of its own: its provisioner runs with a token for plugins, and the chart's
-//! APIService (whose backend never runs here) stays out of the other modules' discovery.
+//! A cluster of its own: its provisioner runs sharded (as manifests/ runs it) with a token for
+//! plugins, and the chart's APIService (whose backend never runs here) stays out of the other
+//! modules' discovery.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -257,7 +258,9 @@ async fn helm_charts_render_through_the_plugin_and_install_as_helm_template_rend
     let token_flag = format!("--plugin-token-file={}", token_file.display());
     let _gantry = start_gantry(
         plane,
+        // Sharded, as manifests/ runs it: the sharder places the bundles of plugin classes.
         &[
+            "--sharding",
             "--resolve-interval=1s",
             "--backoff-base=200ms",
             "--backoff-cap=2s",

@@ -138,22 +138,8 @@ impl PulledBundle {
     /// same bytes, on a blocking thread (gzip, tar and parsing are CPU work that must not hold
     /// up the async runtime).
     pub async fn write_canonical_tarball(&self) -> Result<CanonicalTarball, ImageError> {
-        let files = self.files.clone();
         let path = self.scratch.path().join("canonical.tar.gz");
-        let limits = self.limits;
-        tokio::task::spawn_blocking(move || {
-            let (digest, objects) = write_canonical_file_objects(&files, &path, &limits)?;
-            Ok(CanonicalTarball {
-                path,
-                digest,
-                objects,
-            })
-        })
-        .await
-        .map_err(|e| ImageError::Io {
-            context: "writing the canonical tarball".into(),
-            source: io::Error::other(e.to_string()),
-        })?
+        canonical_tarball(self.files.clone(), path, self.limits).await
     }
 
     /// Writes the canonical tarball of content rendered from this bundle by a provisioner
@@ -212,7 +198,8 @@ pub async fn write_rendered_tarball(
     files: Vec<(String, Vec<u8>)>,
     limits: EffectiveLimits,
 ) -> Result<CanonicalTarball, ImageError> {
-    tokio::task::spawn_blocking(move || {
+    let path = scratch.join("rendered.tar.gz");
+    let rendered = blocking("writing the rendered files", move || {
         let mut rendered = BundleFiles::default();
         for (index, (name, content)) in files.into_iter().enumerate() {
             if content.len() as u64 > limits.max_file_bytes {
@@ -229,8 +216,22 @@ pub async fn write_rendered_tarball(
                 crate::layer::StoredFile::new(path, content.len() as u64),
             );
         }
-        let path = scratch.join("rendered.tar.gz");
-        let (digest, objects) = write_canonical_file_objects(&rendered, &path, &limits)?;
+        Ok(rendered)
+    })
+    .await?;
+    canonical_tarball(rendered, path, limits).await
+}
+
+/// Writes the canonical tarball of `files` to `path` and parses its objects from the same
+/// bytes, on a blocking thread (gzip, tar and parsing are CPU work that must not hold up the
+/// async runtime).
+async fn canonical_tarball(
+    files: BundleFiles,
+    path: PathBuf,
+    limits: EffectiveLimits,
+) -> Result<CanonicalTarball, ImageError> {
+    blocking("writing the canonical tarball", move || {
+        let (digest, objects) = write_canonical_file_objects(&files, &path, &limits)?;
         Ok(CanonicalTarball {
             path,
             digest,
@@ -238,10 +239,19 @@ pub async fn write_rendered_tarball(
         })
     })
     .await
-    .map_err(|e| ImageError::Io {
-        context: "writing the rendered tarball".into(),
-        source: io::Error::other(e.to_string()),
-    })?
+}
+
+/// `work` on a blocking thread; `what` names it if the thread fails.
+async fn blocking<T: Send + 'static>(
+    what: &'static str,
+    work: impl FnOnce() -> Result<T, ImageError> + Send + 'static,
+) -> Result<T, ImageError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ImageError::Io {
+            context: what.into(),
+            source: io::Error::other(e.to_string()),
+        })?
 }
 
 /// The parts of a manifest or index that pulls and copies read.

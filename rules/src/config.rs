@@ -33,12 +33,12 @@ pub fn merged(
     config
 }
 
-/// `sha256:…` of `config` as JSON with every mapping's keys sorted, so that the digest
+/// `sha256:…` of `config` as JSON with every mapping's keys sorted (as Go writes it), so that the digest
 /// depends on the configuration only, not on the order it was written in.
 pub fn digest(config: &Map<String, Value>) -> String {
     let mut hasher = Sha256::new();
-    let mut text = String::new();
-    write_sorted(&Value::Object(config.clone()), &mut text);
+    // Go's encoding/json sorts keys: the text depends on the configuration only.
+    let text = crate::go_json::to_string(&Value::Object(config.clone()));
     hasher.update(text.as_bytes());
     format!("sha256:{}", hex(&hasher.finalize()))
 }
@@ -93,36 +93,6 @@ impl RenderInput<'_> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn write_sorted(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                crate::go_json::write_string(key, out);
-                out.push(':');
-                write_sorted(&map[key], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_sorted(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
 }
 
 #[cfg(test)]

@@ -535,7 +535,7 @@ impl Template {
             let texts: Vec<String> = results
                 .iter()
                 .map(|v| match v {
-                    Value::Object(_) | Value::Array(_) => go_json(v),
+                    Value::Object(_) | Value::Array(_) => gantry_rules::go_json::to_string(v),
                     other => go_print(other),
                 })
                 .collect();
@@ -777,8 +777,8 @@ pub fn go_print(value: &Value) -> String {
         Value::Null => "null".into(),
         Value::String(s) => s.clone(),
         Value::Bool(b) => b.to_string(),
-        Value::Number(n) => go_number(n, go_float_v),
-        other => go_json(other),
+        Value::Number(n) => gantry_rules::go_json::number(n, go_float_v),
+        other => gantry_rules::go_json::to_string(other),
     }
 }
 
@@ -804,39 +804,6 @@ pub fn go_sprint(value: &Value) -> String {
     }
 }
 
-fn go_number(n: &serde_json::Number, float: fn(f64) -> String) -> String {
-    if let Some(i) = n.as_i64().filter(|_| !n.is_f64()) {
-        i.to_string()
-    } else if let Some(u) = n.as_u64().filter(|_| !n.is_f64()) {
-        u.to_string()
-    } else {
-        float(n.as_f64().unwrap_or(f64::NAN))
-    }
-}
-
-/// The shortest digits of `f` and its decimal exponent: `1.5` is ("15", 0).
-fn digits(f: f64) -> (String, i32) {
-    let text = format!("{:e}", f.abs());
-    let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
-    (
-        mantissa.replace('.', ""),
-        exponent.parse::<i32>().unwrap_or(0),
-    )
-}
-
-/// `strconv.FormatFloat(f, 'e', -1, 64)` with Go's two-digit exponent.
-fn go_exponent_form(f: f64) -> String {
-    let (digits, exponent) = digits(f);
-    let sign = if f < 0.0 { "-" } else { "" };
-    let mantissa = if digits.len() > 1 {
-        format!("{}.{}", &digits[..1], &digits[1..])
-    } else {
-        digits
-    };
-    let exp_sign = if exponent < 0 { '-' } else { '+' };
-    format!("{sign}{mantissa}e{exp_sign}{:02}", exponent.abs())
-}
-
 /// `fmt.Sprint(f)` (`%v`, that is `%g` with the shortest precision): exponent form below 1e-4
 /// and from 1e6 on (`1e+06`).
 fn go_float_v(f: f64) -> String {
@@ -849,67 +816,11 @@ fn go_float_v(f: f64) -> String {
             "0".into()
         };
     }
-    let (_, exponent) = digits(f);
+    let (_, exponent) = gantry_rules::go_json::digits(f);
     if !(-4..6).contains(&exponent) {
-        go_exponent_form(f)
+        gantry_rules::go_json::exponent_form(f)
     } else {
         format!("{f}")
-    }
-}
-
-/// A float as `encoding/json` writes it: plain decimals, exponent form below 1e-6 and from 1e21
-/// on (`1e-7`, `1e+21`).
-fn go_json_float(f: f64) -> String {
-    let abs = f.abs();
-    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
-        let text = go_exponent_form(f);
-        // encoding/json trims `e-07` to `e-7`.
-        match text.split_once("e-0") {
-            Some((mantissa, exponent)) => format!("{mantissa}e-{exponent}"),
-            None => text,
-        }
-    } else {
-        format!("{f}")
-    }
-}
-
-/// Compact JSON as Go's `encoding/json` writes it: keys sorted, `<`, `>` and `&` escaped.
-pub fn go_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_go_json(value, &mut out);
-    out
-}
-
-fn write_go_json(value: &Value, out: &mut String) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => out.push_str(&go_number(n, go_json_float)),
-        Value::String(s) => gantry_rules::go_json::write_string(s, out),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_go_json(item, out);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_go_json(&Value::String(key.clone()), out);
-                out.push(':');
-                write_go_json(&map[key], out);
-            }
-            out.push('}');
-        }
     }
 }
 
@@ -1041,7 +952,7 @@ mod tests {
         assert_eq!(go_float_v(1e-5), "1e-05");
         assert_eq!(go_float_v(123456.5), "123456.5");
         assert_eq!(go_float_v(1234567.0), "1.234567e+06");
-        assert_eq!(go_json_float(1e-7), "1e-7");
+        assert_eq!(gantry_rules::go_json::json_float(1e-7), "1e-7");
         assert!(
             Template::parse("{.items[5]}")
                 .unwrap()

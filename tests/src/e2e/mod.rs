@@ -4,6 +4,7 @@
 //! ([`Isolated`]). `kubectl bundle` as kubectl runs it is in [`kubectl`].
 
 pub mod kubectl;
+pub mod operator_bundles;
 
 use std::ops::Deref;
 use std::path::Path;
@@ -840,6 +841,59 @@ pub async fn edit_config_map(client: &Client, namespace: &str, name: &str, value
         )
         .await
         .expect("editing a ConfigMap");
+}
+
+/// Approves what Bundle `bundle` shows now, as `kubectl bundle approve` does: its resolved
+/// digest, and for content a provisioner rendered, the configuration's digest and the
+/// rendered content's.
+pub async fn approve_shown(client: &Client, bundle: &Bundle) {
+    let status = bundle.status.as_ref().expect("the bundle's status");
+    let digest = digest_of(status.resolved_image.as_deref().expect("a resolved image"));
+    let rendering = gantry_rules::approval::Rendering::of(status);
+    let approval = json!({
+        "apiVersion": "gantry.dev/v1alpha1", "kind": "Bundle",
+        "metadata": { "name": bundle.name_any() },
+        "status": { "approval": {
+            "decision": "Approved", "digest": digest,
+            "configDigest": rendering.config_digest,
+            "contentDigest": rendering.content_digest,
+        } }
+    });
+    Api::<Bundle>::all(client.clone())
+        .patch_status(
+            &bundle.name_any(),
+            &PatchParams::apply("test-approver").force(),
+            &Patch::Apply(&approval),
+        )
+        .await
+        .expect("writing the approval");
+}
+
+/// Applies the namespaced `object` (JSON, its namespace in its metadata) server-side as
+/// field manager `gantry-tests`: what a user or administrator writes.
+pub async fn apply_object<K>(client: &Client, object: serde_json::Value) -> K
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let name = object["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_string();
+    let namespace = object["metadata"]["namespace"]
+        .as_str()
+        .expect("a namespace");
+    Api::<K>::namespaced(client.clone(), namespace)
+        .patch(
+            &name,
+            &PatchParams::apply("gantry-tests").force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {name}: {e}"))
 }
 
 /// Writes `status.approval` of Bundle `name` approving `digest`, as an approver does:

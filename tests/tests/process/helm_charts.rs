@@ -28,7 +28,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 static CLUSTER: Isolated = Isolated::new();
@@ -66,44 +66,34 @@ async fn register(
     port: u16,
     ca_secret: &str,
 ) {
-    let service: Service = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {
-            "name": name, "namespace": namespace,
-            "labels": { PLUGIN_LABEL: "true" },
-            "annotations": { PROVISIONER_ANNOTATION: id, CA_ANNOTATION: ca_secret },
-        },
-        "spec": {
-            "type": "ExternalName", "externalName": "localhost",
-            "ports": [{ "name": "https", "port": port }],
-        },
-    }))
-    .unwrap();
-    Api::<Service>::namespaced(client.clone(), namespace)
-        .patch(
-            name,
-            &PatchParams::apply("gantry-tests").force(),
-            &Patch::Apply(&service),
-        )
-        .await
-        .expect("registering a plugin");
+    apply_object::<Service>(
+        client,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {
+                "name": name, "namespace": namespace,
+                "labels": { PLUGIN_LABEL: "true" },
+                "annotations": { PROVISIONER_ANNOTATION: id, CA_ANNOTATION: ca_secret },
+            },
+            "spec": {
+                "type": "ExternalName", "externalName": "localhost",
+                "ports": [{ "name": "https", "port": port }],
+            },
+        }),
+    )
+    .await;
 }
 
 async fn ca_secret(client: &Client, name: &str, pem: &str) {
-    let secret: Secret = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": { "name": name, "namespace": NAMESPACE },
-        "stringData": { "ca.crt": pem },
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), NAMESPACE)
-        .patch(
-            name,
-            &PatchParams::apply("gantry-tests").force(),
-            &Patch::Apply(&secret),
-        )
-        .await
-        .unwrap();
+    apply_object::<Secret>(
+        client,
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": name, "namespace": NAMESPACE },
+            "stringData": { "ca.crt": pem },
+        }),
+    )
+    .await;
 }
 
 async fn helm_class(client: &Client, name: &str, provisioner: &str) {

@@ -6,72 +6,19 @@
 //! field.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{ApprovalPolicy, Bundle, BundlePhase, BundleSpec, ProvisionerClassSpec};
+use gantry_tests::e2e::operator_bundles::{
+    argocd_testdata, own_cluster_objects, push_argocd_bundle,
+};
 use gantry_tests::e2e::*;
-use gantry_tests::{ImageConfig, push_rootfs, registry, unique_name, wait_until, workspace_root};
+use gantry_tests::{unique_name, wait_until};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
-
-/// The argocd-operator v0.6.0 bundle of OperatorHub's community operators, and OLM v1's
-/// rendering of it (see rules/testdata/registry-v1/README.md).
-fn testdata() -> std::path::PathBuf {
-    workspace_root().join("rules/testdata/registry-v1/argocd-operator.v0.6.0")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
-/// Pushes the argocd-operator bundle, changed by `edit` (its root directory), as
-/// `repository:tag`: one layer holding `manifests/` and `metadata/`, as `opm` and
-/// `operator-sdk` build bundle images.
-fn push_bundle(repository_tag: &str, edit: impl FnOnce(&Path)) -> String {
-    let work = tempfile::tempdir().unwrap();
-    let rootfs = work.path().join("rootfs");
-    copy_dir(&testdata().join("bundle"), &rootfs);
-    edit(&rootfs);
-    push_rootfs(
-        &rootfs,
-        &ImageConfig::default(),
-        registry().host(),
-        repository_tag,
-        work.path(),
-    )
-    .expect("pushing the bundle image")
-}
-
-/// Makes the bundle's cluster-scoped objects its own: the API group `argoproj.io` becomes
-/// `GROUP.argoproj.io` (the CRDs, the CSV's owned CRDs and permissions, hence the hashed
-/// names of its ClusterRoles) and the metrics reader ClusterRole `GROUP-metrics-reader`, so
-/// that no other test's argocd-operator bundle owns any of them.
-fn own_cluster_objects(root: &Path, group: &str) {
-    for entry in std::fs::read_dir(root.join("manifests")).unwrap() {
-        let path = entry.unwrap().path();
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("argoproj.io", &format!("{group}.argoproj.io"))
-            .replace(
-                "argocd-operator-metrics-reader",
-                &format!("{group}-metrics-reader"),
-            );
-        std::fs::write(&path, text).unwrap();
-    }
-}
 
 /// A class of the registry+v1 provisioner with `approval`.
 async fn registry_class(client: &Client, approval: ApprovalPolicy) -> String {
@@ -86,7 +33,7 @@ async fn registry_class(client: &Client, approval: ApprovalPolicy) -> String {
 
 /// `(kind, namespace, name)` of each object of OLM v1's rendering in `scenario`.
 fn expected(scenario: &str, namespace: &str) -> BTreeSet<(String, String, String)> {
-    let dir = testdata().join("expected").join(scenario);
+    let dir = argocd_testdata().join("expected").join(scenario);
     let mut objects = BTreeSet::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
@@ -153,7 +100,7 @@ async fn an_operatorhub_bundle_installs_as_olm_v1_renders_it_in_each_install_mod
     let ns = "argocd-system";
     ensure_namespace(&client, ns).await;
     let class = registry_class(&client, ApprovalPolicy::Automatic).await;
-    let image = push_bundle(
+    let image = push_argocd_bundle(
         &format!("{}/argocd-operator-bundle:v0.6.0", unique_name("olm")),
         |_| {},
     );
@@ -281,16 +228,11 @@ async fn what_olm_v1_cannot_install_is_stalled_naming_the_field() {
     let repository = unique_name("olm-refused");
 
     // An option gantry.dev/registry does not have.
-    let image = push_bundle(&format!("{repository}/bundle:v1"), |_| {});
-    let name = unique_name("unknown-option");
+    let image = push_argocd_bundle(&format!("{repository}/bundle:v1"), |_| {});
     let mut unknown = spec_of_class(&image, Some(&ns), &class);
     unknown.config = Some(map(json!({ "watchNamespace": ns, "replicas": 2 })));
-    create_bundle(&client, &name, unknown).await;
-    let bundle = wait_bundle(&client, &name, "Stalled on the configuration", |b| {
-        condition(b, types::STALLED).is_some_and(|c| c.reason == reasons::RENDER_FAILED)
-    })
-    .await;
-    let message = &condition(&bundle, types::UNPACKED).unwrap().message;
+    let (message, bundle) =
+        stalled(&client, "unknown-option", unknown, reasons::RENDER_FAILED).await;
     assert!(
         message.contains("spec.config: replicas is not an option of gantry.dev/registry"),
         "{message}"
@@ -301,7 +243,7 @@ async fn what_olm_v1_cannot_install_is_stalled_naming_the_field() {
     );
 
     // A webhook, which needs a certificate provider.
-    let image = push_bundle(&format!("{repository}/bundle:webhooks"), |root| {
+    let image = push_argocd_bundle(&format!("{repository}/bundle:webhooks"), |root| {
         let csv = root.join("manifests/argocd-operator.v0.6.0.clusterserviceversion.yaml");
         let text = std::fs::read_to_string(&csv).unwrap();
         let text = text.replacen(
@@ -311,13 +253,8 @@ async fn what_olm_v1_cannot_install_is_stalled_naming_the_field() {
         );
         std::fs::write(&csv, text).unwrap();
     });
-    let name = unique_name("webhooks");
-    create_bundle(&client, &name, spec_of_class(&image, Some(&ns), &class)).await;
-    let bundle = wait_bundle(&client, &name, "Stalled on the webhook", |b| {
-        condition(b, types::STALLED).is_some_and(|c| c.reason == reasons::RENDER_FAILED)
-    })
-    .await;
-    let message = &condition(&bundle, types::UNPACKED).unwrap().message;
+    let webhooks = spec_of_class(&image, Some(&ns), &class);
+    let (message, _) = stalled(&client, "webhooks", webhooks, reasons::RENDER_FAILED).await;
     assert!(
         message.contains("argocd-operator.v0.6.0, spec.webhookdefinitions"),
         "{message}"
@@ -329,31 +266,29 @@ async fn what_olm_v1_cannot_install_is_stalled_naming_the_field() {
         &[("a.yaml", config_map("a", None, "x"))],
     )
     .await;
-    let name = unique_name("not-registry");
-    create_bundle(&client, &name, spec_of_class(&plain, Some(&ns), &class)).await;
-    let bundle = wait_bundle(&client, &name, "Stalled: no annotations", |b| {
-        condition(b, types::STALLED).is_some_and(|c| c.reason == reasons::RENDER_FAILED)
-    })
+    let not_registry = spec_of_class(&plain, Some(&ns), &class);
+    let (message, _) = stalled(
+        &client,
+        "not-registry",
+        not_registry,
+        reasons::RENDER_FAILED,
+    )
     .await;
-    let message = &condition(&bundle, types::UNPACKED).unwrap().message;
     assert!(
         message.contains("metadata/annotations.yaml is missing"),
         "{message}"
     );
 
     // The plain provisioner takes no configuration.
-    let name = unique_name("plain-configured");
-    let mut spec = spec(&plain, Some(&ns));
-    spec.config = Some(map(json!({ "replicas": 2 })));
-    create_bundle(&client, &name, spec).await;
-    let bundle = wait_bundle(
+    let mut configured = spec(&plain, Some(&ns));
+    configured.config = Some(map(json!({ "replicas": 2 })));
+    let (message, _) = stalled(
         &client,
-        &name,
-        "Stalled: plain takes no configuration",
-        |b| condition(b, types::STALLED).is_some_and(|c| c.reason == reasons::INVALID_CONFIG),
+        "plain-configured",
+        configured,
+        reasons::INVALID_CONFIG,
     )
     .await;
-    let message = &condition(&bundle, types::UNPACKED).unwrap().message;
     assert!(
         message.contains("gantry.dev/plain takes no configuration"),
         "{message}"
@@ -364,45 +299,34 @@ async fn what_olm_v1_cannot_install_is_stalled_naming_the_field() {
     );
 }
 
-/// Writes the approval of the bundle's resolved digest, configuration digest and rendered
-/// content, as `kubectl bundle approve` does.
-async fn approve_with_config(client: &Client, name: &str, bundle: &Bundle) {
-    let status = bundle.status.as_ref().unwrap();
-    let digest = digest_of(status.resolved_image.as_deref().unwrap());
-    let approval = json!({
-        "apiVersion": "gantry.dev/v1alpha1", "kind": "Bundle", "metadata": { "name": name },
-        "status": { "approval": {
-            "decision": "Approved", "digest": digest,
-            "configDigest": status.config_digest.as_deref().unwrap(),
-            // Rendered content: the decision names the objects it was given for.
-            "contentDigest": status.content_digest.as_deref().unwrap(),
-        } }
-    });
-    Api::<Bundle>::all(client.clone())
-        .patch_status(
-            name,
-            &PatchParams::apply("test-approver").force(),
-            &Patch::Apply(&approval),
-        )
-        .await
-        .expect("writing the approval");
+/// Creates a bundle named after `prefix` with `spec`, and waits until it is `Stalled` for
+/// `reason`; the `Unpacked` message, and the bundle.
+async fn stalled(
+    client: &Client,
+    prefix: &str,
+    spec: BundleSpec,
+    reason: &str,
+) -> (String, Bundle) {
+    let name = unique_name(prefix);
+    create_bundle(client, &name, spec).await;
+    let bundle = wait_bundle(client, &name, &format!("Stalled for {reason}"), |b| {
+        condition(b, types::STALLED).is_some_and(|c| c.reason == reason)
+    })
+    .await;
+    let message = condition(&bundle, types::UNPACKED).unwrap().message.clone();
+    (message, bundle)
 }
 
 async fn set_values(client: &Client, ns: &str, values: &str) {
-    let map: ConfigMap = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": { "name": "operator-config", "namespace": ns },
-        "data": { "values.yaml": values },
-    }))
-    .unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .patch(
-            "operator-config",
-            &PatchParams::apply("test-config").force(),
-            &Patch::Apply(&map),
-        )
-        .await
-        .unwrap();
+    apply_object::<ConfigMap>(
+        client,
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "operator-config", "namespace": ns },
+            "data": { "values.yaml": values },
+        }),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -412,7 +336,7 @@ async fn a_configuration_change_waits_for_an_approval_while_the_approved_render_
     ensure_namespace(&client, &ns).await;
     let class = registry_class(&client, ApprovalPolicy::Manual).await;
     let group = unique_name("config");
-    let image = push_bundle(&format!("{group}/bundle:v1"), |root| {
+    let image = push_argocd_bundle(&format!("{group}/bundle:v1"), |root| {
         own_cluster_objects(root, &group)
     });
     set_values(&client, &ns, &format!("watchNamespace: {ns}\n")).await;
@@ -437,7 +361,7 @@ async fn a_configuration_change_waits_for_an_approval_while_the_approved_render_
             && b.status.as_ref().unwrap().config_digest.as_deref() == Some(own.as_str())
     })
     .await;
-    approve_with_config(&client, &name, &bundle).await;
+    approve_shown(&client, &bundle).await;
     let bundle = wait_bundle(&client, &name, "Ready", is_ready).await;
     let roles = |b: &Bundle| {
         installed(b)
@@ -473,7 +397,7 @@ async fn a_configuration_change_waits_for_an_approval_while_the_approved_render_
     );
     assert_eq!(roles(&waiting), 1);
 
-    approve_with_config(&client, &name, &waiting).await;
+    approve_shown(&client, &waiting).await;
     let bundle = wait_until(
         "the new configuration installed",
         Duration::from_secs(60),

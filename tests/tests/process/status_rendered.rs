@@ -4,12 +4,11 @@
 //! Secret among them, by name and key), and says when the configuration changed since the
 //! last decision; a Secret's values are never printed nor stored in the Bundle.
 
-use std::path::Path;
-
 use gantry_api::{ApprovalPolicy, Bundle, BundlePhase, BundleSpec, ProvisionerClassSpec};
 use gantry_tests::e2e::kubectl::ok;
+use gantry_tests::e2e::operator_bundles::{own_cluster_objects, push_argocd_bundle};
 use gantry_tests::e2e::*;
-use gantry_tests::{ImageConfig, push_rootfs, registry, unique_name, workspace_root};
+use gantry_tests::unique_name;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -18,50 +17,11 @@ use serde_json::{Value, json};
 /// What the Secret holds, which nothing shown or stored may contain.
 const SECRET_VALUE: &str = "supersecret-value";
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 /// Pushes the argocd-operator v0.6.0 bundle as `repository:tag`, its cluster-scoped objects
-/// made this test's own: the API group `argoproj.io` becomes `GROUP.argoproj.io` (the CRDs'
-/// names, the CSV's owned CRDs and its permissions, hence the hashed names of its
-/// ClusterRoles) and the metrics reader ClusterRole is `GROUP-metrics-reader`, so that no
-/// other test's argocd-operator bundle owns any of them.
+/// made this test's own (group `GROUP.argoproj.io`), so that no other test's argocd-operator
+/// bundle owns any of them.
 fn push_bundle(repository_tag: &str, group: &str) -> String {
-    let work = tempfile::tempdir().unwrap();
-    let rootfs = work.path().join("rootfs");
-    copy_dir(
-        &workspace_root().join("rules/testdata/registry-v1/argocd-operator.v0.6.0/bundle"),
-        &rootfs,
-    );
-    for entry in std::fs::read_dir(rootfs.join("manifests")).unwrap() {
-        let path = entry.unwrap().path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let text = text
-            .replace("argoproj.io", &format!("{group}.argoproj.io"))
-            .replace(
-                "argocd-operator-metrics-reader",
-                &format!("{group}-metrics-reader"),
-            );
-        std::fs::write(&path, text).unwrap();
-    }
-    push_rootfs(
-        &rootfs,
-        &ImageConfig::default(),
-        registry().host(),
-        repository_tag,
-        work.path(),
-    )
-    .expect("pushing the bundle image")
+    push_argocd_bundle(repository_tag, |root| own_cluster_objects(root, group))
 }
 
 fn map(value: Value) -> serde_json::Map<String, Value> {

@@ -44,9 +44,10 @@ pub fn push_argocd_bundle(repository_tag: &str, edit: impl FnOnce(&Path)) -> Str
 }
 
 /// Makes the bundle at `root` own its cluster-scoped objects: the API group `argoproj.io`
-/// becomes `GROUP.argoproj.io` (the CRDs, the CSV's owned CRDs and permissions, hence the
-/// hashed names of its ClusterRoles) and the metrics reader ClusterRole
-/// `GROUP-metrics-reader`, so that no other test's argocd-operator bundle owns any of them.
+/// becomes `GROUP.argoproj.io` (the CRDs, the CSV's owned CRDs and permissions), the service
+/// account `GROUP-controller-manager` (with the permissions, the hashed names of its roles) and
+/// the metrics reader ClusterRole `GROUP-metrics-reader`, so that no other test's
+/// argocd-operator bundle owns any of them.
 pub fn own_cluster_objects(root: &Path, group: &str) {
     for entry in std::fs::read_dir(root.join("manifests")).unwrap() {
         let path = entry.unwrap().path();
@@ -56,6 +57,12 @@ pub fn own_cluster_objects(root: &Path, group: &str) {
             .replace(
                 "argocd-operator-metrics-reader",
                 &format!("{group}-metrics-reader"),
+            )
+            // The hashed names of the roles cover the permissions' service account: rules that
+            // name no argoproj.io resource still give names of their own.
+            .replace(
+                "argocd-operator-controller-manager",
+                &format!("{group}-controller-manager"),
             );
         std::fs::write(&path, text).unwrap();
     }

@@ -164,5 +164,4 @@ async fn status_names_the_rendering_and_its_configuration_but_no_secret_value() 
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    wait_bundle_gone(&client, &name).await;
 }

@@ -90,7 +90,12 @@ pub async fn start_installation(client: &Client, id: &str, args: &[&str]) -> Ins
     let namespace = crate::unique_name("installation");
     ensure_namespace(client, &namespace).await;
     let storage = StorageServer::start(StorageOptions::default());
-    let mut flags = vec![format!("--provisioner-id={id}")];
+    // A second installation serves its own ID only: the registry+v1 provisioner's ID stays
+    // the shared Gantry's (docs/operations.md, two installations in one cluster).
+    let mut flags = vec![
+        format!("--provisioner-id={id}"),
+        "--registry-provisioner-id=".to_string(),
+    ];
     flags.extend(args.iter().map(|a| a.to_string()));
     let provisioner = Provisioner::start(ProvisionerOptions {
         kubeconfig: control_plane().kubeconfig().to_path_buf(),

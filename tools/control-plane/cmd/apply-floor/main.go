@@ -11,7 +11,13 @@
 // written by a merge patch through the status subresource; `concurrency` bundles and
 // `concurrency` requests at once.
 //
+// With --dry-run-first it asks before it writes, as a tool must that never leaves part of its
+// objects written when the API server refuses one: each step's objects (the Namespaces and
+// CRDs; then the rest, or a bundle's objects) are sent with `dryRun=All` first, all of them,
+// and written only once every one was accepted. It is the floor of such a tool.
+//
 //	apply-floor --concurrency 1,8,32,64 DIR1 DIR2 DIR3 DIR4
+//	apply-floor --dry-run-first --concurrency 1,8,32,64 DIR1 DIR2 DIR3 DIR4
 //	apply-floor --bundles --concurrency 32 DIR
 package main
 
@@ -52,14 +58,15 @@ func main() {
 	concurrencies := flag.String("concurrency", "1,8,32,64", "comma-separated concurrencies, one per directory")
 	timeout := flag.Duration("timeout", 10*time.Minute, "deadline of each trial")
 	bundles := flag.Bool("bundles", false, "per bundle (a Bundle and the objects after it): create the Bundle, apply its objects, write its status")
+	dryRunFirst := flag.Bool("dry-run-first", false, "dry-run each step's objects, all of them, before writing any of them")
 	flag.Parse()
-	if err := run(*kubeconfig, *concurrencies, *timeout, *bundles, flag.Args()); err != nil {
+	if err := run(*kubeconfig, *concurrencies, *timeout, *bundles, *dryRunFirst, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "apply-floor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, concurrencies string, timeout time.Duration, bundles bool, dirs []string) error {
+func run(kubeconfig, concurrencies string, timeout time.Duration, bundles, dryRunFirst bool, dirs []string) error {
 	var levels []int
 	for _, field := range strings.Split(concurrencies, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(field))
@@ -93,7 +100,7 @@ func run(kubeconfig, concurrencies string, timeout time.Duration, bundles bool, 
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		start := time.Now()
-		statusWrites, err := applyAll(ctx, client, mapper, objects, levels[i], bundles)
+		statusWrites, err := applyAll(ctx, client, mapper, objects, levels[i], bundles, dryRunFirst)
 		seconds := time.Since(start).Seconds()
 		cancel()
 		if err != nil {
@@ -213,8 +220,9 @@ func isBarrier(object *unstructured.Unstructured) bool {
 		(gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition")
 }
 
-// applyAll applies objects (by bundle with `bundles`) and returns how many status writes it made.
-func applyAll(ctx context.Context, client dynamic.Interface, m *mapper, objects []*unstructured.Unstructured, concurrency int, bundles bool) (int, error) {
+// applyAll applies objects (by bundle with `bundles`; each step dry-run first with
+// `dryRunFirst`) and returns how many status writes it made.
+func applyAll(ctx context.Context, client dynamic.Interface, m *mapper, objects []*unstructured.Unstructured, concurrency int, bundles, dryRunFirst bool) (int, error) {
 	var barriers, rest []*unstructured.Unstructured
 	for _, object := range objects {
 		if isBarrier(object) {
@@ -224,9 +232,22 @@ func applyAll(ctx context.Context, client dynamic.Interface, m *mapper, objects 
 		}
 	}
 	apply := func(ctx context.Context, object *unstructured.Unstructured) error {
-		return applyOne(ctx, client, m, object)
+		return applyOne(ctx, client, m, object, false)
 	}
-	if err := forEach(ctx, barriers, concurrency, apply); err != nil {
+	dryRun := func(ctx context.Context, object *unstructured.Unstructured) error {
+		return applyOne(ctx, client, m, object, true)
+	}
+	// step writes objects, `concurrency` at once, once (with dryRunFirst) all of them passed a
+	// dry run.
+	step := func(ctx context.Context, objects []*unstructured.Unstructured, concurrency int, apply, dryRun func(context.Context, *unstructured.Unstructured) error) error {
+		if dryRunFirst {
+			if err := forEach(ctx, objects, concurrency, dryRun); err != nil {
+				return err
+			}
+		}
+		return forEach(ctx, objects, concurrency, apply)
+	}
+	if err := step(ctx, barriers, concurrency, apply, dryRun); err != nil {
 		return 0, err
 	}
 	for _, object := range barriers {
@@ -237,7 +258,7 @@ func applyAll(ctx context.Context, client dynamic.Interface, m *mapper, objects 
 		}
 	}
 	if !bundles {
-		return 0, forEach(ctx, rest, concurrency, apply)
+		return 0, step(ctx, rest, concurrency, apply, dryRun)
 	}
 	groups, err := groupByBundle(rest)
 	if err != nil {
@@ -258,11 +279,14 @@ func applyAll(ctx context.Context, client dynamic.Interface, m *mapper, objects 
 	applyLimited := func(ctx context.Context, object *unstructured.Unstructured) error {
 		return limited(ctx, func() error { return apply(ctx, object) })
 	}
+	dryRunLimited := func(ctx context.Context, object *unstructured.Unstructured) error {
+		return limited(ctx, func() error { return dryRun(ctx, object) })
+	}
 	return len(groups), forEach(ctx, groups, concurrency, func(ctx context.Context, b bundle) error {
 		if err := applyLimited(ctx, b.object); err != nil {
 			return err
 		}
-		if err := forEach(ctx, b.objects, max(1, len(b.objects)), applyLimited); err != nil {
+		if err := step(ctx, b.objects, max(1, len(b.objects)), applyLimited, dryRunLimited); err != nil {
 			return err
 		}
 		return limited(ctx, func() error { return writeStatus(ctx, client, m, b) })
@@ -358,9 +382,9 @@ feed:
 	return ctx.Err()
 }
 
-// applyOne applies object; a kind of a CRD that was just established may take a moment to be
-// served, so a 404 is retried until the deadline.
-func applyOne(ctx context.Context, client dynamic.Interface, m *mapper, object *unstructured.Unstructured) error {
+// applyOne applies object (only a dry run with `dryRun`); a kind of a CRD that was just
+// established may take a moment to be served, so a 404 is retried until the deadline.
+func applyOne(ctx context.Context, client dynamic.Interface, m *mapper, object *unstructured.Unstructured, dryRun bool) error {
 	found, err := m.resolve(object)
 	if err != nil {
 		return err
@@ -371,7 +395,11 @@ func applyOne(ctx context.Context, client dynamic.Interface, m *mapper, object *
 		target = resource.Namespace(object.GetNamespace())
 	}
 	for {
-		_, err := target.Apply(ctx, object.GetName(), object, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+		options := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+		if dryRun {
+			options.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err := target.Apply(ctx, object.GetName(), object, options)
 		if err == nil {
 			return nil
 		}

@@ -9,13 +9,12 @@
 use futures::StreamExt;
 use oci_client::Reference;
 use oci_client::manifest::OciDescriptor;
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::client::{RegistryClient, SizeCheck, map_stream_error, parse_reference, pinned};
 use super::error::{ImageError, LimitKind};
 use super::limits::EffectiveLimits;
-use super::pull::AnyManifest;
+use super::pull::parse_manifest;
 
 /// An artifact's config and layers, as the registry sent them and the manifest pinned them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,14 +42,6 @@ pub struct FetchedLayer {
     pub data: Vec<u8>,
 }
 
-/// The schema version of a manifest, checked as a pull checks it (`AnyManifest` keeps it to
-/// itself).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SchemaVersion {
-    schema_version: Option<i64>,
-}
-
 impl RegistryClient {
     /// Fetches the artifact `reference` (tag or digest) designates: its manifest (digest
     /// checked against a digest reference, and against the registry's
@@ -73,7 +64,7 @@ impl RegistryClient {
             .fetch_manifest(&reference, authorization.as_deref(), None)
             .await?;
         let top = reference.clone_with_digest(digest.clone());
-        let manifest = parse_v2_manifest(&top, &body)?;
+        let manifest = parse_manifest(&top, &body)?;
         if manifest.is_index() {
             return Err(ImageError::InvalidManifest {
                 reference: reference.whole(),
@@ -169,23 +160,6 @@ impl RegistryClient {
         }
         Ok(data)
     }
-}
-
-/// `body` as a manifest or index of schema version 2, as a pull reads it.
-fn parse_v2_manifest(reference: &Reference, body: &[u8]) -> Result<AnyManifest, ImageError> {
-    let manifest = AnyManifest::parse(reference, body)?;
-    let version: SchemaVersion =
-        serde_json::from_slice(body).map_err(|e| ImageError::InvalidManifest {
-            reference: reference.whole(),
-            reason: format!("not a valid manifest: {e}"),
-        })?;
-    if version.schema_version != Some(2) {
-        return Err(ImageError::InvalidManifest {
-            reference: reference.whole(),
-            reason: format!("unsupported schemaVersion {:?}", version.schema_version),
-        });
-    }
-    Ok(manifest)
 }
 
 #[cfg(test)]

@@ -296,7 +296,10 @@ struct ImageConfig {
 }
 
 /// `body` as a manifest or index of schema version 2.
-fn parse_manifest(reference: &Reference, body: &[u8]) -> Result<AnyManifest, ImageError> {
+pub(crate) fn parse_manifest(
+    reference: &Reference,
+    body: &[u8],
+) -> Result<AnyManifest, ImageError> {
     let manifest = AnyManifest::parse(reference, body)?;
     if manifest.schema_version != Some(2) {
         return Err(ImageError::InvalidManifest {

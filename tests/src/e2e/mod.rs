@@ -472,25 +472,15 @@ pub async fn delete_bundle(client: &Client, name: &str) {
 
 /// Waits until Bundle `name` is gone; the failure shows what its conditions say it waits for.
 pub async fn wait_bundle_gone(client: &Client, name: &str) {
-    wait_bundle_gone_within(client, name, WAIT).await
-}
-
-/// How long a bundle with CRDs may take to uninstall: the API server deletes each CRD's custom
-/// resources before the CRD, one CRD after the other, and on a loaded machine (the process
-/// tier's tests side by side) several bundles' CRDs take minutes.
-pub const CRD_UNINSTALL_WAIT: Duration = Duration::from_secs(240);
-
-/// [`wait_bundle_gone`] with a deadline of `wait`.
-pub async fn wait_bundle_gone_within(client: &Client, name: &str, wait: Duration) {
     let bundles: Api<Bundle> = Api::all(client.clone());
-    let deadline = Instant::now() + wait;
+    let deadline = Instant::now() + WAIT;
     loop {
         let Some(bundle) = bundles.get_opt(name).await.unwrap() else {
             return;
         };
         assert!(
             Instant::now() < deadline,
-            "bundle {name} is still there after {wait:?}: {}",
+            "bundle {name} is still there after {WAIT:?}: {}",
             serde_json::to_string(&bundle.status.map(|s| s.conditions)).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;

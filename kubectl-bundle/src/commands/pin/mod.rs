@@ -202,11 +202,29 @@ fn object_name(object: &Value) -> String {
     }
 }
 
-/// Calls `visit` with (container name, image) for every container anywhere in `value`.
+/// Calls `visit` with (container name, image) for every container anywhere in `value`, and
+/// with (`relatedImages/NAME`, image) for the images an OLM ClusterServiceVersion lists as
+/// related (`spec.relatedImages`): an operator starts those itself, so they are pinned and
+/// relocated with the containers'.
 fn visit_containers(value: &mut Value, visit: &mut dyn FnMut(&str, &mut String)) {
     match value {
         Value::Object(map) => {
+            let csv = map.get("kind").and_then(Value::as_str) == Some("ClusterServiceVersion");
             for (key, child) in map.iter_mut() {
+                if csv
+                    && key == "spec"
+                    && let Some(Value::Array(items)) = child.get_mut("relatedImages")
+                {
+                    for (i, item) in items.iter_mut().enumerate() {
+                        let name = match item.get("name").and_then(Value::as_str) {
+                            Some(name) => format!("relatedImages/{name}"),
+                            None => format!("relatedImages[{i}]"),
+                        };
+                        if let Some(Value::String(image)) = item.get_mut("image") {
+                            visit(&name, image);
+                        }
+                    }
+                }
                 if CONTAINER_ARRAYS.contains(&key.as_str())
                     && let Value::Array(items) = child
                 {

@@ -261,6 +261,59 @@ mod tests {
         assert!(json.contains(r#""image":"r/job@sha256:3""#), "{json}");
     }
 
+    /// An OLM `registry+v1` bundle: the containers of the CSV's deployments and the images it
+    /// lists as related are all pinned and relocated.
+    #[test]
+    fn a_cluster_service_versions_deployments_and_related_images_are_uses() {
+        let csv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
+            "../rules/testdata/registry-v1/argocd-operator.v0.6.0/bundle/manifests/argocd-operator.v0.6.0.clusterserviceversion.yaml",
+        );
+        let mut text = std::fs::read_to_string(csv).unwrap();
+        let related = "  relatedImages:\n  - name: argocd\n    image: quay.io/argoproj/argocd:v2.7.6\n  - image: quay.io/redis:7\n";
+        let at = text.find("\nspec:\n").unwrap() + "\nspec:\n".len();
+        text.insert_str(at, related);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("manifests")).unwrap();
+        std::fs::write(dir.path().join("manifests/csv.yaml"), &text).unwrap();
+        let mut short: Vec<_> = image_uses(dir.path())
+            .unwrap()
+            .iter()
+            .map(|u| format!("{} {} {}", u.object, u.container, u.image))
+            .collect();
+        short.sort();
+        let object = "ClusterServiceVersion/placeholder/argocd-operator.v0.6.0";
+        assert_eq!(
+            short,
+            [
+                format!("{object} kube-rbac-proxy gcr.io/kubebuilder/kube-rbac-proxy:v0.8.0"),
+                format!(
+                    "{object} manager quay.io/argoprojlabs/argocd-operator@sha256:99aeec24cc406d06d18822347d9ac3ed053a702d8419191e4e681075fed7b9bb"
+                ),
+                format!("{object} relatedImages/argocd quay.io/argoproj/argocd:v2.7.6"),
+                format!("{object} relatedImages[1] quay.io/redis:7"),
+            ]
+        );
+        let m = map(&[
+            ("quay.io/argoproj/argocd:v2.7.6", "r.local/argocd@sha256:1"),
+            (
+                "gcr.io/kubebuilder/kube-rbac-proxy:v0.8.0",
+                "r.local/proxy@sha256:2",
+            ),
+        ]);
+        let (out, reserialised) = rewrite_file("csv.yaml", &text, &m).unwrap();
+        assert!(!reserialised, "replaced in place");
+        let expected = text
+            .replace(
+                "image: quay.io/argoproj/argocd:v2.7.6",
+                "image: r.local/argocd@sha256:1",
+            )
+            .replace(
+                "image: gcr.io/kubebuilder/kube-rbac-proxy:v0.8.0",
+                "image: r.local/proxy@sha256:2",
+            );
+        assert_eq!(out, expected);
+    }
+
     #[test]
     fn a_document_that_cannot_be_replaced_in_place_is_written_anew() {
         // An anchor: the value appears once in the text, twice among the containers.

@@ -2,6 +2,8 @@
 # tools/flux/build.sh) run as processes against the benchmark's API server, with their CRDs,
 # and are fed the very image Gantry gets (an OCIRepository on the local registry and a
 # Kustomization per bundle). Source it after bench/lib.sh, once `bench_up` has run.
+# bench/helm runs source-controller and helm-controller instead (FLUX_CONTROLLERS, below): an
+# OCIRepository selecting the chart's layer and a HelmRelease whose chartRef names it.
 #
 # Configuration, chosen so the comparison is fair:
 # - Both controllers run with the flags of a stock `flux install` that matter here: their
@@ -9,7 +11,7 @@
 #   --concurrent-ssa=4), leader election off, no events receiver (Events still go to the API
 #   server, as Gantry's do). The API server runs with API Priority and Fairness, so Flux turns
 #   its client-side rate limit off, as Gantry has none. FLUX_KUSTOMIZE_ARGS / FLUX_SOURCE_ARGS
-#   add flags.
+#   add flags. helm-controller runs with its default --concurrent=4, FLUX_HELM_ARGS adds flags.
 # - They act with the benchmark's admin kubeconfig, as the provisioner does.
 # - The OCIRepository polls its tag every 10 s, as gantry-dev's provisioner re-resolves tags
 #   (--resolve-interval=10s); plain HTTP (`insecure: true`); the first (only) layer is
@@ -24,7 +26,11 @@ flux_dir=""
 flux_state=""
 FLUX_SOURCE_PID=""
 FLUX_KUSTOMIZE_PID=""
+FLUX_HELM_PID=""
 FLUX_NAMESPACE="flux-bench"
+# The controllers flux_up starts: source-controller and any of kustomize-controller and
+# helm-controller (each built by tools/flux/build.sh when missing). Set it after sourcing.
+FLUX_CONTROLLERS="source-controller kustomize-controller"
 
 # A free TCP port on 127.0.0.1.
 free_port() {
@@ -96,12 +102,13 @@ flux_wait_url() {
   done
 }
 
-# Starts both controllers (logs and artifacts under $1) with their CRDs installed and
-# established, and the namespace the Flux objects live in.
+# Starts the controllers of $FLUX_CONTROLLERS (logs and artifacts under $1) with their CRDs
+# installed and established, and the namespace the Flux objects live in.
 flux_up() {
   flux_state="$1"
   mkdir -p "$flux_state/storage"
-  flux_dir="$(bash tools/flux/build.sh)"
+  # shellcheck disable=SC2086
+  flux_dir="$(bash tools/flux/build.sh $FLUX_CONTROLLERS)"
   kubectl apply --server-side -f "$flux_dir/crds" >/dev/null
   local crd
   for crd in "$flux_dir"/crds/*.yaml; do
@@ -109,12 +116,14 @@ flux_up() {
   done
   printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n' "$FLUX_NAMESPACE" | kubectl apply -f - >/dev/null
 
-  local storage_port source_metrics source_health kustomize_metrics kustomize_health
+  local storage_port source_metrics source_health kustomize_metrics kustomize_health helm_metrics helm_health
   storage_port="$(free_port)"
   source_metrics="$(free_port)"
   source_health="$(free_port)"
   kustomize_metrics="$(free_port)"
   kustomize_health="$(free_port)"
+  helm_metrics="$(free_port)"
+  helm_health="$(free_port)"
   # shellcheck disable=SC2086
   "$flux_dir/source-controller" \
     --storage-path="$flux_state/storage" \
@@ -127,15 +136,28 @@ flux_up() {
     --log-level=info \
     ${FLUX_SOURCE_ARGS:-} >"$flux_state/source-controller.log" 2>&1 &
   FLUX_SOURCE_PID=$!
-  # shellcheck disable=SC2086
-  "$flux_dir/kustomize-controller" \
-    --metrics-addr="127.0.0.1:$kustomize_metrics" \
-    --health-addr="127.0.0.1:$kustomize_health" \
-    --enable-leader-election=false \
-    --events-addr= \
-    --log-level=info \
-    ${FLUX_KUSTOMIZE_ARGS:-} >"$flux_state/kustomize-controller.log" 2>&1 &
-  FLUX_KUSTOMIZE_PID=$!
+  if [[ " $FLUX_CONTROLLERS " == *" kustomize-controller "* ]]; then
+    # shellcheck disable=SC2086
+    "$flux_dir/kustomize-controller" \
+      --metrics-addr="127.0.0.1:$kustomize_metrics" \
+      --health-addr="127.0.0.1:$kustomize_health" \
+      --enable-leader-election=false \
+      --events-addr= \
+      --log-level=info \
+      ${FLUX_KUSTOMIZE_ARGS:-} >"$flux_state/kustomize-controller.log" 2>&1 &
+    FLUX_KUSTOMIZE_PID=$!
+  fi
+  if [[ " $FLUX_CONTROLLERS " == *" helm-controller "* ]]; then
+    # shellcheck disable=SC2086
+    "$flux_dir/helm-controller" \
+      --metrics-addr="127.0.0.1:$helm_metrics" \
+      --health-addr="127.0.0.1:$helm_health" \
+      --enable-leader-election=false \
+      --events-addr= \
+      --log-level=info \
+      ${FLUX_HELM_ARGS:-} >"$flux_state/helm-controller.log" 2>&1 &
+    FLUX_HELM_PID=$!
+  fi
   # Stopped with the benchmark, whatever else its EXIT trap does.
   local previous
   previous="$(trap -p EXIT)"
@@ -146,21 +168,28 @@ flux_up() {
   trap "flux_down; $previous" EXIT
   flux_wait_url "http://127.0.0.1:$source_health/readyz" 60 \
     || { tail -20 "$flux_state/source-controller.log" >&2; return 1; }
-  flux_wait_url "http://127.0.0.1:$kustomize_health/readyz" 60 \
-    || { tail -20 "$flux_state/kustomize-controller.log" >&2; return 1; }
+  if [[ -n "$FLUX_KUSTOMIZE_PID" ]]; then
+    flux_wait_url "http://127.0.0.1:$kustomize_health/readyz" 60 \
+      || { tail -20 "$flux_state/kustomize-controller.log" >&2; return 1; }
+  fi
+  if [[ -n "$FLUX_HELM_PID" ]]; then
+    flux_wait_url "http://127.0.0.1:$helm_health/readyz" 60 \
+      || { tail -20 "$flux_state/helm-controller.log" >&2; return 1; }
+  fi
 }
 
-# Stops both controllers.
+# Stops the controllers.
 flux_down() {
   local pid
-  for pid in $FLUX_SOURCE_PID $FLUX_KUSTOMIZE_PID; do
+  for pid in $FLUX_SOURCE_PID $FLUX_KUSTOMIZE_PID $FLUX_HELM_PID; do
     kill "$pid" 2>/dev/null || true
   done
-  for pid in $FLUX_SOURCE_PID $FLUX_KUSTOMIZE_PID; do
+  for pid in $FLUX_SOURCE_PID $FLUX_KUSTOMIZE_PID $FLUX_HELM_PID; do
     wait "$pid" 2>/dev/null || true
   done
   FLUX_SOURCE_PID=""
   FLUX_KUSTOMIZE_PID=""
+  FLUX_HELM_PID=""
 }
 
 # Prints (does not create) an OCIRepository and a Kustomization named $1 for image $2
@@ -203,6 +232,62 @@ OBJECTS
     printf '  targetNamespace: %s\n' "$target"
   fi
   printf -- '---\n'
+}
+
+# Prints (does not create) an OCIRepository and a HelmRelease named $1 for the Helm chart $2
+# (registry/repository:tag on the local registry, as `helm push` printed it), released as $3
+# into namespace $4 with the values $5 (a JSON mapping). Flux's way for a chart in an OCI
+# registry: the OCIRepository copies the chart's layer (its media type) as the artifact, and the
+# HelmRelease's chartRef names it. `disableWait: true` on install and upgrade: Ready once
+# every object is applied, as Gantry's Ready without a health policy that waits (bench/helm
+# says why).
+flux_helm_objects() {
+  local name="$1" chart="$2" release="$3" target="$4" values="$5"
+  local repository="${chart%:*}" tag="${chart##*:}"
+  cat <<OBJECTS
+apiVersion: source.toolkit.fluxcd.io/v1
+kind: OCIRepository
+metadata:
+  name: $name
+  namespace: $FLUX_NAMESPACE
+spec:
+  url: oci://$repository
+  ref:
+    tag: "$tag"
+  insecure: true
+  interval: 10s
+  layerSelector:
+    mediaType: application/vnd.cncf.helm.chart.content.v1.tar+gzip
+    operation: copy
+---
+apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: $name
+  namespace: $FLUX_NAMESPACE
+spec:
+  releaseName: $release
+  targetNamespace: $target
+  storageNamespace: $target
+  chartRef:
+    kind: OCIRepository
+    name: $name
+  interval: 10m
+  install:
+    disableWait: true
+    disableWaitForJobs: true
+  upgrade:
+    disableWait: true
+    disableWaitForJobs: true
+  values: $values
+---
+OBJECTS
+}
+
+# Waits until HelmRelease $1 is Ready, for at most $2 seconds.
+flux_wait_helmrelease_ready() {
+  kubectl -n "$FLUX_NAMESPACE" wait --for=condition=Ready "helmrelease/$1" --timeout="${2:-600}s" >/dev/null \
+    || { kubectl -n "$FLUX_NAMESPACE" get ocirepositories,helmreleases -o wide >&2; return 1; }
 }
 
 # Waits until Kustomization $1 is Ready, for at most $2 seconds.

@@ -15,6 +15,10 @@ use super::output::header;
 /// The manifest annotation (on every image manifest, and on the index) holding the lock.
 pub const LOCK_ANNOTATION: &str = "dev.gantry.images.lock";
 
+/// The prefix of the environment variables through which an operator learns the images it
+/// starts (the operator SDK's convention, and OLM's for `spec.relatedImages`).
+const RELATED_IMAGE_PREFIX: &str = "RELATED_IMAGE_";
+
 /// Arrays whose items with a string `image` are containers.
 const CONTAINER_ARRAYS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
 
@@ -202,11 +206,14 @@ fn object_name(object: &Value) -> String {
     }
 }
 
-/// Calls `visit` with (container name, image) for every container anywhere in `value`, and
-/// with (`relatedImages/NAME`, image) for the images an OLM ClusterServiceVersion lists as
-/// related (`spec.relatedImages`): an operator starts those itself, so they are pinned and
-/// relocated with the containers'.
-fn visit_containers(value: &mut Value, visit: &mut dyn FnMut(&str, &mut String)) {
+/// Calls `visit` with (container name, image) for every container anywhere in `value`; with
+/// (`CONTAINER/env/NAME`, image) for a container's environment variables named
+/// `RELATED_IMAGE_*`; and with (`relatedImages/NAME`, image) for the images an OLM
+/// ClusterServiceVersion lists as related (`spec.relatedImages`). An operator starts the
+/// related images itself, from those variables by the operator SDK's convention, so they are
+/// pinned and relocated with the containers'. The second argument is the key holding the
+/// image: `image`, or `value` for a variable.
+fn visit_containers(value: &mut Value, visit: &mut dyn FnMut(&str, &'static str, &mut String)) {
     match value {
         Value::Object(map) => {
             let csv = map.get("kind").and_then(Value::as_str) == Some("ClusterServiceVersion");
@@ -221,7 +228,7 @@ fn visit_containers(value: &mut Value, visit: &mut dyn FnMut(&str, &mut String))
                             None => format!("relatedImages[{i}]"),
                         };
                         if let Some(Value::String(image)) = item.get_mut("image") {
-                            visit(&name, image);
+                            visit(&name, "image", image);
                         }
                     }
                 }
@@ -235,7 +242,25 @@ fn visit_containers(value: &mut Value, visit: &mut dyn FnMut(&str, &mut String))
                             .map(str::to_string)
                             .unwrap_or_else(|| format!("{key}[{i}]"));
                         if let Some(Value::String(image)) = item.get_mut("image") {
-                            visit(&name, image);
+                            visit(&name, "image", image);
+                        }
+                        for variable in item
+                            .get_mut("env")
+                            .and_then(Value::as_array_mut)
+                            .into_iter()
+                            .flatten()
+                        {
+                            let Some(env) = variable
+                                .get("name")
+                                .and_then(Value::as_str)
+                                .filter(|n| n.starts_with(RELATED_IMAGE_PREFIX))
+                                .map(|n| format!("{name}/env/{n}"))
+                            else {
+                                continue;
+                            };
+                            if let Some(Value::String(image)) = variable.get_mut("value") {
+                                visit(&env, "value", image);
+                            }
                         }
                     }
                 }
@@ -280,7 +305,7 @@ pub fn image_uses(dir: &Path) -> anyhow::Result<Vec<ImageUse>> {
                 for object in objects_of(document) {
                     let label = object_name(object);
                     let mut object = object.clone();
-                    visit_containers(&mut object, &mut |container, image| {
+                    visit_containers(&mut object, &mut |container, _, image| {
                         uses.push(ImageUse {
                             file: name.clone(),
                             object: label.clone(),

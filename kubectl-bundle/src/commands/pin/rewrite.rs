@@ -69,15 +69,16 @@ fn rewrite_file(
     let mut out = String::new();
     let mut reserialised = false;
     for unit in units(name, text)? {
-        // The images the unit's containers name that change, with how often each occurs.
-        let mut wanted: BTreeMap<String, usize> = BTreeMap::new();
+        // The images the unit's containers name that change, by the key holding them, with how
+        // often each occurs.
+        let mut wanted: Wanted = BTreeMap::new();
         let mut documents = unit.documents.clone();
         for document in &mut documents {
-            visit_containers(document, &mut |_, image| {
+            visit_containers(document, &mut |_, key, image| {
                 if let Some(new) = map.get(image.as_str())
                     && new != image
                 {
-                    *wanted.entry(image.clone()).or_default() += 1;
+                    *wanted.entry((key, image.clone())).or_default() += 1;
                     *image = new.clone();
                 }
             });
@@ -114,20 +115,37 @@ fn serialise(name: &str, documents: &[Value]) -> anyhow::Result<String> {
 
 /// Replaces the scalar values of `image` keys that are keys of `wanted` with their `map`
 /// value, keeping their quoting; returns the text and how often each was replaced.
+/// Keys whose values may be image references: a container's `image`, and the `value` of an
+/// environment variable naming one (`RELATED_IMAGE_*`).
+const IMAGE_KEYS: [&str; 2] = ["image", "value"];
+
+/// The next of [`IMAGE_KEYS`] in `text`: its offset and the key.
+fn next_key(text: &str) -> Option<(usize, &'static str)> {
+    IMAGE_KEYS
+        .iter()
+        .filter_map(|key| text.find(key).map(|at| (at, *key)))
+        .min()
+}
+
+/// How often each image reference that changes occurs, by the key holding it (`image`, or an
+/// environment variable's `value`).
+type Wanted = BTreeMap<(&'static str, String), usize>;
+
 fn replace_in_place(
     text: &str,
     map: &BTreeMap<String, String>,
-    wanted: &BTreeMap<String, usize>,
-) -> (String, BTreeMap<String, usize>) {
+    wanted: &Wanted,
+) -> (String, Wanted) {
     let mut out = String::with_capacity(text.len());
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut counts: Wanted = BTreeMap::new();
     let bytes = text.as_bytes();
     let mut copied = 0;
     let mut at = 0;
-    while let Some(found) = text[at..].find("image") {
+    while let Some((found, key)) = next_key(&text[at..]) {
         let start = at + found;
-        at = start + "image".len();
-        // The key: `image`, `"image"` or `'image'`, after a line start, a space, `{` or `,`.
+        at = start + key.len();
+        // The key: `image`, `"image"` or `'image'` (or `value`, of an environment variable),
+        // after a line start, a space, `{` or `,`.
         let (key_start, mut i) = match start.checked_sub(1).map(|p| bytes[p]) {
             Some(q @ (b'"' | b'\'')) if bytes.get(at) == Some(&q) => (start - 1, at + 1),
             _ => (start, at),
@@ -168,10 +186,11 @@ fn replace_in_place(
                 (&text[i..end], end, None)
             }
         };
-        let Some(new) = map.get(value).filter(|_| wanted.contains_key(value)) else {
+        let wanted_key = (key, value.to_string());
+        let Some(new) = map.get(value).filter(|_| wanted.contains_key(&wanted_key)) else {
             continue;
         };
-        *counts.entry(value.to_string()).or_default() += 1;
+        *counts.entry(wanted_key).or_default() += 1;
         out.push_str(&text[copied..value_start]);
         match quote {
             Some(q) => {
@@ -272,6 +291,13 @@ mod tests {
         let related = "  relatedImages:\n  - name: argocd\n    image: quay.io/argoproj/argocd:v2.7.6\n  - image: quay.io/redis:7\n";
         let at = text.find("\nspec:\n").unwrap() + "\nspec:\n".len();
         text.insert_str(at, related);
+        // The manager learns the image it starts from a variable, by the operator SDK's
+        // convention; another variable's value is not an image reference.
+        let env = "                - name: RELATED_IMAGE_ARGOCD\n                  value: quay.io/argoproj/argocd:v2.7.6\n                - name: ARGOCD_CLUSTER_CONFIG_NAMESPACES\n                  value: quay.io/argoproj/argocd:v2.7.6\n";
+        let manager = text
+            .find("                - name: WATCH_NAMESPACE\n")
+            .unwrap();
+        text.insert_str(manager, env);
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("manifests")).unwrap();
         std::fs::write(dir.path().join("manifests/csv.yaml"), &text).unwrap();
@@ -289,6 +315,7 @@ mod tests {
                 format!(
                     "{object} manager quay.io/argoprojlabs/argocd-operator@sha256:99aeec24cc406d06d18822347d9ac3ed053a702d8419191e4e681075fed7b9bb"
                 ),
+                format!("{object} manager/env/RELATED_IMAGE_ARGOCD quay.io/argoproj/argocd:v2.7.6"),
                 format!("{object} relatedImages/argocd quay.io/argoproj/argocd:v2.7.6"),
                 format!("{object} relatedImages[1] quay.io/redis:7"),
             ]
@@ -301,11 +328,38 @@ mod tests {
             ),
         ]);
         let (out, reserialised) = rewrite_file("csv.yaml", &text, &m).unwrap();
+        // The other variable holds the same text: the document is written anew, so that only
+        // the image references change.
+        assert!(reserialised);
+        let documents: Vec<Value> = serde_saphyr::from_multiple(&out).unwrap();
+        let deployment = &documents[0]["spec"]["install"]["spec"]["deployments"][0];
+        let manager = deployment["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "manager")
+            .unwrap();
+        assert_eq!(manager["env"][0]["value"], "r.local/argocd@sha256:1");
+        assert_eq!(manager["env"][1]["value"], "quay.io/argoproj/argocd:v2.7.6");
+        assert_eq!(
+            documents[0]["spec"]["relatedImages"][0]["image"],
+            "r.local/argocd@sha256:1"
+        );
+        // Without the other variable, in place: nothing else of the file changes.
+        let text = text.replace(
+            "                - name: ARGOCD_CLUSTER_CONFIG_NAMESPACES\n                  value: quay.io/argoproj/argocd:v2.7.6\n",
+            "",
+        );
+        let (out, reserialised) = rewrite_file("csv.yaml", &text, &m).unwrap();
         assert!(!reserialised, "replaced in place");
         let expected = text
             .replace(
                 "image: quay.io/argoproj/argocd:v2.7.6",
                 "image: r.local/argocd@sha256:1",
+            )
+            .replace(
+                "value: quay.io/argoproj/argocd:v2.7.6",
+                "value: r.local/argocd@sha256:1",
             )
             .replace(
                 "image: gcr.io/kubebuilder/kube-rbac-proxy:v0.8.0",

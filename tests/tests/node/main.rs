@@ -5,6 +5,7 @@ mod cluster;
 mod gantry;
 mod health;
 mod helm;
+mod helm_plugin;
 mod metrics_server;
 mod object_health;
 mod operator_upgrade;

@@ -2,6 +2,7 @@
 //! (`manifests/`, embedded when the plugin is built: nothing is downloaded).
 
 mod apply;
+mod certificate;
 mod manifests;
 mod wait;
 
@@ -24,7 +25,7 @@ use wait::{humanize, wait_established, wait_workloads};
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  kubectl bundle install\n  kubectl bundle install --registry registry.example.com:5000 --storage-class fast\n  kubectl bundle install --export > gantry.yaml"
+    after_help = "Examples:\n  kubectl bundle install\n  kubectl bundle install --registry registry.example.com:5000 --storage-class fast\n  kubectl bundle install --with-helm-plugin\n  kubectl bundle install --export > gantry.yaml"
 )]
 pub struct InstallArgs {
     /// Pull Gantry's own images from this registry instead of the release's
@@ -37,6 +38,13 @@ pub struct InstallArgs {
     /// default class).
     #[arg(long, value_name = "CLASS")]
     storage_class: Option<String>,
+    /// Also install the optional component manifests/components/helm-plugin: the Helm plugin
+    /// gantry-helm-plugin (image REGISTRY/gantry-helm-plugin:TAG), the Service registering it
+    /// as gantry.dev/helm and the class helm. Its serving certificate is the Secrets
+    /// gantry-helm-plugin-tls and gantry-helm-plugin-ca in gantry-system: kept when both
+    /// exist, made (a CA of their own) when neither does; --export leaves them out.
+    #[arg(long)]
+    with_helm_plugin: bool,
     /// Print the YAML install would apply, with the options above, and change nothing.
     #[arg(long)]
     export: bool,
@@ -77,6 +85,7 @@ pub async fn install(global: &GlobalArgs, args: InstallArgs) -> anyhow::Result<(
     let options = Options {
         registry: args.registry.as_deref(),
         storage_class: args.storage_class.as_deref(),
+        helm_plugin: args.with_helm_plugin,
     };
     let objects = objects(&options)?;
     if args.export {
@@ -94,6 +103,13 @@ pub async fn install(global: &GlobalArgs, args: InstallArgs) -> anyhow::Result<(
     println!("► installing Gantry {version}");
     for step in Step::ORDER {
         let of_step = in_step(&objects, step);
+        if of_step.is_empty() {
+            continue;
+        }
+        if step == Step::HelmPlugin {
+            let certificate = certificate::ensure(&client).await?;
+            println!("✚ the Helm plugin's serving certificate: {certificate}");
+        }
         let mut done: Vec<String> = Vec::new();
         for object in &of_step {
             let outcome = apply(&mut apis, object).await?;
@@ -127,8 +143,13 @@ pub async fn install(global: &GlobalArgs, args: InstallArgs) -> anyhow::Result<(
         .filter(|o| matches!(o["kind"].as_str(), Some("Deployment" | "StatefulSet")))
         .collect();
     if args.wait {
+        let what = if args.with_helm_plugin {
+            "the storage server, the provisioner and the Helm plugin"
+        } else {
+            "the storage server and the provisioner"
+        };
         println!(
-            "◎ waiting up to {} for the storage server and the provisioner to be ready",
+            "◎ waiting up to {} for {what} to be ready",
             humanize(args.timeout)
         );
         wait_workloads(&client, &workloads, deadline, args.timeout).await?;
@@ -141,7 +162,12 @@ pub async fn install(global: &GlobalArgs, args: InstallArgs) -> anyhow::Result<(
 
 pub async fn uninstall(global: &GlobalArgs, args: UninstallArgs) -> anyhow::Result<()> {
     let client = global.client().await?;
-    let mut objects = objects(&Options::default())?;
+    // The Helm plugin's component too, whether or not install was asked for it: what is not
+    // there is not reported.
+    let mut objects = objects(&Options {
+        helm_plugin: true,
+        ..Default::default()
+    })?;
     objects.reverse();
     let deadline = Instant::now() + args.timeout;
 
@@ -223,6 +249,12 @@ pub async fn uninstall(global: &GlobalArgs, args: UninstallArgs) -> anyhow::Resu
         let mut done: Vec<String> = Vec::new();
         for object in in_step(&objects, step) {
             done.push(delete(&mut apis, object, &mut deleted).await?);
+        }
+        if step == Step::HelmPlugin {
+            done.retain(|d| !d.ends_with(" not found"));
+            if done.is_empty() {
+                continue;
+            }
         }
         println!("✚ deleted {}: {}", step.what(), done.join(", "));
     }

@@ -23,6 +23,7 @@ mod pki;
 mod process;
 mod proxy;
 mod registry;
+pub mod rogue_plugin;
 pub mod sockets;
 
 use std::future::Future;

@@ -33,6 +33,7 @@ mod plugin;
 mod plugin_approver;
 mod plugin_conformance;
 mod plugin_day_one;
+mod plugin_failures;
 mod provisioner;
 mod pull_reuse;
 mod registry;

@@ -4,6 +4,7 @@
 //! does.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -14,7 +15,9 @@ use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::http::{Answer, CALL_TIMEOUT, Call, Plugin, excerpt, read_roots, unrelated_ca};
+use super::http::{
+    Answer, CALL_TIMEOUT, Call, Plugin, SUITE_TIMEOUT, Timeouts, excerpt, read_roots, unrelated_ca,
+};
 use super::tokens::{
     AccountName, CHECK_ACCOUNT, Tokens, check_account, parse_account, served_tokens,
 };
@@ -35,7 +38,10 @@ The tokens are issued with the TokenRequest API with the kubeconfig's credential
 one of the ServiceAccount gantry-plugin-check, created in the same namespace for the check and
 deleted afterwards.
 
-Each call has 30 seconds to answer.
+Each call has --call-timeout (30s) to answer, its answer read to the end, and the checks
+together have --timeout (5m): a plugin that hangs fails each check it hangs in, and the checks
+left when the deadline passes fail without calling it. An address nothing listens on fails
+each check at once.
 
 Example:
   kubectl -n gantry-system port-forward svc/gantry-helm-plugin 8443:https &
@@ -63,6 +69,18 @@ pub struct CheckArgs {
     /// A render request the plugin must refuse with `422` and `retryable: false`.
     #[arg(long, value_name = "FILE")]
     bad_request: Option<PathBuf>,
+    /// How long each call may take, its answer read to the end (a Go duration: 30s, 1m).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    call_timeout: Duration,
+    /// How long the checks may take together; those left when it passes fail without calling
+    /// the plugin.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+/// A Go duration above zero.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    gantry_rules::duration::parse_nonzero(text).map_err(|e| e.to_string())
 }
 
 /// The URL's base, without a trailing `/`: `https://` only, no query or fragment.
@@ -133,12 +151,17 @@ pub async fn check(global: &GlobalArgs, args: CheckArgs) -> anyhow::Result<()> {
             args.service_account
         );
     }
-    let plugin = Plugin::new(&args.url, roots)?;
+    let mut plugin = Plugin::new(
+        &args.url,
+        roots,
+        Timeouts::starting_now(args.call_timeout, args.timeout),
+    )?;
     let client = global.client().await?;
     let tokens = served_tokens(&client, &args.service_account).await?;
     let account = check_account(&client, &args.service_account.namespace).await?;
     let outcome = match account.token().await {
         Ok(other_account) => {
+            plugin.start_deadline();
             let inputs = Inputs {
                 plugin: &plugin,
                 base: &args.url,
@@ -377,7 +400,7 @@ impl Inputs<'_> {
             .call(Call::Identity, served, None)
             .await
             .context("the connection verified with --ca-file alone")?;
-        let stranger = Plugin::new(self.base, vec![unrelated_ca()?])?;
+        let stranger = Plugin::new(self.base, vec![unrelated_ca()?], self.plugin.timeouts())?;
         match stranger.call(Call::Identity, None, None).await {
             Ok(answer) => bail!(
                 "a client trusting only an unrelated CA was answered ({}): the connection is not verified",
@@ -592,8 +615,8 @@ fn check_render(response: &RenderResponse) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// So that `CALL_TIMEOUT` is named where the help text says 30 seconds.
-const _: () = assert!(CALL_TIMEOUT.as_secs() == 30);
+/// So that the defaults are named where the help text says 30s and 5m.
+const _: () = assert!(CALL_TIMEOUT.as_secs() == 30 && SUITE_TIMEOUT.as_secs() == 300);
 
 #[cfg(test)]
 mod tests {
@@ -785,6 +808,43 @@ mod tests {
             "gantry-system/gantry-provisioner"
         );
         assert!(cli.args.bad_request.is_none());
+        assert_eq!(
+            (cli.args.call_timeout, cli.args.timeout),
+            (CALL_TIMEOUT, SUITE_TIMEOUT)
+        );
+        let cli = Cli::try_parse_from([
+            "check",
+            "https://localhost:8443",
+            "--ca-file",
+            "ca.crt",
+            "--request",
+            "r.json",
+            "--call-timeout",
+            "1.5s",
+            "--timeout",
+            "1m30s",
+        ])
+        .unwrap();
+        assert_eq!(
+            (cli.args.call_timeout, cli.args.timeout),
+            (Duration::from_millis(1500), Duration::from_secs(90))
+        );
+        for bad in ["0s", "-1s", "soon"] {
+            assert!(
+                Cli::try_parse_from([
+                    "check",
+                    "https://localhost:8443",
+                    "--ca-file",
+                    "c",
+                    "--request",
+                    "r",
+                    "--timeout",
+                    bad
+                ])
+                .is_err(),
+                "{bad}"
+            );
+        }
         // The CA and the request are required.
         assert!(
             Cli::try_parse_from(["check", "https://localhost:8443", "--request", "r"]).is_err()

@@ -1,8 +1,9 @@
 //! Calling a plugin: HTTPS verified against the given roots only (rustls, no system roots, no
-//! proxy), each call bounded in time and in the size of its answer.
+//! proxy), each call bounded in time and in the size of its answer, and all of them by the
+//! suite's deadline.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use gantry_api::plugin::PATH_PREFIX;
@@ -10,10 +11,65 @@ use reqwest::StatusCode;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
+use gantry_rules::duration::GoDuration;
+
 use crate::commands::output::causes;
 
-/// How long one call may take, its answer read to the end.
+/// How long one call may take by default, its answer read to the end (`--call-timeout`).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long the whole suite may take by default (`--timeout`).
+pub const SUITE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long calls may take: each at most `call`, and none after the suite's deadline.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub call: Duration,
+    /// The suite's whole time (`--timeout`), for messages.
+    pub suite: Duration,
+    /// When the suite must be over.
+    pub deadline: Instant,
+}
+
+/// How long one call may take, as [`Timeouts::budget`] gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    /// Its own timeout, whole.
+    Call(Duration),
+    /// What is left before the suite's deadline, less than its own timeout.
+    Suite(Duration),
+    /// Nothing: the deadline passed, the call is not made.
+    Spent,
+}
+
+impl Timeouts {
+    /// `call` for each call, `suite` for all of them from now.
+    pub fn starting_now(call: Duration, suite: Duration) -> Self {
+        Self {
+            call,
+            suite,
+            deadline: Instant::now() + suite,
+        }
+    }
+
+    /// How long a call starting `now` may take.
+    pub fn budget(&self, now: Instant) -> Budget {
+        match self.deadline.checked_duration_since(now) {
+            None => Budget::Spent,
+            Some(left) if left.is_zero() => Budget::Spent,
+            Some(left) if left < self.call => Budget::Suite(left),
+            Some(_) => Budget::Call(self.call),
+        }
+    }
+
+    /// Why a call was not made, or not answered in time.
+    fn deadline_passed(&self) -> String {
+        format!(
+            "the check's deadline (--timeout {}) passed",
+            GoDuration(self.suite)
+        )
+    }
+}
 
 /// The largest answer read; a larger one fails the call.
 const MAX_ANSWER_BYTES: usize = 256 << 20;
@@ -86,11 +142,16 @@ pub fn read_roots(path: &std::path::Path) -> anyhow::Result<Vec<CertificateDer<'
 pub struct Plugin {
     http: reqwest::Client,
     base: String,
+    timeouts: Timeouts,
 }
 
 impl Plugin {
     /// `base`: `https://HOST:PORT` (and a path prefix, if any), without a trailing `/`.
-    pub fn new(base: &str, roots: Vec<CertificateDer<'static>>) -> anyhow::Result<Self> {
+    pub fn new(
+        base: &str,
+        roots: Vec<CertificateDer<'static>>,
+        timeouts: Timeouts,
+    ) -> anyhow::Result<Self> {
         let mut store = rustls::RootCertStore::empty();
         for root in roots {
             store
@@ -108,13 +169,25 @@ impl Plugin {
             .tls_backend_preconfigured(tls)
             .https_only(true)
             .no_proxy()
-            .connect_timeout(CALL_TIMEOUT)
+            .connect_timeout(timeouts.call)
             .build()
             .context("building the HTTPS client")?;
         Ok(Self {
             http,
             base: base.to_string(),
+            timeouts,
         })
+    }
+
+    /// Starts the suite's deadline again from now: the time before (reading files, making
+    /// tokens) is not the plugin's.
+    pub fn start_deadline(&mut self) {
+        self.timeouts = Timeouts::starting_now(self.timeouts.call, self.timeouts.suite);
+    }
+
+    /// The timeouts its calls have.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
     }
 
     /// `METHOD /gantry.dev/v1/CALL`, for messages.
@@ -123,7 +196,8 @@ impl Plugin {
     }
 
     /// Makes `call` with `token` (none: no `Authorization` header) and `body` (a JSON
-    /// document, for `render`), within [`CALL_TIMEOUT`].
+    /// document, for `render`), within its timeout and the suite's deadline; not at all
+    /// once the deadline passed.
     pub async fn call(
         &self,
         call: Call,
@@ -132,6 +206,16 @@ impl Plugin {
     ) -> anyhow::Result<Answer> {
         let url = format!("{}{PATH_PREFIX}/{}", self.base, call.name());
         let what = Self::describe(call);
+        let budget = self.timeouts.budget(Instant::now());
+        let (limit, late) = match budget {
+            Budget::Spent => bail!("{what}: not called: {}", self.timeouts.deadline_passed()),
+            Budget::Call(limit) => (limit, format!("no answer within {}", GoDuration(limit))),
+            Budget::Suite(limit) => (
+                limit,
+                format!("no answer before {}", self.timeouts.deadline_passed()),
+            ),
+        };
+        let base = &self.base;
         let mut request = self.http.request(call.method(), &url);
         if let Some(token) = token {
             request = request.bearer_auth(token);
@@ -143,10 +227,22 @@ impl Plugin {
         }
         let exchange =
             async {
-                let mut response = request
-                    .send()
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{what}: {}", causes(&e.into())))?;
+                let mut response = request.send().await.map_err(|e| {
+                    if e.is_connect() {
+                        // The innermost cause says why (refused, a certificate, a name), the
+                        // layers above it repeat the URL.
+                        let why = std::iter::successors(
+                            Some(&e as &(dyn std::error::Error + 'static)),
+                            |e| e.source(),
+                        )
+                        .last()
+                        .map(ToString::to_string)
+                        .unwrap_or_default();
+                        anyhow::anyhow!("{what}: cannot connect to {base}: {why}")
+                    } else {
+                        anyhow::anyhow!("{what}: {}", causes(&e.into()))
+                    }
+                })?;
                 let status = response.status();
                 let content_type = response
                     .headers()
@@ -168,14 +264,9 @@ impl Plugin {
                     body,
                 })
             };
-        tokio::time::timeout(CALL_TIMEOUT, exchange)
+        tokio::time::timeout(limit, exchange)
             .await
-            .unwrap_or_else(|_| {
-                Err(anyhow::anyhow!(
-                    "{what}: no answer within {}s",
-                    CALL_TIMEOUT.as_secs()
-                ))
-            })
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("{what}: {late}")))
     }
 }
 
@@ -228,6 +319,118 @@ mod tests {
             .unwrap();
         std::fs::write(&path, ca.pem()).unwrap();
         assert_eq!(read_roots(&path).unwrap(), [ca.der().clone()]);
+    }
+
+    #[test]
+    fn a_call_gets_its_timeout_or_what_is_left_of_the_suite() {
+        let start = Instant::now();
+        let timeouts = Timeouts {
+            call: Duration::from_secs(30),
+            suite: Duration::from_secs(60),
+            deadline: start + Duration::from_secs(60),
+        };
+        assert_eq!(
+            timeouts.budget(start),
+            Budget::Call(Duration::from_secs(30))
+        );
+        assert_eq!(
+            timeouts.budget(start + Duration::from_secs(45)),
+            Budget::Suite(Duration::from_secs(15))
+        );
+        assert_eq!(
+            timeouts.budget(start + Duration::from_secs(60)),
+            Budget::Spent
+        );
+        assert_eq!(
+            timeouts.budget(start + Duration::from_secs(61)),
+            Budget::Spent
+        );
+        assert_eq!(
+            timeouts.deadline_passed(),
+            "the check's deadline (--timeout 1m) passed"
+        );
+    }
+
+    fn roots_of(pem: &str) -> Vec<CertificateDer<'static>> {
+        CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_plugin_that_never_answers_fails_each_call_at_its_deadline() {
+        use gantry_tests::rogue_plugin::{Mode, RoguePlugin};
+        let plugin = RoguePlugin::start("example.dev/hanging", None).unwrap();
+        plugin.set_mode(Mode::HangAll);
+        let roots = roots_of(plugin.ca_pem());
+
+        // The call's own timeout.
+        let timeouts = Timeouts::starting_now(Duration::from_millis(300), Duration::from_secs(60));
+        let client = Plugin::new(&plugin.url(), roots.clone(), timeouts).unwrap();
+        let started = Instant::now();
+        let error = client.call(Call::Identity, None, None).await.unwrap_err();
+        assert_eq!(
+            causes(&error),
+            "GET /gantry.dev/v1/identity: no answer within 300ms"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+
+        // What is left of the suite, when that is less.
+        let timeouts = Timeouts::starting_now(Duration::from_secs(30), Duration::from_millis(300));
+        let client = Plugin::new(&plugin.url(), roots.clone(), timeouts).unwrap();
+        let started = Instant::now();
+        let error = client.call(Call::Probe, None, None).await.unwrap_err();
+        assert_eq!(
+            causes(&error),
+            "GET /gantry.dev/v1/probe: no answer before the check's deadline (--timeout 300ms) passed"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+
+        // Once the deadline passed, no call is made at all.
+        let timeouts = Timeouts {
+            call: Duration::from_secs(30),
+            suite: Duration::from_secs(1),
+            deadline: Instant::now(),
+        };
+        let client = Plugin::new(&plugin.url(), roots, timeouts).unwrap();
+        let error = client
+            .call(Call::Render, None, Some(b"{}"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            causes(&error),
+            "POST /gantry.dev/v1/render: not called: the check's deadline (--timeout 1s) passed"
+        );
+        assert_eq!(plugin.renders(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_address_nothing_listens_on_is_named() {
+        let port = gantry_tests::free_port().unwrap();
+        let url = format!("https://127.0.0.1:{port}");
+        let timeouts = Timeouts::starting_now(CALL_TIMEOUT, SUITE_TIMEOUT);
+        let client = Plugin::new(&url, vec![unrelated_ca().unwrap()], timeouts).unwrap();
+        let started = Instant::now();
+        let error = causes(&client.call(Call::Identity, None, None).await.unwrap_err());
+        assert!(
+            error.starts_with(&format!(
+                "GET /gantry.dev/v1/identity: cannot connect to {url}: "
+            )) && error.contains("Connection refused"),
+            "{error}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

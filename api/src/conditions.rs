@@ -166,6 +166,10 @@ pub mod reasons {
         /// The bundle names a ServiceAccount and its class does not set
         /// `allowBundleServiceAccount` (or the bundle has no `installNamespace` to find it in).
         SERVICE_ACCOUNT_NOT_ALLOWED = "ServiceAccountNotAllowed" => Failure;
+        /// A Job of a wave of rendered content failed (its `Failed` condition), or did not
+        /// complete within the bundle's health timeout of its creation; the message names the
+        /// Job, its wave and the Job's own message. The later waves are not applied; retried.
+        JOB_FAILED = "JobFailed" => Failure;
         /// An object of the previous content could not be deleted.
         PRUNE_FAILED = "PruneFailed" => Failure;
         /// A CRD of the bundle was not established in time.

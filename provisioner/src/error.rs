@@ -117,6 +117,15 @@ pub enum Error {
     #[error("applying {object}: {message}")]
     Apply { object: String, message: String },
 
+    /// A Job of a wave of rendered content failed, or did not complete in time (`what` says
+    /// which, with the Job's own message): the waves after it are not applied.
+    #[error("{job} of wave {wave} {what}; the waves after it are not applied")]
+    WaveJobFailed {
+        job: String,
+        wave: u32,
+        what: String,
+    },
+
     /// The API server refuses an object as invalid (HTTP 422), in the dry run before the first
     /// write or in the apply: the object names the file and document, the message the fields.
     #[error("the API server refuses {object} as invalid: {message}")]
@@ -349,6 +358,7 @@ impl Error {
             | Error::Conflict { .. }
             | Error::CrdNotEstablished { .. }
             | Error::Apply { .. }
+            | Error::WaveJobFailed { .. }
             | Error::Prune { .. }
             | Error::Uninstall { .. }
             | Error::Kube(_)
@@ -391,6 +401,7 @@ impl Error {
             Error::InvalidObjectPolicy(_) => (INSTALLED, reasons::INVALID_OBJECT_POLICY),
             Error::ImmutableFieldChanged { .. } => (INSTALLED, reasons::IMMUTABLE_FIELD_CHANGED),
             Error::Apply { .. } | Error::Kube(_) => (INSTALLED, reasons::APPLY_FAILED),
+            Error::WaveJobFailed { .. } => (INSTALLED, reasons::JOB_FAILED),
             Error::InvalidObject { .. } => (INSTALLED, reasons::INVALID_OBJECT),
             Error::Prune { .. } => (INSTALLED, reasons::PRUNE_FAILED),
             Error::Uninstall { .. } => (INSTALLED, reasons::UNINSTALL_FAILED),

@@ -59,6 +59,17 @@ impl PlannedObject {
         self.defines_crd.is_some() || (self.gvk.group.is_empty() && self.gvk.kind == "Namespace")
     }
 
+    /// The wave of an object of rendered content ([`rendered_wave`] of its file).
+    pub fn rendered_wave(&self) -> Option<u32> {
+        rendered_wave(&self.file)
+    }
+
+    /// Whether the object is a Job (`batch/v1`), which the next wave of rendered content waits
+    /// for.
+    pub fn is_job(&self) -> bool {
+        self.gvk.group == "batch" && self.gvk.version == "v1" && self.gvk.kind == "Job"
+    }
+
     /// The object as a JSON value tree, for the readers that look inside it.
     pub fn value(&self) -> Value {
         // The text was written from a `Value` by `plan_objects`: it always parses back.
@@ -95,6 +106,17 @@ impl std::fmt::Display for PlannedObject {
             self.document
         )
     }
+}
+
+/// The wave a file of rendered content holds: `N` for `wave-NNN.yaml` (at least three digits),
+/// the name Gantry gives the files of a provisioner plugin's answer (docs/plugins.md); `None`
+/// for any other name.
+pub fn rendered_wave(file: &str) -> Option<u32> {
+    let digits = file.strip_prefix("wave-")?.strip_suffix(".yaml")?;
+    if digits.len() < 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 /// A served kind: how to reach it and whether it is namespaced.
@@ -493,6 +515,40 @@ mod tests {
     use super::testing::*;
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_wave_files_of_rendered_content_have_a_wave() {
+        for (file, wave) in [
+            ("wave-000.yaml", Some(0)),
+            ("wave-002.yaml", Some(2)),
+            ("wave-999.yaml", Some(999)),
+            ("wave-1000.yaml", Some(1000)),
+            ("wave-01.yaml", None),
+            ("wave-001.yml", None),
+            ("wave-00a.yaml", None),
+            ("wave-+01.yaml", None),
+            ("a-wave-001.yaml", None),
+            ("rendered.yaml", None),
+            ("wave-99999999999.yaml", None),
+        ] {
+            assert_eq!(rendered_wave(file), wave, "{file}");
+        }
+        let job = object(
+            "wave-001.yaml",
+            json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": "j" } }),
+        );
+        let plan = plan_objects(vec![job], "b", Some("n"), |gvk| {
+            Some(Kind {
+                resource: ApiResource::from_gvk_with_plural(gvk, "jobs"),
+                namespaced: true,
+            })
+        })
+        .unwrap();
+        assert_eq!(plan.objects[0].rendered_wave(), Some(1));
+        assert!(plan.objects[0].is_job());
+        let plan = plan_objects(vec![config_map("c")], "b", Some("n"), served).unwrap();
+        assert!(!plan.objects[0].is_job());
+    }
 
     #[test]
     fn namespaces_are_defaulted_or_dropped_and_the_label_added() {

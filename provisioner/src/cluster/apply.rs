@@ -1,5 +1,7 @@
 //! Server-side apply of a plan: in waves that never run ahead of the Namespaces and CRDs before
-//! them, concurrently within a wave, writing only objects that differ from what is live.
+//! them, concurrently within a wave, writing only objects that differ from what is live. The
+//! waves of rendered content (its files `wave-NNN.yaml`) go out one after the other, each once
+//! every Job of the one before it completed ([`crate::cluster::jobs`]).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -20,6 +22,7 @@ use crate::cluster::crds::{served_kinds, wait_served};
 use crate::cluster::discovery::{KindCache, object_api};
 use crate::cluster::dry_run::{self, Sent, with_ignored_fields};
 use crate::cluster::errors::{api_message, is_forbidden, is_invalid, is_not_found};
+use crate::cluster::jobs::{self, Waiting};
 use crate::cluster::live::{
     apply_for_health, drifted_fields, drifted_fields_leaving_others, health_view, spec_needed,
 };
@@ -41,8 +44,20 @@ pub struct ApplyOutcome {
     /// Objects already as desired: nothing was sent.
     pub unchanged: usize,
     /// Per object of the plan, in its order: what the answer to its apply, or the read that
-    /// found it unchanged, showed of it.
+    /// found it unchanged, showed of it. Only the objects applied, when the apply stopped
+    /// before a wave (`waiting`).
     pub observed: Vec<Observed>,
+    /// The apply stopped before a wave of rendered content: the Jobs of the wave before it
+    /// are not complete yet ([`write_waves`] with [`JobWaits`]).
+    pub waiting: Option<Waiting>,
+}
+
+/// What the apply of rendered content waits for between its waves: every Job (`batch/v1`) of
+/// a wave complete before the next wave's objects go out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobWaits {
+    /// How long a Job may take from its creation before the apply fails (`WaveJobFailed`).
+    pub timeout: Duration,
 }
 
 /// What an apply learnt of one live object, for health to start from.
@@ -183,6 +198,7 @@ impl Checked {
                 .iter()
                 .map(|live| live.as_ref().map(Seen::observed).unwrap_or_default())
                 .collect(),
+            waiting: None,
         }
     }
 }
@@ -389,6 +405,22 @@ pub async fn write(
     settings: ApplySettings,
     checked: Checked,
 ) -> Result<ApplyOutcome> {
+    write_waves(client, kinds, plan, identity, settings, checked, None).await
+}
+
+/// [`write`]; with `jobs`, the waves of rendered content go out one after the other, and the
+/// apply stops before a wave while a Job of the wave before it is not complete: the outcome
+/// says which (`waiting`), and what was applied so far. A Job that failed, or is not complete
+/// within `jobs.timeout` of its creation, fails the apply (`WaveJobFailed`).
+pub async fn write_waves(
+    client: &Client,
+    kinds: &KindCache,
+    plan: &Plan,
+    identity: &str,
+    settings: ApplySettings,
+    checked: Checked,
+    jobs: Option<JobWaits>,
+) -> Result<ApplyOutcome> {
     let concurrency = settings.concurrency.max(1);
     let Checked {
         live,
@@ -398,7 +430,7 @@ pub async fn write(
     let mut outcome = ApplyOutcome::default();
     let mut served: HashSet<GroupVersionKind> = HashSet::new();
     let mut offset = 0;
-    let waves = waves(&plan.objects);
+    let waves = waves(&plan.objects, jobs.is_some());
     for (w, &wave) in waves.iter().enumerate() {
         let lives = &live[offset..offset + wave.len()];
         let wave_policies = &policies[offset..offset + wave.len()];
@@ -474,6 +506,20 @@ pub async fn write(
             }
             outcome.observed.push(applied.observed);
         }
+        // Rendered content: the next wave goes out once every Job of this one completed.
+        if let Some(jobs) = jobs
+            && let Some(next) = waves.get(w + 1)
+            && let Some(rendered) = wave.first().and_then(PlannedObject::rendered_wave)
+            && !wave[0].is_barrier()
+        {
+            let next_wave = next.first().and_then(PlannedObject::rendered_wave);
+            let waiting =
+                jobs::wave_jobs(client, wave, rendered, next_wave, identity, jobs.timeout).await?;
+            if waiting.is_some() {
+                outcome.waiting = waiting;
+                return Ok(outcome);
+            }
+        }
     }
     Ok(outcome)
 }
@@ -511,12 +557,18 @@ fn check_owners(
 }
 
 /// Splits objects into waves: each run of Namespaces/CRDs is one wave, each run of other
-/// objects another; a wave starts only when the one before it is done.
-pub fn waves(objects: &[PlannedObject]) -> Vec<&[PlannedObject]> {
+/// objects another; a wave starts only when the one before it is done. With `by_file_wave`
+/// (rendered content), a run of other objects is split further where the wave of their file
+/// ([`PlannedObject::rendered_wave`]) changes.
+pub fn waves(objects: &[PlannedObject], by_file_wave: bool) -> Vec<&[PlannedObject]> {
     let mut waves = Vec::new();
     let mut start = 0;
+    let apart = |a: &PlannedObject, b: &PlannedObject| {
+        a.is_barrier() != b.is_barrier()
+            || (by_file_wave && !a.is_barrier() && a.rendered_wave() != b.rendered_wave())
+    };
     for i in 1..=objects.len() {
-        if i == objects.len() || objects[i].is_barrier() != objects[start].is_barrier() {
+        if i == objects.len() || apart(&objects[start], &objects[i]) {
             if start < i {
                 waves.push(&objects[start..i]);
             }
@@ -863,7 +915,7 @@ mod tests {
             widget,
         ];
         let plan = plan_objects(objects.to_vec(), "b", Some("app"), served).unwrap();
-        let names: Vec<Vec<&str>> = waves(&plan.objects)
+        let names: Vec<Vec<&str>> = waves(&plan.objects, false)
             .iter()
             .map(|wave| wave.iter().map(|o| o.name.as_str()).collect())
             .collect();
@@ -874,7 +926,39 @@ mod tests {
                 vec!["a", "b", "w"]
             ]
         );
-        assert!(waves(&[]).is_empty());
+        assert!(waves(&[], false).is_empty());
+    }
+
+    #[test]
+    fn rendered_content_goes_out_wave_by_wave_after_its_namespaces_and_crds() {
+        let in_file = |file: &str, name: &str| {
+            object(
+                file,
+                json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": name } }),
+            )
+        };
+        let mut ns = namespace("app");
+        ns.summary.file = "wave-002.yaml".into();
+        let objects = vec![
+            in_file("wave-000.yaml", "a"),
+            in_file("wave-001.yaml", "b"),
+            in_file("wave-001.yaml", "c"),
+            ns,
+            in_file("wave-002.yaml", "d"),
+        ];
+        let plan = plan_objects(objects, "b", Some("app"), served).unwrap();
+        let names = |by_file_wave| -> Vec<Vec<String>> {
+            waves(&plan.objects, by_file_wave)
+                .iter()
+                .map(|wave| wave.iter().map(|o| o.name.clone()).collect())
+                .collect()
+        };
+        assert_eq!(
+            names(true),
+            [vec!["app"], vec!["a"], vec!["b", "c"], vec!["d"]]
+        );
+        // Plain content, or a pass that waits for no Job: the waves as ever.
+        assert_eq!(names(false), [vec!["app"], vec!["a", "b", "c", "d"]]);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod errors;
 pub mod events;
 pub mod identity;
 pub mod inventory;
+pub mod jobs;
 pub mod live;
 pub mod preflight;
 pub mod writes;

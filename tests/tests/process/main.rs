@@ -50,5 +50,6 @@ mod uninstall_order;
 mod unpack_pods;
 mod untrusted_input;
 mod verify;
+mod wave_jobs;
 mod while_failing;
 mod zero_values;

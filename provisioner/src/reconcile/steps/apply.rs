@@ -13,16 +13,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::runtime::controller::Action;
 
 use super::unpack::Content;
-use crate::cluster::apply::{ApplySettings, Observed, check, write};
+use crate::cluster::apply::{ApplySettings, JobWaits, Observed, check, write_waves};
 use crate::cluster::identity::Applier;
 use crate::error::{Error, Result};
 use crate::reconcile::crd_findings;
 use crate::reconcile::objects::{
     count_and_watch, object_policies, remove_objects, without_ignored,
 };
-use crate::reconcile::pass::{Flow, Pass, correction_forced, installed_fingerprint};
+use crate::reconcile::pass::{Flow, Outcome, Pass, correction_forced, installed_fingerprint};
 use crate::reconcile::timing;
 use crate::state::Context;
 use crate::status::{publish, record_history, refresh_history_approval, remove_condition};
@@ -91,6 +92,11 @@ pub(crate) async fn apply_and_prune(
         crd_timeout: ctx.settings.crd_timeout,
         write_all,
     };
+    // Rendered content goes out wave by wave, each once the Jobs of the one before completed;
+    // only new content or spec waits: a pass over what is installed does not wait again.
+    let jobs = (write_all && pass.status.rendered.is_some()).then_some(JobWaits {
+        timeout: pass.health.timeout,
+    });
     let (name, identity) = (pass.name.clone(), applier.describe());
     let claimed: Vec<Option<String>> = planned
         .iter()
@@ -121,13 +127,14 @@ pub(crate) async fn apply_and_prune(
             return Ok(checked.left_as_is());
         }
         pass.writing = true;
-        write(
+        write_waves(
             &applier.client,
             &ctx.kinds,
             plan,
             &identity,
             settings,
             checked,
+            jobs,
         )
         .await
     };
@@ -141,6 +148,24 @@ pub(crate) async fn apply_and_prune(
             ),
         })??;
     count_and_watch(ctx, applier, &outcome, plan).await;
+    // A Job of a wave is not complete: the pass ends here, and the next one (woken by the
+    // Job's change through the drift watch, or looking again shortly) goes on from it.
+    if let Some(waiting) = &outcome.waiting {
+        pass.set_condition(
+            types::INSTALLED,
+            false,
+            reasons::INSTALLING,
+            format!(
+                "{} of {} applied; {}",
+                outcome.written + outcome.unchanged,
+                objects(plan.objects.len()),
+                waiting.message()
+            ),
+        );
+        return Ok(Flow::Stop(Outcome::Done(Action::requeue(
+            waiting.look_again(),
+        ))));
+    }
 
     report_drift(pass, drift).await;
     prune(pass, applier, &planned, &ignored).await?;

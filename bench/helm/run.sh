@@ -336,10 +336,14 @@ for chart in "${charts[@]}"; do
   values_of helm "$chart" > "$work/values-$chart.json"
   repository="${ref[$chart]%:*}"
   before_requests="$(api_requests)"
+  api_requests_snapshot "$work/requests-before"
   measured="$(timed_helm "$HELM" install "$name" "oci://$repository" \
     --version "${ref[$chart]##*:}" --plain-http -n bench-helm -f "$work/values-$chart.json")"
   read -r seconds helm_cpu helm_rss <<<"$measured"
   requests["helm $chart"]=$(( $(api_requests) - before_requests ))
+  api_requests_snapshot "$work/requests-after"
+  echo "  helm's requests by verb and resource:"
+  api_requests_delta "$work/requests-before" "$work/requests-after"
   secs["helm $chart"]="$seconds"
   cpu["helm $chart"]="$helm_cpu"
   rss["helm $chart"]="$helm_rss"
@@ -355,6 +359,7 @@ if [[ "$FLUX" == 1 ]]; then
     echo "==> Flux: $chart: create the OCIRepository and the HelmRelease, wait for Ready"
     reset_peak "$FLUX_SOURCE_PID" "$FLUX_HELM_PID"
     before_requests="$(api_requests)"
+    api_requests_snapshot "$work/requests-before"
     before_source="$(cpu_seconds "$FLUX_SOURCE_PID")"
     before_helm="$(cpu_seconds "$FLUX_HELM_PID")"
     start="$(now)"
@@ -364,6 +369,9 @@ if [[ "$FLUX" == 1 ]]; then
     pcpu["flux $chart source"]="$(sub "$(cpu_seconds "$FLUX_SOURCE_PID")" "$before_source")"
     pcpu["flux $chart helm"]="$(sub "$(cpu_seconds "$FLUX_HELM_PID")" "$before_helm")"
     requests["flux $chart"]=$(( $(api_requests) - before_requests ))
+    api_requests_snapshot "$work/requests-after"
+    echo "  Flux's requests by verb and resource:"
+    api_requests_delta "$work/requests-before" "$work/requests-after"
     prss["flux $chart source"]="$(peak_rss_mib "$FLUX_SOURCE_PID")"
     prss["flux $chart helm"]="$(peak_rss_mib "$FLUX_HELM_PID")"
     cpu["flux $chart"]="$(add "${pcpu["flux $chart source"]}" "${pcpu["flux $chart helm"]}")"

@@ -13,7 +13,9 @@
 # For each chart and each tool: the time, CPU seconds (utime + stime from /proc/PID/stat) and
 # peak RSS (VmHWM, reset at the start of each measurement) of the processes doing the work
 # (gantry-provisioner and gantry-helm-plugin; helm; helm-controller and source-controller),
-# and the requests the API server served meanwhile (apiserver_request_total before/after).
+# and the requests the API server served meanwhile (apiserver_request_total before/after). Each
+# measurement starts once the API server is quiet, and Gantry's Bundles are deleted before the
+# others are measured (below).
 #
 # What "Ready" means, the same for the three: every object of the chart applied. No
 # controller-manager runs here, so a Deployment never becomes available, and a tool that waits
@@ -169,6 +171,20 @@ sub() { python3 -c "import sys; print(f'{float(sys.argv[1]) - float(sys.argv[2])
 add() { python3 -c "import sys; print(f'{sum(map(float, sys.argv[1:])):.2f}')" "$@"; }
 add_mib() { python3 -c "import sys; print(f'{sum(map(float, sys.argv[1:])):.1f}')" "$@"; }
 
+# Waits (at most 60 s) until the API server is quiet: fewer than 20 requests in 2 s (leases,
+# these reads of /metrics), so that what one tool leaves running does not count in the next
+# one's window.
+settle() {
+  local before after deadline=$(( $(date +%s) + 60 ))
+  while (( $(date +%s) < deadline )); do
+    before="$(api_requests)"
+    sleep 2
+    after="$(api_requests)"
+    (( after - before < 20 )) && return 0
+  done
+  echo "  (the API server was still busy after 60 s: $((after - before)) requests in 2 s)" >&2
+}
+
 # The number of objects of release $1 in namespace $2, as Helm recorded it.
 release_objects() { "$HELM" get manifest "$1" -n "$2" | grep -c '^kind:'; }
 
@@ -280,6 +296,7 @@ echo "  ${ref[metrics-server]}, ${ref[bench-objects]}"
 for chart in "${charts[@]}"; do
   name="gantry-$chart"
   echo "==> Gantry: $chart: create the Bundle, wait for Ready"
+  settle
   reset_peak "$GANTRY_PROVISIONER_PID" "$PLUGIN_PID"
   before_requests="$(api_requests)"
   api_requests_snapshot "$work/requests-before"
@@ -313,6 +330,16 @@ BUNDLE
   api_requests_delta "$work/requests-before" "$work/requests-after"
 done
 
+# Gantry's bundles go before the others are measured: while their Deployments are not available
+# (never, here), each of the provisioner's passes (every 10 s, --resolve-interval) reads their
+# Services and Deployments again, requests that would otherwise count in the others' windows.
+echo "==> Gantry: delete its Bundles and wait until they are gone (not timed)"
+kubectl delete bundle "${charts[@]/#/gantry-}" --wait=false >/dev/null
+for chart in "${charts[@]}"; do
+  kubectl wait --for=delete "bundle/gantry-$chart" --timeout=300s >/dev/null ||
+    echo "  (bundle gantry-$chart not gone after 300 s)" >&2
+done
+
 # --- helm install -----------------------------------------------------------------------------
 # helm runs as a child of python, which reports its wall time, CPU seconds and peak RSS
 # (wait4's rusage).
@@ -334,6 +361,7 @@ for chart in "${charts[@]}"; do
   name="helm-$chart"
   echo "==> helm install: $chart (without --wait), from the registry"
   values_of helm "$chart" > "$work/values-$chart.json"
+  settle
   repository="${ref[$chart]%:*}"
   before_requests="$(api_requests)"
   api_requests_snapshot "$work/requests-before"
@@ -357,6 +385,7 @@ if [[ "$FLUX" == 1 ]]; then
   for chart in "${charts[@]}"; do
     name="flux-$chart"
     echo "==> Flux: $chart: create the OCIRepository and the HelmRelease, wait for Ready"
+    settle
     reset_peak "$FLUX_SOURCE_PID" "$FLUX_HELM_PID"
     before_requests="$(api_requests)"
     api_requests_snapshot "$work/requests-before"

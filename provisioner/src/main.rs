@@ -60,8 +60,8 @@ struct Flags {
     /// Platform selected from image indexes when a class names none (default: this binary's).
     #[arg(long)]
     platform: Option<String>,
-    /// Objects applied at once within one bundle.
-    #[arg(long, default_value_t = 16)]
+    /// Objects applied (and dry-run before their first write) at once within one bundle.
+    #[arg(long, default_value_t = 32)]
     apply_concurrency: usize,
     /// Bundles reconciled at once (a pass mostly waits on the API server and the registry).
     /// With --sharding, across all shards: each runs its share, by the slots it serves.

@@ -82,7 +82,7 @@ impl Default for Settings {
             provisioners: Default::default(),
             plugin_token_file: None,
             platform: Platform::current(),
-            apply_concurrency: 16,
+            apply_concurrency: 32,
             crd_timeout: Duration::from_secs(60),
             apply_timeout: Duration::from_secs(600),
             resolve_interval: Duration::from_secs(300),

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Flux as Gantry's peer in the benchmarks: source-controller and kustomize-controller (built by
 # tools/flux/build.sh) run as processes against the benchmark's API server, with their CRDs,
 # and are fed the very image Gantry gets (an OCIRepository on the local registry and a

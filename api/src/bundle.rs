@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
     doc = "A Bundle names an OCI image of plain Kubernetes manifests (plain+v0) that Gantry installs.",
     printcolumn = r#"{"name":"Class","type":"string","jsonPath":".status.className","description":"the ProvisionerClass serving the bundle (the default class included)"}"#,
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.resolvedTag","description":"with spec.ref: the tag the version range chose"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Healthy","type":"string","jsonPath":".status.conditions[?(@.type==\"Healthy\")].status","description":"whether the objects are healthy: Ready can be True while they are not"}"#,
@@ -31,6 +32,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message","description":"the Ready condition's message in one short line (the whole message is the Ready condition's)"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{"rule": "!has(self.ref) || !self.image.matches('@|:[^/]*$')", "message": "spec.image must name a repository without a tag or digest when spec.ref is set"}]))]
 pub struct BundleSpec {
     /// Name of the ProvisionerClass that serves this bundle. When empty, the class annotated
     /// `gantry.dev/is-default-class: "true"` serves it.
@@ -42,9 +44,17 @@ pub struct BundleSpec {
     pub provisioner_class_name: Option<String>,
 
     /// The OCI image holding the manifests, by tag (`registry/repo:tag`) or by digest
-    /// (`registry/repo@sha256:...`).
+    /// (`registry/repo@sha256:...`). With `ref`, the repository alone (`registry/repo`), whose
+    /// tags `ref` chooses from.
     #[schemars(length(min = 1, max = 4096), regex(pattern = r"^\S+$"))]
     pub image: String,
+
+    /// Chooses the tag of `image` (then the repository alone) by version, as Flux's
+    /// `OCIRepository.spec.ref`: the highest tag that is a semantic version matching `semver`.
+    /// The chosen tag is in `status.resolvedTag`, and is resolved to a digest as a tag in
+    /// `image` would be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r#ref: Option<VersionRef>,
 
     /// Name of a `kubernetes.io/dockerconfigjson` secret in the provisioner's namespace used to
     /// pull the image, in addition to the class's pull secrets.
@@ -185,6 +195,24 @@ pub struct BundleSpec {
     pub config_from: Vec<crate::ConfigSource>,
 }
 
+/// `Bundle.spec.ref`: which tag of the repository to install, by version.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VersionRef {
+    /// A semantic version range (`>=1.0.0 <2.0.0`, `1.x`, `~1.4`, `^1.2`, `1.2.3`, alternatives
+    /// joined by `||`): the highest tag within it is installed. Tags that are not semantic
+    /// versions are ignored (a leading `v` is allowed); pre-releases count only when the
+    /// range names one.
+    #[schemars(length(min = 1, max = 256))]
+    pub semver: String,
+
+    /// A regular expression a tag must match before its version is considered, as Flux's
+    /// `semverFilter` (`^1\.4\.\d+-rc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub semver_filter: Option<String>,
+}
+
 /// Where a bundle stands. Written by the controller, except `approval`, which only approvers write.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -208,6 +236,15 @@ pub struct BundleStatus {
     /// the default class when it names none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_name: Option<String>,
+
+    /// With `spec.ref`: the tag the version range last chose, the one `resolvedImage` was
+    /// resolved from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_tag: Option<String>,
+
+    /// With `spec.ref`: the semantic version of `resolvedTag` (without a leading `v`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_version: Option<String>,
 
     /// `repo@sha256:...` of the top-level manifest the image reference last resolved to (the
     /// index digest for multi-platform images): the digest being unpacked, reviewed, applied, or
@@ -614,4 +651,23 @@ pub struct HistoryEntry {
 pub enum HistoryApproval {
     Automatic,
     Manual,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_ref_is_spelled_as_flux_spells_it() {
+        let spec: BundleSpec = serde_json::from_value(serde_json::json!({
+            "image": "registry.example/team/app",
+            "ref": {"semver": ">=1.0.0 <2.0.0", "semverFilter": "^v?1\\."}
+        }))
+        .unwrap();
+        let version = spec.r#ref.as_ref().unwrap();
+        assert_eq!(version.semver, ">=1.0.0 <2.0.0");
+        assert_eq!(version.semver_filter.as_deref(), Some("^v?1\\."));
+        let back = serde_json::to_value(&spec).unwrap();
+        assert_eq!(back["ref"]["semverFilter"], "^v?1\\.");
+    }
 }

@@ -93,6 +93,11 @@ pub mod reasons {
         /// `spec.image` is not an image reference (`/repo:tag`, left by an unset variable);
         /// the message names the field and the value. Nothing is fetched.
         INVALID_IMAGE_REFERENCE = "InvalidImageReference" => Failure;
+        /// `spec.ref`: no tag of the repository is a version within `spec.ref.semver` (the
+        /// message names the range and the highest tags seen), or the range or
+        /// `spec.ref.semverFilter` does not parse, or `spec.image` names a tag or digest
+        /// besides. Looked at again at the resolve interval.
+        NO_MATCHING_VERSION = "NoMatchingVersion" => Failure;
         /// The image's content breaks the bundle format or a limit.
         INVALID_BUNDLE = "InvalidBundle" => Failure;
         /// The bundle's configuration cannot be used: `spec.config` for a provisioner that

@@ -23,7 +23,7 @@ pub use bundle::{
     Approval, ApprovalDecision, Bundle, BundlePhase, BundleSpec, BundleStatus, DeletionPolicy,
     DriftMode, HISTORY_LIMIT, HistoryApproval, HistoryEntry, InstalledSpec, InventoryEntry,
     KindCount, NOT_HEALTHY_LIMIT, NamespacePermissions, NotHealthyObject, ObjectHealth,
-    PermissionHighlight, RequestedPermissions,
+    PermissionHighlight, RequestedPermissions, VersionRef,
 };
 pub use class::{
     ApprovalPolicy, Limits, ProvisionerClass, ProvisionerClassSpec, ProvisionerClassStatus,

@@ -20,6 +20,7 @@ pub mod object_policy;
 pub mod permissions;
 pub mod plan;
 pub mod registry_v1;
+pub mod version_range;
 
 /// "1 object", "3 objects": counts in messages.
 pub fn objects(count: usize) -> String {

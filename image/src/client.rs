@@ -599,7 +599,7 @@ pub fn pinned(reference: &Reference, digest: &str) -> String {
 
 /// The message of an error and of its sources, for errors whose top line says too little
 /// (connection errors).
-fn chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(inner) = source {
@@ -706,7 +706,7 @@ pub(crate) fn registry_failure(reference: &Reference, detail: String) -> ImageEr
 }
 
 /// The start of an error response's body, as one line (at most 256 bytes are read).
-async fn short_body(mut response: reqwest::Response) -> String {
+pub(crate) async fn short_body(mut response: reqwest::Response) -> String {
     let mut body = Vec::new();
     while body.len() < 256 {
         match response.chunk().await {

@@ -20,6 +20,7 @@ pub mod platform;
 pub mod pull;
 pub mod push;
 pub mod reference;
+pub mod tags;
 pub mod verify;
 
 pub use auth::{Credential, DockerConfig};
@@ -43,4 +44,5 @@ pub use pull::{
     CanonicalTarball, PullRequest, PullStats, PulledBundle, PulledImage, write_rendered_tarball,
 };
 pub use push::{PreparedBundle, PushStats, PushedImage, prepare_dir};
+pub use tags::{MAX_TAG_BYTES, MAX_TAGS, TagListing};
 pub use verify::{PublicKey, SignatureSource, VerifiedSignature};

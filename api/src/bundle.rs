@@ -21,13 +21,13 @@ use serde::{Deserialize, Serialize};
     doc = "A Bundle names an OCI image of plain Kubernetes manifests (plain+v0) that Gantry installs.",
     printcolumn = r#"{"name":"Class","type":"string","jsonPath":".status.className","description":"the ProvisionerClass serving the bundle (the default class included)"}"#,
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image"}"#,
-    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.resolvedTag","description":"with spec.ref: the tag the version range chose"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Healthy","type":"string","jsonPath":".status.conditions[?(@.type==\"Healthy\")].status","description":"whether the objects are healthy: Ready can be True while they are not"}"#,
     printcolumn = r#"{"name":"Since","type":"date","jsonPath":".status.conditions[?(@.type==\"Ready\")].lastTransitionTime","description":"when Ready last changed"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Installed","type":"string","priority":1,"jsonPath":".status.installedImage","description":"the image reference pinned to the digest whose content is installed"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","priority":1,"jsonPath":".status.resolvedTag","description":"with spec.ref: the tag the version range chose"}"#,
     printcolumn = r#"{"name":"Resolved","type":"string","priority":1,"jsonPath":".status.resolvedImage","description":"the image reference pinned to the digest the reference last resolved to"}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message","description":"the Ready condition's message in one short line (the whole message is the Ready condition's)"}"#
 )]
@@ -629,6 +629,9 @@ pub struct HistoryEntry {
     pub image: String,
     /// Its digest (`sha256:...`).
     pub digest: String,
+    /// With `spec.ref`: the tag the version range chose for it (`status.resolvedTag` then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
     /// When its content was installed.
     pub installed_at: Time,
     /// How it was approved: `Automatic` (the class approves every digest) or `Manual` (an

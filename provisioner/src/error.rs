@@ -30,6 +30,15 @@ pub enum Error {
     #[error("spec.image {value:?} is not an image reference: {reason}")]
     InvalidImageReference { value: String, reason: String },
 
+    /// `spec.ref` cannot be used: its range or filter does not parse, or `spec.image` names a
+    /// tag or digest besides; the message names the field.
+    #[error("{0}")]
+    VersionRange(String),
+
+    /// `spec.ref`: no tag of the repository is within the range.
+    #[error("{0}")]
+    NoMatchingVersion(#[from] gantry_rules::version_range::NoMatch),
+
     #[error("pull secret {secret}: {message}")]
     PullSecret { secret: String, message: String },
 
@@ -294,6 +303,9 @@ pub enum Stall {
     Spec,
     /// The bundle, its class, or the digest its tag resolves to must change.
     Digest,
+    /// A tag within `spec.ref` must be pushed (the tags are listed again at the resolve
+    /// interval), or the bundle or its class must change.
+    Tags,
     /// The RBAC of the identity the bundle is applied as, or the class, must change; a change
     /// of RBAC that may concern the identity wakes the bundle, and it is looked at again now
     /// and then.
@@ -306,6 +318,9 @@ impl Stall {
         match self {
             Stall::Spec => "the bundle or its class changes",
             Stall::Digest => "the bundle, its class or the digest its image resolves to changes",
+            Stall::Tags => {
+                "a tag within the range is pushed (the tags are listed again at the resolve interval), or the bundle or its class changes"
+            }
             Stall::Access => {
                 "the RBAC of the identity it is applied as, the bundle or its class changes"
             }
@@ -323,6 +338,7 @@ impl Error {
             | Error::InvalidHealthExpression(_)
             | Error::DigestRequired { .. }
             | Error::InvalidImageReference { .. }
+            | Error::VersionRange(_)
             | Error::NamespaceRequired(_)
             | Error::ImageNotAllowed(_)
             | Error::InvalidConfig(_)
@@ -330,6 +346,7 @@ impl Error {
             // The content or the configuration must change: the bundle (its spec.config), a
             // source of its configuration (watched), or the digest.
             Error::Render { .. } => Some(Stall::Digest),
+            Error::NoMatchingVersion(_) => Some(Stall::Tags),
             Error::InvalidBundle { .. }
             | Error::InvalidBundleReported { .. }
             | Error::UnsafeCrdUpgrade { .. }
@@ -379,6 +396,9 @@ impl Error {
             Error::InvalidHealthExpression(_) => (UNPACKED, reasons::INVALID_HEALTH_EXPRESSION),
             Error::DigestRequired { .. } => (UNPACKED, reasons::DIGEST_REQUIRED),
             Error::InvalidImageReference { .. } => (UNPACKED, reasons::INVALID_IMAGE_REFERENCE),
+            Error::VersionRange(_) | Error::NoMatchingVersion(_) => {
+                (UNPACKED, reasons::NO_MATCHING_VERSION)
+            }
             Error::PullSecret { .. } | Error::Pull { .. } | Error::NodePull { .. } => {
                 (UNPACKED, reasons::PULL_FAILED)
             }

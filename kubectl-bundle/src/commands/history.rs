@@ -86,6 +86,7 @@ pub(super) mod tests {
         HistoryEntry {
             image: format!("r.test/app@sha256:{hex}"),
             digest: format!("sha256:{hex}"),
+            tag: None,
             installed_at: Time(Timestamp::UNIX_EPOCH),
             approval: HistoryApproval::Automatic,
             approved_at: None,

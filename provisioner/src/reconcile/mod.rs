@@ -213,7 +213,7 @@ fn record_failure(pass: &mut Pass<'_>, fingerprint: u64, failure: &Failure) -> A
     // fingerprint); the visit below is for what is not watched.
     let (retry_in, recheck) = match stall {
         Stall::Spec => (ctx.settings.resync_interval, String::new()),
-        Stall::Digest => (next_visit(pass.bundle, ctx), String::new()),
+        Stall::Digest | Stall::Tags => (next_visit(pass.bundle, ctx), String::new()),
         Stall::Access => {
             // Woken by an RBAC change and still refused: the API server may not have applied
             // the change yet, so it is looked at again shortly, once.

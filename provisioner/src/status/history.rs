@@ -17,6 +17,10 @@ pub fn record_history(status: &mut BundleStatus, image: &str, installed_at: Time
     let mut entry = HistoryEntry {
         image: image.to_string(),
         digest: digest.to_string(),
+        tag: status
+            .resolved_tag
+            .clone()
+            .filter(|_| status.resolved_image.as_deref() == Some(image)),
         installed_at,
         approval: HistoryApproval::Automatic,
         approved_at: None,

@@ -415,6 +415,7 @@ const STALLED_REASONS: &[&str] = &[
     reasons::INVALID_PATCH,
     reasons::INVALID_IMAGE_REFERENCE,
     reasons::INVALID_OBJECT,
+    reasons::NO_MATCHING_VERSION,
 ];
 
 /// Checks that the failure `reason` on `type_` is reported as what it is: stalled failures

@@ -1,6 +1,8 @@
 //! Step 2: the image reference to a digest, and the shortcut for bundles that nothing changed.
 
-use gantry_api::{BundleStatus, ProvisionerClass, PullMode};
+use gantry_api::{Bundle, BundleStatus, ProvisionerClass, PullMode, VersionRef};
+use gantry_image::TagListing;
+use gantry_rules::version_range::{Choice, VersionRange};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
@@ -47,31 +49,53 @@ pub(crate) async fn resolve(
             image: image.to_string(),
         });
     }
+    // With `spec.ref`, the range is checked before any request: no registry can fix it.
+    let range = bundle
+        .spec
+        .r#ref
+        .as_ref()
+        .map(|version| version_range(image, version))
+        .transpose()?;
     // The registry client (secrets read, TLS set up) is made only when the registry is asked.
     let resolved = match reusable_resolution(pass) {
         Some(image) => Resolved {
             image,
             registry: None,
         },
-        // The node's runtime resolves the reference when it pulls (see unpack).
-        None if class.spec.pull_mode == PullMode::Node => Resolved {
+        // The node's runtime resolves the reference when it pulls (see unpack); a range is
+        // chosen here, and its tag resolved, since the node knows no ranges.
+        None if class.spec.pull_mode == PullMode::Node && range.is_none() => Resolved {
             image: image.to_string(),
             registry: None,
         },
         None => {
             let client = ctx.registry_client(class, bundle).await?;
+            let reference = match &range {
+                Some(range) => {
+                    let choice = choose(&client, image, range).await?;
+                    let reference = format!("{image}:{}", choice.tag);
+                    pass.status.resolved_version = Some(choice.version.to_string());
+                    pass.status.resolved_tag = Some(choice.tag);
+                    reference
+                }
+                None => image.to_string(),
+            };
             let resolved = client
-                .resolve(image)
+                .resolve(&reference)
                 .await
-                .map_err(|e| Error::from_image(image, e))?
+                .map_err(|e| Error::from_image(&reference, e))?
                 .pinned();
-            ctx.resolved.record(&pass.name, image.to_string());
+            ctx.resolved.record(&pass.name, resolution_key(bundle));
             Resolved {
                 image: resolved,
                 registry: Some(client),
             }
         }
     };
+    if range.is_none() {
+        pass.status.resolved_tag = None;
+        pass.status.resolved_version = None;
+    }
     tracing::Span::current().record(
         "digest",
         digest_of(&resolved.image).unwrap_or(&resolved.image),
@@ -97,6 +121,40 @@ pub(crate) async fn resolve(
         )))));
     }
     Ok(Flow::Continue(Resolution::Resolved(resolved)))
+}
+
+/// `spec.ref`'s range, with `spec.image` naming the repository alone.
+fn version_range(image: &str, version: &VersionRef) -> Result<VersionRange> {
+    let reference = gantry_image::parse_reference(image).ok();
+    // `parse_reference` gives a reference without a tag `latest`: only what is written counts.
+    let name = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || name.contains(':') || reference.is_none() {
+        return Err(Error::VersionRange(format!(
+            "spec.image {image:?} names a tag or digest, and spec.ref chooses the tag: spec.image must name the repository alone"
+        )));
+    }
+    VersionRange::parse(&version.semver, version.semver_filter.as_deref())
+        .map_err(|e| Error::VersionRange(e.to_string()))
+}
+
+/// The tag of `repository` that `range` chooses.
+async fn choose(client: &SharedClient, repository: &str, range: &VersionRange) -> Result<Choice> {
+    let tags = client
+        .list_tags(repository, TagListing::default())
+        .await
+        .map_err(|e| Error::from_image(repository, e))?;
+    Ok(range.choose(repository, tags.iter().map(String::as_str))?)
+}
+
+/// What a resolution answered for: `spec.image`, with `spec.ref` when it is set.
+pub(crate) fn resolution_key(bundle: &Bundle) -> String {
+    match &bundle.spec.r#ref {
+        Some(version) => format!(
+            "{} semver={:?} filter={:?}",
+            bundle.spec.image, version.semver, version.semver_filter
+        ),
+        None => bundle.spec.image.clone(),
+    }
 }
 
 /// `spec.image` must be an image reference: one that is not (`/repo:tag`, an unset variable
@@ -159,8 +217,70 @@ fn reusable_resolution(pass: &Pass<'_>) -> Option<String> {
     ctx.resolved
         .is_fresh(
             &pass.name,
-            &pass.bundle.spec.image,
+            &resolution_key(pass.bundle),
             timing::resolve_interval(pass.bundle, &ctx.settings),
         )
         .then_some(previous)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(image: &str, semver: &str) -> Result<VersionRange> {
+        version_range(
+            image,
+            &VersionRef {
+                semver: semver.into(),
+                semver_filter: None,
+            },
+        )
+    }
+
+    #[test]
+    fn a_range_needs_the_repository_alone() {
+        assert!(range("127.0.0.1:5000/team/app", "^1").is_ok());
+        assert!(range("app", "^1").is_ok());
+        for image in [
+            "127.0.0.1:5000/team/app:1.0.0",
+            "app:latest",
+            "127.0.0.1:5000/app@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        ] {
+            let error = range(image, "^1").err().unwrap();
+            assert!(matches!(error, Error::VersionRange(_)));
+            assert!(
+                error.to_string().contains("spec.ref chooses the tag"),
+                "{error}"
+            );
+            assert_eq!(error.stall(), Some(crate::error::Stall::Spec));
+        }
+    }
+
+    #[test]
+    fn an_invalid_range_stalls_naming_the_field() {
+        let error = range("r/app", ">= >= 1").err().unwrap();
+        assert!(error.to_string().starts_with("spec.ref.semver"), "{error}");
+        assert_eq!(
+            error.condition(),
+            (
+                types::UNPACKED,
+                gantry_api::conditions::reasons::NO_MATCHING_VERSION
+            )
+        );
+    }
+
+    #[test]
+    fn the_resolution_key_covers_the_range() {
+        let mut bundle = Bundle::new("b", Default::default());
+        bundle.spec.image = "r/app".into();
+        let plain = resolution_key(&bundle);
+        bundle.spec.r#ref = Some(VersionRef {
+            semver: "^1".into(),
+            semver_filter: None,
+        });
+        let one = resolution_key(&bundle);
+        bundle.spec.r#ref.as_mut().unwrap().semver = "^2".into();
+        assert_ne!(plain, one);
+        assert_ne!(one, resolution_key(&bundle));
+    }
 }

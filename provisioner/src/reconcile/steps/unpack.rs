@@ -127,10 +127,11 @@ pub(crate) async fn unpack_and_store(
             .await?
         }
         (None, None) if class.spec.pull_mode == PullMode::Node => {
-            // A verified digest is what the Pod runs: the node pulls exactly what was verified.
-            let image = match class.spec.verify {
-                Some(_) => resolved_image.clone(),
-                None => pass.bundle.spec.image.clone(),
+            // A verified digest is what the Pod runs: the node pulls exactly what was verified;
+            // so it does the digest of the tag `spec.ref` chose.
+            let image = match (&class.spec.verify, &pass.bundle.spec.r#ref) {
+                (None, None) => pass.bundle.spec.image.clone(),
+                _ => resolved_image.clone(),
             };
             let pulled = unpack_with_node(pass, class, &image, limits).await?;
             resolved_image = pulled.0;
@@ -633,7 +634,8 @@ async fn unpack_with_node(
             }
         }
     };
-    ctx.resolved.record(&pass.name, bundle.spec.image.clone());
+    ctx.resolved
+        .record(&pass.name, super::resolve::resolution_key(bundle));
     let objects = read_stored(pass, &unpacked.content_digest, &limits).await?;
     let manifest_digest = node_manifest_digest(pass, class, &unpacked).await;
     let hex = unpacked.content_digest.trim_start_matches("sha256:");

@@ -218,6 +218,41 @@ impl Alternative {
     }
 }
 
+/// With `spec.ref`: which version is installed and which comes, in words
+/// (`1.4.2 installed, 1.5.0 waiting for approval`), for `kubectl bundle status` and the review
+/// page. The installed tag is the one history recorded for `installedImage`; the coming one is
+/// `resolvedTag` while `resolvedImage` differs from `installedImage`. `None` without `spec.ref`.
+pub fn version_line(bundle: &gantry_api::Bundle) -> Option<String> {
+    use gantry_api::BundlePhase;
+    let range = bundle.spec.r#ref.as_ref()?;
+    let status = bundle.status.clone().unwrap_or_default();
+    let installed = status.installed_image.as_deref().map(|image| {
+        status
+            .history
+            .iter()
+            .find(|e| e.image == image)
+            .and_then(|e| e.tag.clone())
+            .unwrap_or_else(|| image.to_string())
+    });
+    let coming = status
+        .resolved_tag
+        .as_deref()
+        .filter(|_| status.resolved_image != status.installed_image);
+    let state = match status.phase {
+        Some(BundlePhase::AwaitingApproval) => "waiting for approval",
+        Some(BundlePhase::Denied) => "denied",
+        Some(BundlePhase::Failing | BundlePhase::UpdateFailing) => "failing",
+        _ => "being installed",
+    };
+    let words = match (installed, coming) {
+        (Some(installed), Some(coming)) => format!("{installed} installed, {coming} {state}"),
+        (Some(installed), None) => format!("{installed} installed"),
+        (None, Some(coming)) => format!("none installed, {coming} {state}"),
+        (None, None) => "none installed".to_string(),
+    };
+    Some(format!("{words} (spec.ref.semver {})", range.semver))
+}
+
 /// The version a tag names: a semantic version, with or without a leading `v`.
 pub fn tag_version(tag: &str) -> Option<Version> {
     let bare = tag.strip_prefix('v').unwrap_or(tag);
@@ -412,6 +447,54 @@ mod tests {
         assert_eq!(
             range.choose("r", tags).unwrap_err().to_string(),
             "no tag of r matches * (of the tags matching \"^3\"); highest tags seen: 1.5.0, 1.4.3, 1.4.2"
+        );
+    }
+
+    #[test]
+    fn the_version_line_says_what_is_installed_and_what_waits() {
+        use gantry_api::{Bundle, BundlePhase, BundleStatus, HistoryApproval, HistoryEntry};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let pinned = |c: char| format!("r/app@sha256:{}", c.to_string().repeat(64));
+        let entry = |c: char, tag: &str| HistoryEntry {
+            image: pinned(c),
+            digest: format!("sha256:{}", c.to_string().repeat(64)),
+            tag: Some(tag.into()),
+            installed_at: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            approval: HistoryApproval::Manual,
+            approved_at: None,
+            approval_reason: None,
+            approved_by: None,
+        };
+        let mut bundle = Bundle::new("app", Default::default());
+        bundle.spec.image = "r/app".into();
+        assert_eq!(version_line(&bundle), None);
+        bundle.spec.r#ref = Some(gantry_api::VersionRef {
+            semver: "^1".into(),
+            semver_filter: None,
+        });
+        assert_eq!(
+            version_line(&bundle).unwrap(),
+            "none installed (spec.ref.semver ^1)"
+        );
+        bundle.status = Some(BundleStatus {
+            phase: Some(BundlePhase::AwaitingApproval),
+            resolved_image: Some(pinned('b')),
+            resolved_tag: Some("1.5.0".into()),
+            installed_image: Some(pinned('a')),
+            history: vec![entry('a', "1.4.2")],
+            ..Default::default()
+        });
+        assert_eq!(
+            version_line(&bundle).unwrap(),
+            "1.4.2 installed, 1.5.0 waiting for approval (spec.ref.semver ^1)"
+        );
+        let status = bundle.status.as_mut().unwrap();
+        status.phase = Some(BundlePhase::Installed);
+        status.installed_image = Some(pinned('b'));
+        status.history.insert(0, entry('b', "1.5.0"));
+        assert_eq!(
+            version_line(&bundle).unwrap(),
+            "1.5.0 installed (spec.ref.semver ^1)"
         );
     }
 

@@ -109,6 +109,9 @@ fn summary(bundle: &Bundle, events: &anyhow::Result<Vec<Event>>) -> String {
     };
     field("Name:", &bundle.name_any());
     field("Image:", &bundle.spec.image);
+    if let Some(version) = gantry_rules::version_range::version_line(bundle) {
+        field("Version:", &version);
+    }
     if !bundle.spec.patches.is_empty() {
         field("Patches:", "applied before applying (spec.patches):");
         for line in patches_lines(&bundle.spec.patches).lines() {
@@ -310,6 +313,38 @@ mod tests {
         assert!(at(stalled) < at("Resolved:"), "{text}");
         assert!(
             text.contains("Events:\n  cannot list them: events are forbidden\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_summary_says_which_version_is_installed_and_which_waits() {
+        let pinned = |c: char| format!("r/app@sha256:{}", c.to_string().repeat(64));
+        let mut bundle = Bundle::new(
+            "app",
+            gantry_api::BundleSpec {
+                image: "r/app".into(),
+                r#ref: Some(gantry_api::VersionRef {
+                    semver: ">=1.0.0 <2.0.0".into(),
+                    semver_filter: None,
+                }),
+                ..Default::default()
+            },
+        );
+        let mut installed = crate::commands::history::tests::entry(&"a".repeat(64));
+        installed.image = pinned('a');
+        installed.tag = Some("1.4.2".into());
+        bundle.status = Some(gantry_api::BundleStatus {
+            phase: Some(gantry_api::BundlePhase::AwaitingApproval),
+            resolved_image: Some(pinned('b')),
+            resolved_tag: Some("1.5.0".into()),
+            installed_image: Some(pinned('a')),
+            history: vec![installed],
+            ..Default::default()
+        });
+        let text = summary(&bundle, &Ok(Vec::new()));
+        assert!(
+            text.contains("Image:      r/app\nVersion:    1.4.2 installed, 1.5.0 waiting for approval (spec.ref.semver >=1.0.0 <2.0.0)\n"),
             "{text}"
         );
     }

@@ -50,6 +50,7 @@ mod uninstall_order;
 mod unpack_pods;
 mod untrusted_input;
 mod verify;
+mod version_ranges;
 mod wave_jobs;
 mod while_failing;
 mod zero_values;

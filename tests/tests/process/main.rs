@@ -7,7 +7,7 @@
 //! (`gantry_tests::e2e::gantry()`). A module whose provisioner must be the only one on its
 //! cluster, runs with flags of its own, or must have none at all gets a control plane of its
 //! own (`gantry_tests::e2e::Isolated`, a `static CLUSTER` in the module, and why in its
-//! comment): check, helm_charts, install, leader, manifests, ordering, restart, sharding, smoke, tenancy, timing, ui (its page of 2,000 bundles), unpack_pods, wave_jobs, zero_values.
+//! comment): check, helm_charts, helm_large_chart, install, leader, manifests, ordering, restart, sharding, smoke, tenancy, timing, ui (its page of 2,000 bundles), unpack_pods, wave_jobs, zero_values.
 
 mod approval_race;
 mod check;
@@ -21,6 +21,7 @@ mod drift_report;
 mod health;
 mod health_rules;
 mod helm_charts;
+mod helm_large_chart;
 mod ignore;
 mod install;
 mod leader;

@@ -331,8 +331,9 @@ BUNDLE
 done
 
 # Gantry's bundles go before the others are measured: while their Deployments are not available
-# (never, here), each of the provisioner's passes (every 10 s, --resolve-interval) reads their
-# Services and Deployments again, requests that would otherwise count in the others' windows.
+# (never, here), the pass at the end of their health timeout (5 minutes after the install) reads
+# their Services and Deployments again, once, requests that would otherwise count in the others'
+# windows.
 echo "==> Gantry: delete its Bundles and wait until they are gone (not timed)"
 kubectl delete bundle "${charts[@]/#/gantry-}" --wait=false >/dev/null
 for chart in "${charts[@]}"; do

@@ -213,6 +213,34 @@ impl AuditLog {
             .collect()
     }
 
+    /// The reads by name (`get`) of objects of `resource` (`services`, `deployments`) in
+    /// `namespace`, in the order the API server received them: (when, name, User-Agent).
+    pub fn gets(&self, resource: &str, namespace: &str) -> Vec<(String, String, String)> {
+        let mut reads: Vec<(String, String, String)> = self
+            .events
+            .iter()
+            .filter(|event| {
+                let object = &event["objectRef"];
+                object["resource"] == resource
+                    && object["namespace"] == namespace
+                    && object["subresource"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .is_empty()
+                    && event["verb"] == "get"
+            })
+            .map(|event| {
+                (
+                    text(&event["requestReceivedTimestamp"]),
+                    text(&event["objectRef"]["name"]),
+                    text(&event["userAgent"]),
+                )
+            })
+            .collect();
+        reads.sort();
+        reads
+    }
+
     /// The successful writes of each of `bundles` itself (creates included; not its status),
     /// each bundle's in the order they were committed.
     pub fn bundle_writes(&self, bundles: &BTreeSet<&str>) -> BTreeMap<String, Vec<BundleWrite>> {

@@ -36,9 +36,10 @@ const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 /// The API server's audit log, in the control plane's directory: one JSON event per line.
 const AUDIT_LOG: &str = "audit.log";
 
-/// The response stage only, of: writes of ConfigMaps and Bundles, reads of ConfigMaps and lists
-/// of Bundles at level Metadata (a list's completion time and, in its `requestURI`, its label
-/// selector: when a shard holds the bundles of its slots); nothing else. A Bundle's own writes
+/// The response stage only, of: writes of ConfigMaps and Bundles, reads of ConfigMaps, lists
+/// of Bundles (a list's completion time and, in its `requestURI`, its label selector: when a
+/// shard holds the bundles of its slots) and reads by name of Services and Deployments (who
+/// reads workloads again, and when) at level Metadata; nothing else. A Bundle's own writes
 /// (not its status's) and writes of Leases also log the object they left: the slot table (the
 /// Lease `gantry-shard-slots`) tells which shard owned each slot, and so each bundle, from each
 /// of its writes on.
@@ -70,6 +71,13 @@ rules:
   resources:
   - group: "gantry.dev"
     resources: ["bundles"]
+- level: Metadata
+  verbs: ["get"]
+  resources:
+  - group: ""
+    resources: ["services"]
+  - group: "apps"
+    resources: ["deployments"]
 - level: None
 "#;
 
@@ -452,8 +460,8 @@ impl ControlPlane {
     }
 
     /// The CA that signed the API server's certificate and verifies client certificates.
-    /// The API server's audit log: ConfigMap and Bundle writes and ConfigMap reads, one JSON
-    /// event per line.
+    /// The API server's audit log: ConfigMap and Bundle writes, ConfigMap reads, and reads of
+    /// Services and Deployments by name, one JSON event per line.
     pub fn audit_log(&self) -> PathBuf {
         self.dir.join(AUDIT_LOG)
     }

@@ -324,9 +324,18 @@ async fn update(
     allowed_images::check(pass.bundle, class).map_err(at(Step::AllowedImages))?;
     let resolved = match proceed!(Step::Resolve, resolve::resolve(pass, class).await) {
         resolve::Resolution::Resolved(resolved) => resolved,
-        // Nothing to install: only the health of what is installed is looked at again (at
-        // the end of its timeout, say), without reading the content or the objects' fields.
+        // Nothing to install, and no managed object moved since the last assessment (a change
+        // would have woken a full pass through the drift watches): the verdict stands until
+        // the health timeout passes, and nothing is read before. Then only the health of what
+        // is installed is looked at again, without reading the content.
         resolve::Resolution::Unhealthy => {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let timeout = pass.health.timeout;
+            if let health::Unchanged::Holds(wake) =
+                health::unchanged(&pass.status.conditions, now, timeout)
+            {
+                return Ok(come_back(pass, wake));
+            }
             // A deletion since would have woken a full pass (drift): objects of kinds without
             // status are current, and only the others are read.
             let observed = vec![Observed::default(); pass.status.inventory.len()];
@@ -386,6 +395,12 @@ async fn configure(
 /// the end of the health timeout if sooner).
 async fn assess_health(pass: &mut Pass<'_>, applier: &Applier, observed: &[Observed]) -> Outcome {
     let wake = health::check(pass, &applier.client, observed).await;
+    come_back(pass, wake)
+}
+
+/// The end of a pass over installed content: back at the next visit, or at `wake` (the end of
+/// the health timeout) if sooner.
+fn come_back(pass: &Pass<'_>, wake: Option<Duration>) -> Outcome {
     let visit = next_visit(pass.bundle, pass.ctx);
     Outcome::Done(Action::requeue(wake.map_or(visit, |w| w.min(visit))))
 }

@@ -19,6 +19,7 @@ mod demo;
 mod docs_airgapped;
 mod drift_report;
 mod health;
+mod health_quiet;
 mod health_rules;
 mod helm_charts;
 mod helm_large_chart;

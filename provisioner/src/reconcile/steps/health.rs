@@ -2,20 +2,22 @@
 //! condition, and whether `Ready` waits for it.
 //!
 //! After every apply the bundle's objects are assessed from what the apply learnt of them: the
-//! API server's answer to each write, or the read that found an object unchanged. Only an
-//! object the apply did not see (a pass that only looks at health) is read. The drift watches already
-//! watch every managed kind, so a status change of a managed object (a Deployment's replicas,
-//! a Job's conditions) makes the bundle reconcile and be assessed again: nothing polls. The one
-//! timer is the health timeout: while objects are in progress the bundle is requeued for the
-//! moment the timeout passes, when `Healthy` turns `False` (`HealthCheckFailed`); it keeps
-//! being assessed on every change after that, and turns `True` once the objects are healthy.
+//! API server's answer to each write, or the read that found an object unchanged. The drift
+//! watches already watch every managed kind, so a status change of a managed object (a
+//! Deployment's replicas, a Job's conditions) makes the bundle reconcile in full and be
+//! assessed again: nothing polls. A visit that finds nothing changed (its tag resolved again,
+//! no managed object moved since the last assessment) reads nothing: the verdict stands
+//! ([`unchanged`]). The one timer is the health timeout: while objects are in progress the
+//! bundle is requeued for the moment the timeout passes; that pass, which the apply did not
+//! see, reads the objects again, once, and `Healthy` turns `False` (`HealthCheckFailed`). It
+//! is assessed again on every change after that, and turns `True` once the objects are healthy.
 
 use std::time::Duration;
 
 use futures::StreamExt;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::{HealthCheckExpr, InventoryEntry};
+use gantry_api::{Condition, HealthCheckExpr, InventoryEntry};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
@@ -105,6 +107,40 @@ pub(crate) async fn check(
     );
     report_transition(pass).await;
     verdict.wake
+}
+
+/// What the last verdict of `Healthy` is worth to a pass that found the objects as they were
+/// when it was given (installed as at the last full check, no managed object moved since).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unchanged {
+    /// The health timeout of objects in progress has passed (or there is no verdict): assess
+    /// them again, reading them.
+    Due,
+    /// The verdict stands, until the timeout passes (`Some`: how long until then) or, without
+    /// one left (`HealthCheckFailed`), until an object changes (`None`).
+    Holds(Option<Duration>),
+}
+
+/// Whether objects unchanged since the verdict in `conditions` must be assessed again `now`,
+/// with the health `timeout` in force: only time changes that verdict, and only once, from
+/// `Progressing` to `HealthCheckFailed` when the timeout passes.
+pub(crate) fn unchanged(conditions: &[Condition], now: Timestamp, timeout: Duration) -> Unchanged {
+    let Some(healthy) = find(conditions, types::HEALTHY) else {
+        return Unchanged::Due;
+    };
+    if healthy.reason != reasons::PROGRESSING {
+        return Unchanged::Holds(None);
+    }
+    let elapsed = now
+        .as_millisecond()
+        .saturating_sub(timeout_start(conditions, now).as_millisecond());
+    let left = u64::try_from(timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_sub(u64::try_from(elapsed).unwrap_or(0));
+    match left {
+        0 => Unchanged::Due,
+        left => Unchanged::Holds(Some(Duration::from_millis(left))),
+    }
 }
 
 /// Reads one object and assesses it; workloads that are not healthy are explained by their
@@ -227,8 +263,82 @@ fn state_label(reason: &str) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::generation_unobserved;
+    use super::{Unchanged, generation_unobserved, unchanged};
+    use gantry_api::Condition;
+    use gantry_api::conditions::{reasons, types};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::{Timestamp, ToSpan};
     use serde_json::json;
+    use std::time::Duration;
+
+    fn condition(type_: &str, ok: bool, reason: &str, since: Timestamp) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: if ok { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: Time(since),
+        }
+    }
+
+    #[test]
+    fn an_unchanged_verdict_stands_until_the_timeout_passes() {
+        let now = Timestamp::now();
+        let installed = condition(
+            types::INSTALLED,
+            true,
+            reasons::INSTALL_SUCCEEDED,
+            now - 90.seconds(),
+        );
+        let progressing = |since: Timestamp| {
+            vec![
+                installed.clone(),
+                condition(types::HEALTHY, false, reasons::PROGRESSING, since),
+            ]
+        };
+        let timeout = Duration::from_secs(120);
+        // In progress since the install, 90 s ago: nothing to read for another 30 s.
+        assert_eq!(
+            unchanged(&progressing(now - 90.seconds()), now, timeout),
+            Unchanged::Holds(Some(Duration::from_secs(30)))
+        );
+        // Unhealthy again 10 s ago, after the install: the timeout counts from then.
+        assert_eq!(
+            unchanged(&progressing(now - 10.seconds()), now, timeout),
+            Unchanged::Holds(Some(Duration::from_secs(110)))
+        );
+        // The timeout passed: the one assessment that reads the objects again.
+        assert_eq!(
+            unchanged(
+                &progressing(now - 90.seconds()),
+                now,
+                Duration::from_secs(60)
+            ),
+            Unchanged::Due
+        );
+        assert_eq!(
+            unchanged(
+                &progressing(now - 90.seconds()),
+                now,
+                Duration::from_secs(90)
+            ),
+            Unchanged::Due
+        );
+        // Failed: only a change of an object can change that.
+        let failed = vec![
+            installed.clone(),
+            condition(
+                types::HEALTHY,
+                false,
+                reasons::HEALTH_CHECK_FAILED,
+                now - 30.seconds(),
+            ),
+        ];
+        assert_eq!(unchanged(&failed, now, timeout), Unchanged::Holds(None));
+        // No verdict yet: assess.
+        assert_eq!(unchanged(&[installed], now, timeout), Unchanged::Due);
+    }
 
     #[test]
     fn a_generation_its_controller_has_not_acted_on_is_unobserved() {

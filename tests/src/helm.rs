@@ -103,3 +103,36 @@ pub fn assert_same_objects(what: &str, actual: &Objects, expected: &Objects) {
     }
     assert!(complaints.is_empty(), "{}", complaints.join("\n\n"));
 }
+
+/// Runs `helm` with its caches and configuration in `home`; its standard output. Fails the
+/// test, with both outputs, when it fails.
+pub fn helm_in(home: &Path, args: &[&str]) -> String {
+    run_helm(home, args).0
+}
+
+/// [`helm_in`], for a command that reports on standard error (`helm push` prints `Pushed:
+/// REFERENCE` there): both outputs, standard output first.
+pub fn helm_said(home: &Path, args: &[&str]) -> String {
+    let (stdout, stderr) = run_helm(home, args);
+    format!("{stdout}{stderr}")
+}
+
+fn run_helm(home: &Path, args: &[&str]) -> (String, String) {
+    let output = std::process::Command::new(helm_binary())
+        .args(args)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .expect("running helm");
+    assert!(
+        output.status.success(),
+        "helm {args:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

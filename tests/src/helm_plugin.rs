@@ -236,6 +236,89 @@ fn crc32(data: &[u8]) -> u32 {
     !crc
 }
 
+/// The provisioner's token for plugins (its ServiceAccount's, for the plugins' audience),
+/// written where `--plugin-token-file` reads it.
+pub async fn write_plugin_token(client: &Client, path: &Path) {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    ensure_service_account(client, CALLER_NAMESPACE, CALLER_ACCOUNT)
+        .await
+        .unwrap();
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![gantry_api::plugin::TOKEN_AUDIENCE.into()],
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), CALLER_NAMESPACE)
+        .create_token_request(CALLER_ACCOUNT, &Default::default(), &request)
+        .await
+        .expect("a token for plugins")
+        .status
+        .expect("the token request's status")
+        .token;
+    std::fs::write(path, token).unwrap();
+}
+
+/// Registers `plugin` for `gantry.dev/helm` (a Service in the provisioner's namespace reaching
+/// it on localhost, its CA in a Secret) and waits until the class `helm` serving it is
+/// Accepted.
+pub async fn register_helm(client: &Client, plugin: &HelmPlugin) {
+    use crate::e2e::{NAMESPACE, apply_class, apply_object, class_spec};
+    use gantry_api::conditions::types;
+    use gantry_api::plugin::{CA_ANNOTATION, PLUGIN_LABEL, PROVISIONER_ANNOTATION};
+    use gantry_api::{ApprovalPolicy, ProvisionerClass, ProvisionerClassSpec};
+    use k8s_openapi::api::core::v1::{Secret, Service};
+    use serde_json::json;
+
+    let port: u16 = plugin.url().rsplit(':').next().unwrap().parse().unwrap();
+    let ca = std::fs::read_to_string(plugin.ca_file()).unwrap();
+    apply_object::<Secret>(
+        client,
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": "helm-plugin-ca", "namespace": NAMESPACE },
+            "stringData": { "ca.crt": ca },
+        }),
+    )
+    .await;
+    apply_object::<Service>(
+        client,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {
+                "name": "helm-plugin", "namespace": NAMESPACE,
+                "labels": { PLUGIN_LABEL: "true" },
+                "annotations": {
+                    PROVISIONER_ANNOTATION: "gantry.dev/helm",
+                    CA_ANNOTATION: "helm-plugin-ca",
+                },
+            },
+            "spec": {
+                "type": "ExternalName", "externalName": "localhost",
+                "ports": [{ "name": "https", "port": port }],
+            },
+        }),
+    )
+    .await;
+    let spec = ProvisionerClassSpec {
+        provisioner: "gantry.dev/helm".into(),
+        ..class_spec(ApprovalPolicy::Automatic)
+    };
+    apply_class(client, "helm", spec, false).await;
+    let classes: Api<ProvisionerClass> = Api::all(client.clone());
+    crate::wait_until("class helm Accepted", Duration::from_secs(60), || {
+        let classes = classes.clone();
+        async move {
+            let class = classes.get("helm").await.ok()?;
+            gantry_rules::conditions::is_true(&class.status?.conditions, types::ACCEPTED)
+                .then_some(())
+        }
+    })
+    .await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

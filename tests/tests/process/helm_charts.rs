@@ -15,46 +15,20 @@ use std::process::Command;
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::plugin::{CA_ANNOTATION, PLUGIN_LABEL, PROVISIONER_ANNOTATION, TOKEN_AUDIENCE};
+use gantry_api::plugin::{CA_ANNOTATION, PLUGIN_LABEL, PROVISIONER_ANNOTATION};
 use gantry_api::{ApprovalPolicy, Bundle, ProvisionerClass, ProvisionerClassSpec};
 use gantry_tests::Pki;
 use gantry_tests::e2e::*;
-use gantry_tests::helm::{helm_binary, yaml_objects};
-use gantry_tests::helm_plugin::{
-    CALLER_ACCOUNT, CALLER_NAMESPACE, HelmPlugin, chart_archive, ensure_service_account,
-};
+use gantry_tests::helm::{helm_binary, helm_in, yaml_objects};
+use gantry_tests::helm_plugin::{HelmPlugin, chart_archive, write_plugin_token};
 use gantry_tests::{registry, unique_name, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::Client;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 
 static CLUSTER: Isolated = Isolated::new();
-
-/// The provisioner's token for plugins, written where `--plugin-token-file` reads it.
-async fn write_plugin_token(client: &Client, path: &Path) {
-    ensure_service_account(client, CALLER_NAMESPACE, CALLER_ACCOUNT)
-        .await
-        .unwrap();
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![TOKEN_AUDIENCE.into()],
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), CALLER_NAMESPACE)
-        .create_token_request(CALLER_ACCOUNT, &PostParams::default(), &request)
-        .await
-        .expect("a token for plugins")
-        .status
-        .expect("the token request's status")
-        .token;
-    std::fs::write(path, token).unwrap();
-}
 
 /// Registers a plugin for `id`: Service `name` in the provisioner's namespace, reached at
 /// localhost:`port` (ExternalName), verified with the CA of Secret `ca_secret`.
@@ -124,24 +98,6 @@ async fn class_accepted(client: &Client, name: &str, status: &str) -> gantry_api
     .await
 }
 
-/// `helm` with its caches and configuration in `home`.
-fn helm(home: &Path, args: &[&str]) -> String {
-    let output = Command::new(helm_binary())
-        .args(args)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .expect("running helm");
-    assert!(
-        output.status.success(),
-        "helm {args:?}: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
-
 /// metrics-server's chart as its upstream repository ships it (`charts/metrics-server` of the
 /// Go module sigs.k8s.io/metrics-server, fetched from the module proxy).
 fn metrics_server_chart() -> PathBuf {
@@ -169,7 +125,7 @@ fn metrics_server_chart() -> PathBuf {
 fn package_and_push(home: &Path, chart: &Path, repository: &str) -> (PathBuf, String) {
     let out = home.join("packages");
     std::fs::create_dir_all(&out).unwrap();
-    helm(
+    helm_in(
         home,
         &[
             "package",
@@ -322,7 +278,7 @@ async fn helm_charts_render_through_the_plugin_and_install_as_helm_template_rend
 
     // `helm template` with the same values and the cluster's version: the same objects.
     let version = client.apiserver_version().await.unwrap().git_version;
-    let template = helm(
+    let template = helm_in(
         &home,
         &[
             "template",

@@ -48,21 +48,17 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use gantry_api::Bundle;
 use gantry_api::conditions::types;
-use gantry_api::plugin::{CA_ANNOTATION, PLUGIN_LABEL, PROVISIONER_ANNOTATION, TOKEN_AUDIENCE};
-use gantry_api::{ApprovalPolicy, Bundle, ProvisionerClass};
 use gantry_tests::e2e::*;
-use gantry_tests::helm::{Objects, helm_binary, yaml_objects};
-use gantry_tests::helm_plugin::{
-    CALLER_ACCOUNT, CALLER_NAMESPACE, HelmPlugin, ensure_service_account,
-};
+use gantry_tests::helm::{Objects, helm_binary, helm_in, helm_said, yaml_objects};
+use gantry_tests::helm_plugin::{HelmPlugin, register_helm, write_plugin_token};
 use gantry_tests::{registry, wait_until};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -119,34 +115,12 @@ fn gatekeeper_chart() -> PathBuf {
     PathBuf::from(module["Dir"].as_str().unwrap()).join("charts/gatekeeper")
 }
 
-/// `helm` with its caches and configuration in `home`.
-fn helm(home: &Path, args: &[&str]) -> String {
-    let output = Command::new(helm_binary())
-        .args(args)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .expect("running helm");
-    assert!(
-        output.status.success(),
-        "helm {args:?}: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    format!(
-        "{}{}",
-        String::from_utf8(output.stdout).unwrap(),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
 /// Packages `chart` and pushes it with `helm push` to the shared registry under `charts`: the
 /// archive and the reference `helm push` printed.
 fn package_and_push(home: &Path, chart: &Path) -> (PathBuf, String) {
     let out = home.join("packages");
     std::fs::create_dir_all(&out).unwrap();
-    helm(
+    helm_in(
         home,
         &[
             "package",
@@ -156,7 +130,7 @@ fn package_and_push(home: &Path, chart: &Path) -> (PathBuf, String) {
         ],
     );
     let archive = out.join("gatekeeper-3.18.2.tgz");
-    let said = helm(
+    let said = helm_said(
         home,
         &[
             "push",
@@ -173,79 +147,6 @@ fn package_and_push(home: &Path, chart: &Path) -> (PathBuf, String) {
         .trim()
         .to_string();
     (archive, reference)
-}
-
-/// The provisioner's token for plugins, written where `--plugin-token-file` reads it.
-async fn write_plugin_token(client: &Client, path: &Path) {
-    ensure_service_account(client, CALLER_NAMESPACE, CALLER_ACCOUNT)
-        .await
-        .unwrap();
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![TOKEN_AUDIENCE.into()],
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), CALLER_NAMESPACE)
-        .create_token_request(CALLER_ACCOUNT, &PostParams::default(), &request)
-        .await
-        .expect("a token for plugins")
-        .status
-        .expect("the token request's status")
-        .token;
-    std::fs::write(path, token).unwrap();
-}
-
-/// Registers `plugin` for `gantry.dev/helm` (a Service reaching it on localhost, its CA in a
-/// Secret) and waits until the class `helm` serving it is Accepted.
-async fn register_helm(client: &Client, plugin: &HelmPlugin) {
-    let port: u16 = plugin.url().rsplit(':').next().unwrap().parse().unwrap();
-    let ca = std::fs::read_to_string(plugin.ca_file()).unwrap();
-    apply_object::<Secret>(
-        client,
-        json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": { "name": "helm-plugin-ca", "namespace": NAMESPACE },
-            "stringData": { "ca.crt": ca },
-        }),
-    )
-    .await;
-    apply_object::<Service>(
-        client,
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {
-                "name": "helm-plugin", "namespace": NAMESPACE,
-                "labels": { PLUGIN_LABEL: "true" },
-                "annotations": {
-                    PROVISIONER_ANNOTATION: "gantry.dev/helm",
-                    CA_ANNOTATION: "helm-plugin-ca",
-                },
-            },
-            "spec": {
-                "type": "ExternalName", "externalName": "localhost",
-                "ports": [{ "name": "https", "port": port }],
-            },
-        }),
-    )
-    .await;
-    let spec = gantry_api::ProvisionerClassSpec {
-        provisioner: "gantry.dev/helm".into(),
-        ..class_spec(ApprovalPolicy::Automatic)
-    };
-    apply_class(client, "helm", spec, false).await;
-    let classes: Api<ProvisionerClass> = Api::all(client.clone());
-    wait_until("class helm Accepted", Duration::from_secs(60), || {
-        let classes = classes.clone();
-        async move {
-            let class = classes.get("helm").await.ok()?;
-            gantry_rules::conditions::is_true(&class.status?.conditions, types::ACCEPTED)
-                .then_some(())
-        }
-    })
-    .await;
 }
 
 /// The events of an object's `helm.sh/hook` annotation; empty for an ordinary object.

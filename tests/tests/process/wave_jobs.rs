@@ -16,24 +16,18 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
-use gantry_api::plugin::{CA_ANNOTATION, PLUGIN_LABEL, PROVISIONER_ANNOTATION, TOKEN_AUDIENCE};
-use gantry_api::{ApprovalPolicy, Bundle, BundlePhase, HealthPolicy, ProvisionerClass};
+use gantry_api::{Bundle, BundlePhase, HealthPolicy};
 use gantry_tests::e2e::*;
 use gantry_tests::helm::helm_binary;
-use gantry_tests::helm_plugin::{
-    CALLER_ACCOUNT, CALLER_NAMESPACE, HelmPlugin, chart_archive, ensure_service_account,
-};
+use gantry_tests::helm_plugin::{HelmPlugin, chart_archive, register_helm, write_plugin_token};
 use gantry_tests::{registry, wait_until};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 static CLUSTER: Isolated = Isolated::new();
@@ -67,79 +61,6 @@ fn hooks_chart() -> Vec<u8> {
             ),
         ],
     )
-}
-
-/// The provisioner's token for plugins, written where `--plugin-token-file` reads it.
-async fn write_plugin_token(client: &Client, path: &Path) {
-    ensure_service_account(client, CALLER_NAMESPACE, CALLER_ACCOUNT)
-        .await
-        .unwrap();
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![TOKEN_AUDIENCE.into()],
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), CALLER_NAMESPACE)
-        .create_token_request(CALLER_ACCOUNT, &PostParams::default(), &request)
-        .await
-        .expect("a token for plugins")
-        .status
-        .expect("the token request's status")
-        .token;
-    std::fs::write(path, token).unwrap();
-}
-
-/// Registers `plugin` for `gantry.dev/helm` (a Service reaching it on localhost, its CA in a
-/// Secret) and waits until the class `helm` serving it is Accepted.
-async fn register_helm(client: &Client, plugin: &HelmPlugin) {
-    let port: u16 = plugin.url().rsplit(':').next().unwrap().parse().unwrap();
-    let ca = std::fs::read_to_string(plugin.ca_file()).unwrap();
-    apply_object::<Secret>(
-        client,
-        json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": { "name": "helm-plugin-ca", "namespace": NAMESPACE },
-            "stringData": { "ca.crt": ca },
-        }),
-    )
-    .await;
-    apply_object::<Service>(
-        client,
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {
-                "name": "helm-plugin", "namespace": NAMESPACE,
-                "labels": { PLUGIN_LABEL: "true" },
-                "annotations": {
-                    PROVISIONER_ANNOTATION: "gantry.dev/helm",
-                    CA_ANNOTATION: "helm-plugin-ca",
-                },
-            },
-            "spec": {
-                "type": "ExternalName", "externalName": "localhost",
-                "ports": [{ "name": "https", "port": port }],
-            },
-        }),
-    )
-    .await;
-    let spec = gantry_api::ProvisionerClassSpec {
-        provisioner: "gantry.dev/helm".into(),
-        ..class_spec(ApprovalPolicy::Automatic)
-    };
-    apply_class(client, "helm", spec, false).await;
-    let classes: Api<ProvisionerClass> = Api::all(client.clone());
-    wait_until("class helm Accepted", Duration::from_secs(60), || {
-        let classes = classes.clone();
-        async move {
-            let class = classes.get("helm").await.ok()?;
-            gantry_rules::conditions::is_true(&class.status?.conditions, types::ACCEPTED)
-                .then_some(())
-        }
-    })
-    .await;
 }
 
 /// Pushes the chart archive `archive` with `helm push` to the shared registry; the reference

@@ -319,6 +319,33 @@ pub async fn register_helm(client: &Client, plugin: &HelmPlugin) {
     .await;
 }
 
+/// A provisioner of its own on `plane` with a token for plugins (kept in `work`), `flags` and
+/// short resolve and backoff intervals, and a Helm plugin registered for it (the class `helm`,
+/// Accepted): what the tests of rendered charts start with.
+pub async fn gantry_with_helm_plugin(
+    plane: &ControlPlane,
+    work: &Path,
+    flags: &[&str],
+) -> (crate::e2e::Gantry, HelmPlugin) {
+    let client = plane.client().await;
+    let token_file = work.join("plugin-token");
+    write_plugin_token(&client, &token_file).await;
+    let token_flag = format!("--plugin-token-file={}", token_file.display());
+    let mut args = vec![
+        "--resolve-interval=1s",
+        "--backoff-base=200ms",
+        "--backoff-cap=2s",
+        &token_flag,
+    ];
+    args.extend_from_slice(flags);
+    let gantry = crate::e2e::start_gantry(plane, &args);
+    let plugin = HelmPlugin::start(plane)
+        .await
+        .expect("starting gantry-helm-plugin");
+    register_helm(&client, &plugin).await;
+    (gantry, plugin)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

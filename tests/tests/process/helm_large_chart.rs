@@ -52,7 +52,7 @@ use gantry_api::Bundle;
 use gantry_api::conditions::types;
 use gantry_tests::e2e::*;
 use gantry_tests::helm::{Objects, helm_binary, helm_in, helm_said, yaml_objects};
-use gantry_tests::helm_plugin::{HelmPlugin, register_helm, write_plugin_token};
+use gantry_tests::helm_plugin::gantry_with_helm_plugin;
 use gantry_tests::{registry, wait_until};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -327,22 +327,7 @@ async fn a_large_chart_with_crds_and_webhooks_installs_upgrades_and_uninstalls_a
     let plane = cluster.plane();
     let client = plane.client().await;
     let work = tempfile::tempdir().unwrap();
-    let token_file = work.path().join("plugin-token");
-    write_plugin_token(&client, &token_file).await;
-    let token_flag = format!("--plugin-token-file={}", token_file.display());
-    let _gantry = start_gantry(
-        plane,
-        &[
-            "--resolve-interval=1s",
-            "--backoff-base=200ms",
-            "--backoff-cap=2s",
-            &token_flag,
-        ],
-    );
-    let plugin = HelmPlugin::start(plane)
-        .await
-        .expect("starting gantry-helm-plugin");
-    register_helm(&client, &plugin).await;
+    let (_gantry, plugin) = gantry_with_helm_plugin(plane, work.path(), &[]).await;
 
     let home = work.path().join("helm");
     let (archive, reference) = package_and_push(&home, &gatekeeper_chart());

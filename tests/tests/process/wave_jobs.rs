@@ -21,7 +21,7 @@ use gantry_api::conditions::{reasons, types};
 use gantry_api::{Bundle, BundlePhase, HealthPolicy};
 use gantry_tests::e2e::*;
 use gantry_tests::helm::helm_binary;
-use gantry_tests::helm_plugin::{HelmPlugin, chart_archive, register_helm, write_plugin_token};
+use gantry_tests::helm_plugin::{chart_archive, gantry_with_helm_plugin};
 use gantry_tests::{registry, wait_until};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -198,22 +198,7 @@ async fn each_wave_of_a_chart_waits_for_the_jobs_of_the_wave_before() {
     let plane = cluster.plane();
     let client = plane.client().await;
     let work = tempfile::tempdir().unwrap();
-    let token_file = work.path().join("plugin-token");
-    write_plugin_token(&client, &token_file).await;
-    let token_flag = format!("--plugin-token-file={}", token_file.display());
-    let _gantry = start_gantry(
-        plane,
-        &[
-            "--resolve-interval=1s",
-            "--backoff-base=200ms",
-            "--backoff-cap=2s",
-            &token_flag,
-        ],
-    );
-    let plugin = HelmPlugin::start(plane)
-        .await
-        .expect("starting gantry-helm-plugin");
-    register_helm(&client, &plugin).await;
+    let (_gantry, plugin) = gantry_with_helm_plugin(plane, work.path(), &[]).await;
     let reference = helm_push(&work.path().join("helm"), &hooks_chart());
     ensure_namespace(&client, NS).await;
 

@@ -320,9 +320,20 @@ impl RegistryClient {
                 detail = format!("{detail}: {body}");
             }
         }
-        Err(match status.as_u16() {
+        Err(self.status_error(reference, status, detail))
+    }
+
+    /// The error for a registry's failure `status` answering a request about `reference`
+    /// (`detail` says what was asked and answered): refused credentials are forgotten, so that
+    /// the next attempt authenticates again.
+    pub(crate) fn status_error(
+        &self,
+        reference: &Reference,
+        status: reqwest::StatusCode,
+        detail: String,
+    ) -> ImageError {
+        match status.as_u16() {
             401 | 403 => {
-                // The next attempt authenticates again.
                 self.forget_authorization(reference);
                 ImageError::AuthRefused {
                     reference: reference.whole(),
@@ -335,7 +346,7 @@ impl RegistryClient {
                 detail,
             },
             _ => registry_failure(reference, detail),
-        })
+        }
     }
 
     /// Fetches a manifest (or index), at most [`MAX_MANIFEST_BYTES`], and checks its digest:

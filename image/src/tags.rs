@@ -118,21 +118,7 @@ impl RegistryClient {
         if !status.is_success() {
             let body = short_body(response).await;
             let detail = format!("HTTP {status} for {url}: {body}");
-            return Err(match status.as_u16() {
-                401 | 403 => {
-                    self.forget_authorization(reference);
-                    ImageError::AuthRefused {
-                        reference: reference.whole(),
-                        registry: reference.registry().to_string(),
-                        detail,
-                    }
-                }
-                404 => ImageError::NotFound {
-                    reference: reference.whole(),
-                    detail,
-                },
-                _ => registry_failure(reference, detail),
-            });
+            return Err(self.status_error(reference, status, detail));
         }
         let next = response
             .headers()

@@ -136,3 +136,72 @@ fn run_helm(home: &Path, args: &[&str]) -> (String, String) {
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
+
+/// The directory of the Go module `module_at_version` (`path@version`) in Go's module cache,
+/// fetched from the module proxy: where the tests find upstream's own charts.
+pub fn go_module_dir(module_at_version: &str) -> PathBuf {
+    let output = std::process::Command::new("go")
+        .args(["mod", "download", "-json", module_at_version])
+        .env("GOFLAGS", "-mod=mod")
+        .output()
+        .expect("running go mod download");
+    assert!(
+        output.status.success(),
+        "go mod download {module_at_version}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let module: Value = serde_json::from_slice(&output.stdout).unwrap();
+    PathBuf::from(
+        module["Dir"]
+            .as_str()
+            .expect("go mod download -json names a Dir"),
+    )
+}
+
+/// `helm push` of the chart archive `archive` to `registry_host` (plain HTTP) under
+/// `repository`: the reference helm printed (`HOST/REPOSITORY/NAME:VERSION`).
+pub fn helm_push(home: &Path, archive: &Path, registry_host: &str, repository: &str) -> String {
+    let said = helm_said(
+        home,
+        &[
+            "push",
+            archive.to_str().unwrap(),
+            &format!("oci://{registry_host}/{repository}"),
+            "--plain-http",
+        ],
+    );
+    said.lines()
+        .find_map(|l| l.strip_prefix("Pushed: "))
+        .unwrap_or_else(|| panic!("helm push said no reference: {said}"))
+        .trim()
+        .to_string()
+}
+
+/// `helm package` of the chart directory `chart` (into `home/packages`), then [`helm_push`]:
+/// the archive and the reference.
+pub fn package_and_push(
+    home: &Path,
+    chart: &Path,
+    registry_host: &str,
+    repository: &str,
+) -> (PathBuf, String) {
+    let out = home.join("packages");
+    std::fs::create_dir_all(&out).unwrap();
+    let said = helm_in(
+        home,
+        &[
+            "package",
+            chart.to_str().unwrap(),
+            "-d",
+            out.to_str().unwrap(),
+        ],
+    );
+    // "Successfully packaged chart and saved it to: PATH"
+    let archive = PathBuf::from(
+        said.lines()
+            .find_map(|l| l.rsplit_once("saved it to: ").map(|(_, path)| path.trim()))
+            .unwrap_or_else(|| panic!("helm package said no archive: {said}")),
+    );
+    let reference = helm_push(home, &archive, registry_host, repository);
+    (archive, reference)
+}

@@ -24,7 +24,10 @@ use gantry_api::{
     ServiceAccountReference,
 };
 use gantry_tests::e2e::{apply_class, class_spec_for, create_bundle, patch_spec, spec_of_class};
-use gantry_tests::helm::{HELM_LABELS, Objects, assert_same_objects, helm_binary, yaml_objects};
+use gantry_tests::helm::{
+    HELM_LABELS, Objects, assert_same_objects, go_module_dir, helm_binary, package_and_push,
+    yaml_objects,
+};
 use gantry_tests::{ImageConfig, NodeCluster, Pki, node_cluster, unique_name, workspace_root};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -130,7 +133,12 @@ async fn helm_plugin_runs_as_pods_and_installs_a_real_chart_as_helm_template_ren
     apply_class(&client, &class, spec, false).await;
     let image = push_metrics_server_image(cluster).await;
     let home = tempfile::tempdir().unwrap();
-    let (archive, reference) = package_and_push(cluster, home.path(), &metrics_server_chart());
+    let (archive, reference) = package_and_push(
+        home.path(),
+        &go_module_dir(MODULE).join("charts/metrics-server"),
+        cluster.registry(),
+        "charts",
+    );
     assert!(
         reference.ends_with(&format!("/charts/{METRICS_SERVER}:{CHART_VERSION}")),
         "{reference}"
@@ -434,51 +442,6 @@ fn output_of(command: &mut Command) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout).expect("UTF-8 output")
-}
-
-/// metrics-server's chart as its upstream repository ships it (`charts/metrics-server` of the
-/// Go module, fetched from the module proxy into Go's module cache).
-fn metrics_server_chart() -> PathBuf {
-    let output = output_of(
-        Command::new("go")
-            .args(["mod", "download", "-json", MODULE])
-            .env("GOFLAGS", "-mod=mod"),
-    );
-    let module: Value = serde_json::from_str(&output).unwrap();
-    PathBuf::from(module["Dir"].as_str().unwrap()).join("charts/metrics-server")
-}
-
-/// `helm package`, then `helm push` to the node's registry under `charts`: the archive and
-/// the reference `host/charts/name:version` helm printed.
-fn package_and_push(cluster: &NodeCluster, home: &Path, chart: &Path) -> (PathBuf, String) {
-    let out = home.join("packages");
-    std::fs::create_dir_all(&out).unwrap();
-    output_of(
-        helm(home)
-            .args(["package", chart.to_str().unwrap(), "-d"])
-            .arg(&out),
-    );
-    let archive = out.join(format!("{METRICS_SERVER}-{CHART_VERSION}.tgz"));
-    let pushed = helm(home)
-        .arg("push")
-        .arg(&archive)
-        .arg(format!("oci://{}/charts", cluster.registry()))
-        .arg("--plain-http")
-        .output()
-        .expect("running helm push");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&pushed.stdout),
-        String::from_utf8_lossy(&pushed.stderr)
-    );
-    assert!(pushed.status.success(), "helm push: {said}");
-    let reference = said
-        .lines()
-        .find_map(|l| l.strip_prefix("Pushed: "))
-        .unwrap_or_else(|| panic!("helm push said no reference: {said}"))
-        .trim()
-        .to_string();
-    (archive, reference)
 }
 
 /// `helm template` of the archive as Gantry renders it: the release, its namespace, the

@@ -10,8 +10,6 @@
 //! modules' discovery.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use gantry_api::conditions::{reasons, types};
@@ -19,7 +17,7 @@ use gantry_api::plugin::{CA_ANNOTATION, PLUGIN_LABEL, PROVISIONER_ANNOTATION};
 use gantry_api::{ApprovalPolicy, Bundle, ProvisionerClass, ProvisionerClassSpec};
 use gantry_tests::Pki;
 use gantry_tests::e2e::*;
-use gantry_tests::helm::{helm_binary, helm_in, yaml_objects};
+use gantry_tests::helm::{go_module_dir, helm_in, helm_push, package_and_push, yaml_objects};
 use gantry_tests::helm_plugin::{HelmPlugin, chart_archive, write_plugin_token};
 use gantry_tests::{registry, unique_name, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -98,80 +96,6 @@ async fn class_accepted(client: &Client, name: &str, status: &str) -> gantry_api
     .await
 }
 
-/// metrics-server's chart as its upstream repository ships it (`charts/metrics-server` of the
-/// Go module sigs.k8s.io/metrics-server, fetched from the module proxy).
-fn metrics_server_chart() -> PathBuf {
-    let output = Command::new("go")
-        .args([
-            "mod",
-            "download",
-            "-json",
-            "sigs.k8s.io/metrics-server@v0.9.0",
-        ])
-        .env("GOFLAGS", "-mod=mod")
-        .output()
-        .expect("running go mod download");
-    assert!(
-        output.status.success(),
-        "go mod download: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let module: Value = serde_json::from_slice(&output.stdout).unwrap();
-    PathBuf::from(module["Dir"].as_str().unwrap()).join("charts/metrics-server")
-}
-
-/// Packages the chart directory `chart` and pushes it with `helm push` to the shared
-/// registry under `repository`; the reference `host/repository/name:version`.
-fn package_and_push(home: &Path, chart: &Path, repository: &str) -> (PathBuf, String) {
-    let out = home.join("packages");
-    std::fs::create_dir_all(&out).unwrap();
-    helm_in(
-        home,
-        &[
-            "package",
-            chart.to_str().unwrap(),
-            "-d",
-            out.to_str().unwrap(),
-        ],
-    );
-    let archive = std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "tgz"))
-        .unwrap();
-    push_archive(home, &archive, repository)
-}
-
-fn push_archive(home: &Path, archive: &Path, repository: &str) -> (PathBuf, String) {
-    let host = registry().host();
-    let pushed = Command::new(helm_binary())
-        .args([
-            "push",
-            archive.to_str().unwrap(),
-            &format!("oci://{host}/{repository}"),
-            "--plain-http",
-        ])
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&pushed.stdout),
-        String::from_utf8_lossy(&pushed.stderr)
-    );
-    assert!(pushed.status.success(), "helm push: {said}");
-    // "Pushed: HOST/REPOSITORY/NAME:VERSION"
-    let reference = said
-        .lines()
-        .find_map(|l| l.strip_prefix("Pushed: "))
-        .unwrap_or_else(|| panic!("helm push said no reference: {said}"))
-        .trim()
-        .to_string();
-    (archive.to_path_buf(), reference)
-}
-
 /// `(kind, name)` of the bundle's inventory.
 fn inventory(bundle: &Bundle) -> BTreeSet<(String, String)> {
     bundle
@@ -240,7 +164,12 @@ async fn helm_charts_render_through_the_plugin_and_install_as_helm_template_rend
 
     // metrics-server's chart, packaged and pushed by helm, installed with values.
     let home = work.path().join("helm");
-    let (archive, reference) = package_and_push(&home, &metrics_server_chart(), "charts");
+    let (archive, reference) = package_and_push(
+        &home,
+        &go_module_dir("sigs.k8s.io/metrics-server@v0.9.0").join("charts/metrics-server"),
+        registry().host(),
+        "charts",
+    );
     assert!(
         reference.ends_with("/charts/metrics-server:3.13.1"),
         "{reference}"
@@ -449,7 +378,7 @@ async fn helm_charts_render_through_the_plugin_and_install_as_helm_template_rend
     );
     let broken_path = work.path().join("broken-0.1.0.tgz");
     std::fs::write(&broken_path, broken).unwrap();
-    let (_, broken_reference) = push_archive(&home, &broken_path, "charts");
+    let broken_reference = helm_push(&home, &broken_path, registry().host(), "charts");
     let broken_name = unique_name("broken");
     create_bundle(
         &client,

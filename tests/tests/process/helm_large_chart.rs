@@ -42,7 +42,7 @@
 //! for plugins, and the plugin is registered in its namespace.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -51,7 +51,7 @@ use base64::engine::general_purpose::STANDARD;
 use gantry_api::Bundle;
 use gantry_api::conditions::types;
 use gantry_tests::e2e::*;
-use gantry_tests::helm::{Objects, helm_binary, helm_in, helm_said, yaml_objects};
+use gantry_tests::helm::{Objects, go_module_dir, helm_binary, package_and_push, yaml_objects};
 use gantry_tests::helm_plugin::gantry_with_helm_plugin;
 use gantry_tests::{registry, wait_until};
 use k8s_openapi::api::admissionregistration::v1::{
@@ -91,62 +91,6 @@ fn values() -> Value {
         "postUpgrade": { "labelNamespace": { "enabled": true } },
         "preUninstall": { "deleteWebhookConfigurations": { "enabled": true } },
     })
-}
-
-/// Gatekeeper's chart as its upstream repository ships it (`charts/gatekeeper` of the Go
-/// module github.com/open-policy-agent/gatekeeper/v3, fetched from the module proxy).
-fn gatekeeper_chart() -> PathBuf {
-    let output = Command::new("go")
-        .args([
-            "mod",
-            "download",
-            "-json",
-            "github.com/open-policy-agent/gatekeeper/v3@v3.18.2",
-        ])
-        .env("GOFLAGS", "-mod=mod")
-        .output()
-        .expect("running go mod download");
-    assert!(
-        output.status.success(),
-        "go mod download: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let module: Value = serde_json::from_slice(&output.stdout).unwrap();
-    PathBuf::from(module["Dir"].as_str().unwrap()).join("charts/gatekeeper")
-}
-
-/// Packages `chart` and pushes it with `helm push` to the shared registry under `charts`: the
-/// archive and the reference `helm push` printed.
-fn package_and_push(home: &Path, chart: &Path) -> (PathBuf, String) {
-    let out = home.join("packages");
-    std::fs::create_dir_all(&out).unwrap();
-    helm_in(
-        home,
-        &[
-            "package",
-            chart.to_str().unwrap(),
-            "-d",
-            out.to_str().unwrap(),
-        ],
-    );
-    let archive = out.join("gatekeeper-3.18.2.tgz");
-    let said = helm_said(
-        home,
-        &[
-            "push",
-            archive.to_str().unwrap(),
-            &format!("oci://{}/charts", registry().host()),
-            "--plain-http",
-        ],
-    );
-    // "Pushed: HOST/charts/gatekeeper:3.18.2"
-    let reference = said
-        .lines()
-        .find_map(|l| l.strip_prefix("Pushed: "))
-        .unwrap_or_else(|| panic!("helm push said no reference: {said}"))
-        .trim()
-        .to_string();
-    (archive, reference)
 }
 
 /// The events of an object's `helm.sh/hook` annotation; empty for an ordinary object.
@@ -330,7 +274,13 @@ async fn a_large_chart_with_crds_and_webhooks_installs_upgrades_and_uninstalls_a
     let (_gantry, plugin) = gantry_with_helm_plugin(plane, work.path(), &[]).await;
 
     let home = work.path().join("helm");
-    let (archive, reference) = package_and_push(&home, &gatekeeper_chart());
+    let (archive, reference) = package_and_push(
+        &home,
+        &go_module_dir("github.com/open-policy-agent/gatekeeper/v3@v3.18.2")
+            .join("charts/gatekeeper"),
+        registry().host(),
+        "charts",
+    );
     assert!(
         reference.ends_with("/charts/gatekeeper:3.18.2"),
         "{reference}"

@@ -15,12 +15,11 @@
 //! registered in its namespace.
 
 use std::path::Path;
-use std::process::Command;
 
 use gantry_api::conditions::{reasons, types};
 use gantry_api::{Bundle, BundlePhase, HealthPolicy};
 use gantry_tests::e2e::*;
-use gantry_tests::helm::helm_binary;
+use gantry_tests::helm::helm_push;
 use gantry_tests::helm_plugin::{chart_archive, gantry_with_helm_plugin};
 use gantry_tests::{registry, wait_until};
 use k8s_openapi::api::batch::v1::Job;
@@ -65,33 +64,11 @@ fn hooks_chart() -> Vec<u8> {
 
 /// Pushes the chart archive `archive` with `helm push` to the shared registry; the reference
 /// `host/charts/hooks:0.1.0`.
-fn helm_push(home: &Path, archive: &[u8]) -> String {
+fn push_chart(home: &Path, archive: &[u8]) -> String {
     let path = home.join("hooks-0.1.0.tgz");
     std::fs::create_dir_all(home).unwrap();
     std::fs::write(&path, archive).unwrap();
-    let pushed = Command::new(helm_binary())
-        .args([
-            "push",
-            path.to_str().unwrap(),
-            &format!("oci://{}/charts", registry().host()),
-            "--plain-http",
-        ])
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&pushed.stdout),
-        String::from_utf8_lossy(&pushed.stderr)
-    );
-    assert!(pushed.status.success(), "helm push: {said}");
-    said.lines()
-        .find_map(|l| l.strip_prefix("Pushed: "))
-        .unwrap_or_else(|| panic!("helm push said no reference: {said}"))
-        .trim()
-        .to_string()
+    helm_push(home, &path, registry().host(), "charts")
 }
 
 /// A bundle of release `name` of the chart `reference` at `revision`.
@@ -199,7 +176,7 @@ async fn each_wave_of_a_chart_waits_for_the_jobs_of_the_wave_before() {
     let client = plane.client().await;
     let work = tempfile::tempdir().unwrap();
     let (_gantry, plugin) = gantry_with_helm_plugin(plane, work.path(), &[]).await;
-    let reference = helm_push(&work.path().join("helm"), &hooks_chart());
+    let reference = push_chart(&work.path().join("helm"), &hooks_chart());
     ensure_namespace(&client, NS).await;
 
     // (a) While the pre-install Job runs, nothing of the later waves exists.

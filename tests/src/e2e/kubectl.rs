@@ -56,6 +56,28 @@ pub fn kubectl_bundle(args: &[&str]) -> Output {
         .expect("running kubectl bundle")
 }
 
+/// Runs `kubectl bundle plugin check URL --ca-file CA ARGS...` with the shared control plane's
+/// admin kubeconfig in $KUBECONFIG; its output and how long it took.
+pub fn plugin_check(url: &str, ca_file: &Path, args: &[&str]) -> (Output, std::time::Duration) {
+    let ca = ca_file.display().to_string();
+    let mut all = vec!["plugin", "check", url, "--ca-file", &ca];
+    all.extend(args);
+    let started = std::time::Instant::now();
+    let output = kubectl_bundle_command(&all)
+        .env("KUBECONFIG", control_plane().kubeconfig())
+        .output()
+        .expect("running kubectl bundle plugin check");
+    (output, started.elapsed())
+}
+
+/// The lines of a command's standard output.
+pub fn stdout_lines(output: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// Standard output, then standard error.
 pub fn text(output: &Output) -> String {
     format!(

@@ -5,15 +5,13 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
-use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use gantry_api::plugin::{CONTRACT, Cluster, Content, Layer, PATH_PREFIX, Release, RenderRequest};
-use gantry_tests::e2e::kubectl::{kubectl_bundle_command, text};
+use gantry_tests::e2e::kubectl::{plugin_check, stdout_lines, text};
 use gantry_tests::helm_plugin::{
     CALLER_ACCOUNT, CALLER_NAMESPACE, HelmPlugin, chart_archive, ensure_service_account,
 };
@@ -102,27 +100,6 @@ fn render_request(name: &str, files: &[(&str, String)], config: serde_json::Valu
         },
     };
     serde_json::to_vec_pretty(&request).unwrap()
-}
-
-/// Runs `kubectl bundle plugin check URL --ca-file CA ARGS...` with the shared control plane's
-/// admin kubeconfig in $KUBECONFIG; its output and how long it took.
-fn plugin_check(url: &str, ca_file: &Path, args: &[&str]) -> (Output, Duration) {
-    let ca = ca_file.display().to_string();
-    let mut all = vec!["plugin", "check", url, "--ca-file", &ca];
-    all.extend(args);
-    let started = Instant::now();
-    let output = kubectl_bundle_command(&all)
-        .env("KUBECONFIG", control_plane().kubeconfig())
-        .output()
-        .expect("running kubectl bundle plugin check");
-    (output, started.elapsed())
-}
-
-fn stdout_lines(output: &Output) -> Vec<String> {
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 #[tokio::test]

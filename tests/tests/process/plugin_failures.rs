@@ -12,8 +12,6 @@
 //! [`Installation`], its own provisioner ID, namespace and plain class) with a token for
 //! plugins, and registers the rogue plugin in that namespace alone.
 
-use std::path::Path;
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use gantry_api::conditions::{reasons, types};
@@ -24,7 +22,7 @@ use gantry_api::plugin::{
 use gantry_api::{ApprovalPolicy, Bundle, Limits, PLAIN_PROVISIONER, ProvisionerClass};
 use gantry_api::{BundleSpec, ProvisionerClassSpec};
 use gantry_rules::conditions::ConditionStatus;
-use gantry_tests::e2e::kubectl::{kubectl_bundle_command, text};
+use gantry_tests::e2e::kubectl::{plugin_check, stdout_lines, text};
 use gantry_tests::e2e::*;
 use gantry_tests::helm_plugin::{CALLER_ACCOUNT, ensure_service_account};
 use gantry_tests::rogue_plugin::{Mode, ROGUE_CONFIG_MAP, ROGUE_MEDIA_TYPE, RoguePlugin};
@@ -477,35 +475,6 @@ fn render_request() -> Vec<u8> {
     serde_json::to_vec(&request).unwrap()
 }
 
-/// `kubectl bundle plugin check URL --ca-file CA --request R ARGS...`: its output and how long
-/// it took.
-fn plugin_check(url: &str, ca_file: &Path, request: &Path, args: &[&str]) -> (Output, Duration) {
-    let (ca, request) = (ca_file.display().to_string(), request.display().to_string());
-    let mut all = vec![
-        "plugin",
-        "check",
-        url,
-        "--ca-file",
-        &ca,
-        "--request",
-        &request,
-    ];
-    all.extend(args);
-    let started = Instant::now();
-    let output = kubectl_bundle_command(&all)
-        .env("KUBECONFIG", control_plane().kubeconfig())
-        .output()
-        .expect("running kubectl bundle plugin check");
-    (output, started.elapsed())
-}
-
-fn lines(output: &Output) -> Vec<String> {
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 #[tokio::test]
 async fn the_conformance_check_fails_a_hanging_plugin_and_a_dead_address_within_its_deadline() {
     let client = control_plane().client().await;
@@ -523,11 +492,13 @@ async fn the_conformance_check_fails_a_hanging_plugin_and_a_dead_address_within_
     plugin.set_mode(Mode::HangAll);
     let ca_file = dir.path().join("ca.crt");
     std::fs::write(&ca_file, plugin.ca_pem()).unwrap();
+    let request = request.display().to_string();
     let (output, took) = plugin_check(
         &plugin.url(),
         &ca_file,
-        &request,
         &[
+            "--request",
+            &request,
             "--service-account",
             &account,
             "--call-timeout",
@@ -538,7 +509,7 @@ async fn the_conformance_check_fails_a_hanging_plugin_and_a_dead_address_within_
     );
     println!("against a hanging plugin ({took:?}):\n{}", text(&output));
     assert_eq!(output.status.code(), Some(1), "{}", text(&output));
-    let said = lines(&output);
+    let said = stdout_lines(&output);
     assert_eq!(said.len(), 10, "one line per check: {}", text(&output));
     assert!(
         said.iter().all(|l| l.starts_with("FAIL ")),
@@ -567,10 +538,14 @@ async fn the_conformance_check_fails_a_hanging_plugin_and_a_dead_address_within_
     // Nothing listens there: each call is refused at once, each check says so.
     let port = free_port().unwrap();
     let url = format!("https://127.0.0.1:{port}");
-    let (output, took) = plugin_check(&url, &ca_file, &request, &["--service-account", &account]);
+    let (output, took) = plugin_check(
+        &url,
+        &ca_file,
+        &["--request", &request, "--service-account", &account],
+    );
     println!("against a dead address ({took:?}):\n{}", text(&output));
     assert_eq!(output.status.code(), Some(1), "{}", text(&output));
-    let said = lines(&output);
+    let said = stdout_lines(&output);
     assert_eq!(said.len(), 10, "{}", text(&output));
     assert!(
         said.iter().all(|l| l.starts_with("FAIL ")),

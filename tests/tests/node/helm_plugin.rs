@@ -12,9 +12,8 @@
 //! The chart `charts/gantry` with `helmPlugin.enabled=true` renders the component's objects.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use gantry_api::conditions::{reasons, types};
@@ -28,7 +27,7 @@ use gantry_tests::helm::{
     HELM_LABELS, Objects, assert_same_objects, go_module_dir, helm_binary, package_and_push,
     yaml_objects,
 };
-use gantry_tests::{ImageConfig, NodeCluster, Pki, node_cluster, unique_name, workspace_root};
+use gantry_tests::{NodeCluster, Pki, node_cluster, unique_name, workspace_root};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
@@ -43,6 +42,7 @@ use super::gantry::{
     kubectl_ok, wait_dumping,
 };
 use super::health::condition;
+use super::metrics_server::push_metrics_server_image;
 
 /// The plugin's objects, as the component names them.
 const PLUGIN: &str = "gantry-helm-plugin";
@@ -57,7 +57,6 @@ const MODULE: &str = "sigs.k8s.io/metrics-server@v0.9.0";
 const CHART_VERSION: &str = "3.13.1";
 const METRICS_SERVER: &str = "metrics-server";
 const METRICS_SERVER_VERSION: &str = "v0.9.0";
-const METRICS_SERVER_DIR_ENV: &str = "GANTRY_METRICS_SERVER_DIR";
 const API_SERVICE: &str = "v1beta1.metrics.k8s.io";
 /// Pulls, starts and probes.
 const WAIT: Duration = Duration::from_secs(240);
@@ -131,7 +130,11 @@ async fn helm_plugin_runs_as_pods_and_installs_a_real_chart_as_helm_template_ren
         ..class_spec_for(cluster.registry(), ApprovalPolicy::Automatic)
     };
     apply_class(&client, &class, spec, false).await;
-    let image = push_metrics_server_image(cluster).await;
+    push_metrics_server_image(cluster).await;
+    let image = format!(
+        "{}/{METRICS_SERVER}/{METRICS_SERVER}:{METRICS_SERVER_VERSION}",
+        cluster.registry()
+    );
     let home = tempfile::tempdir().unwrap();
     let (archive, reference) = package_and_push(
         home.path(),
@@ -558,44 +561,6 @@ fn assert_same_container(live: &Deployment, templated: &Objects) {
 }
 
 // --- metrics-server -------------------------------------------------------------------------
-
-/// The directory `tools/metrics-server/build.sh` prints (built once, then cached), or
-/// [`METRICS_SERVER_DIR_ENV`].
-fn metrics_server_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os(METRICS_SERVER_DIR_ENV) {
-            return PathBuf::from(dir);
-        }
-        let script = workspace_root().join("tools/metrics-server/build.sh");
-        PathBuf::from(output_of(Command::new("bash").arg(&script)).trim())
-    })
-}
-
-/// The static binary alone, as `/metrics-server` run as nobody, pushed as
-/// `metrics-server/metrics-server:VERSION` (the image metrics_server.rs runs); its reference by
-/// tag.
-async fn push_metrics_server_image(cluster: &'static NodeCluster) -> String {
-    let binary = metrics_server_dir().join(METRICS_SERVER);
-    let repository = format!("{METRICS_SERVER}/{METRICS_SERVER}:{METRICS_SERVER_VERSION}");
-    let tagged = format!("{}/{repository}", cluster.registry());
-    tokio::task::spawn_blocking(move || {
-        let rootfs = tempfile::tempdir().unwrap();
-        std::fs::copy(&binary, rootfs.path().join(METRICS_SERVER))
-            .unwrap_or_else(|e| panic!("copying {}: {e}", binary.display()));
-        let config = ImageConfig {
-            entrypoint: vec![format!("/{METRICS_SERVER}")],
-            user: Some("65534:65534".into()),
-            ..Default::default()
-        };
-        cluster
-            .push_image(rootfs.path(), &config, &repository)
-            .unwrap_or_else(|e| panic!("pushing metrics-server's image: {e}"));
-    })
-    .await
-    .unwrap();
-    tagged
-}
 
 /// The bundle once Ready and Healthy at its generation, with content other than `before`.
 async fn ready_and_healthy(

@@ -82,7 +82,7 @@ fn metrics_server_dir() -> &'static Path {
 /// An image of the static binary alone, as `/metrics-server` run as nobody, as upstream's
 /// image is; pushed as `metrics-server/metrics-server:VERSION`, the name and tag the bundle's
 /// `spec.images` rewrite gives the upstream reference.
-async fn push_metrics_server_image(cluster: &'static NodeCluster) -> String {
+pub(super) async fn push_metrics_server_image(cluster: &'static NodeCluster) -> String {
     let binary = metrics_server_dir().join(METRICS_SERVER);
     tokio::task::spawn_blocking(move || {
         let rootfs = tempfile::tempdir().unwrap();

@@ -95,6 +95,34 @@ pub(super) mod tests {
         }
     }
 
+    /// A bundle of `r/app` within `semver`: 1.4.2 installed, 1.5.0 awaiting approval.
+    pub(in crate::commands) fn ranged_bundle_waiting(semver: &str) -> gantry_api::Bundle {
+        let pinned = |c: char| format!("r/app@sha256:{}", c.to_string().repeat(64));
+        let mut bundle = gantry_api::Bundle::new(
+            "app",
+            gantry_api::BundleSpec {
+                image: "r/app".into(),
+                r#ref: Some(gantry_api::VersionRef {
+                    semver: semver.into(),
+                    semver_filter: None,
+                }),
+                ..Default::default()
+            },
+        );
+        let mut installed = entry(&"a".repeat(64));
+        installed.image = pinned('a');
+        installed.tag = Some("1.4.2".into());
+        bundle.status = Some(gantry_api::BundleStatus {
+            phase: Some(gantry_api::BundlePhase::AwaitingApproval),
+            resolved_image: Some(pinned('b')),
+            resolved_tag: Some("1.5.0".into()),
+            installed_image: Some(pinned('a')),
+            history: vec![installed],
+            ..Default::default()
+        });
+        bundle
+    }
+
     #[test]
     fn a_manual_approval_names_the_approver_the_time_and_the_reason() {
         assert_eq!(approval(&entry("aa")), "Automatic");

@@ -232,7 +232,8 @@ impl Browser {
     }
 
     /// Finds `css` and acts on it. A live refresh may replace the element between finding and
-    /// acting on it: it is then found again.
+    /// acting on it, and a page a form was just sent from may not have been replaced yet by
+    /// the answer: it is then looked for again, until a deadline.
     async fn on_fresh<T, F, Fut>(&self, css: &str, act: F) -> T
     where
         F: Fn(thirtyfour::WebElement) -> Fut,
@@ -250,7 +251,11 @@ impl Browser {
                     if matches!(
                         e.as_inner(),
                         thirtyfour::error::WebDriverErrorInner::StaleElementReference(_)
-                    ) && Instant::now() < deadline => {}
+                            | thirtyfour::error::WebDriverErrorInner::NoSuchElement(_)
+                    ) && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
                 Err(e) => panic!("{css} on the page: {e}"),
             }
         }

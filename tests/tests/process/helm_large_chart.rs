@@ -76,8 +76,10 @@ const VALIDATING: &str = "gatekeeper-validating-webhook-configuration";
 const MUTATING: &str = "gatekeeper-mutating-webhook-configuration";
 const CERT_SECRET: &str = "gatekeeper-webhook-server-cert";
 
-/// How long the CRDs (and the rest) may take to go once the Bundle is deleted.
-const GONE: Duration = Duration::from_secs(120);
+/// How long the CRDs (and the rest) may take to go once the Bundle is deleted: the API server
+/// deletes each CRD's custom resources before the CRD, one CRD after the other, and beside the
+/// whole process tier 14 CRDs took more than 120 s.
+const GONE: Duration = Duration::from_secs(300);
 
 /// An object as the inventory names it: (group, kind, namespace, name).
 type Key = (String, String, Option<String>, String);
